@@ -1,0 +1,10 @@
+//! # mesh-core
+//!
+//! The ground every part of the mesh stands on:
+//!
+//! - [`model`]: the one internal A2A model (the protocol's v1.0 types), whatever dialect a
+//!   peer speaks;
+//! - [`dialect`] and [`codec`]: which protocol generation a request speaks (0.1, 0.3, 1.0),
+//!   and how each one is read into the model and written back out of it;
+//! - [`jsonrpc`] and [`error`]: the JSON-RPC 2.0 envelope and the A2A error table;
+//! - [`rpc`]: a decoded request (method and typed params) and a decoded reply.
