@@ -8,3 +8,6 @@
 //!   and how each one is read into the model and written back out of it;
 //! - [`jsonrpc`] and [`error`]: the JSON-RPC 2.0 envelope and the A2A error table;
 //! - [`rpc`]: a decoded request (method and typed params) and a decoded reply.
+//! - [`meta`]: the reserved metadata key `_mesh` that carries routing on the bus.
+
+pub mod meta;

@@ -1,0 +1,198 @@
+//! The reserved metadata key `_mesh`: what travels with a request and an event on the bus.
+//!
+//! MQTT 3.1.1 has no user properties, so the reply topic, the deadline, the per-publish request
+//! id and the rest ride inside the JSON-RPC payload, in `params.metadata._mesh` of a request and
+//! in `result.metadata._mesh` of an event. [`MeshMeta::take`] removes the key from a metadata
+//! map (a runtime strips it before a handler sees the message; a gateway before a client sees
+//! an event) and [`MeshMeta::put`] writes it. See docs/protocol.md, section 4.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The reserved metadata key.
+pub const MESH_KEY: &str = "_mesh";
+
+/// Who sent a request: a gateway (on behalf of an HTTP client) or an agent delegating.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Caller {
+    /// `"gateway"` or `"agent"`.
+    pub kind: String,
+    /// The gateway id or the calling agent's name.
+    pub id: String,
+    /// The authenticated principal the request is made for, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
+}
+
+/// The content of `metadata._mesh`, on requests and on events alike (each side uses its fields).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshMeta {
+    /// Request: the topic every reply and event of this request goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to: Option<String>,
+    /// Request: unique per publish; the key agents de-duplicate on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// Request: milliseconds since the Unix epoch after which the task fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<u64>,
+    /// Request: who asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<Caller>,
+    /// Request: the call depth (0 from a gateway, +1 per delegation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<u32>,
+    /// Request: W3C trace context, passed through untouched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// Request: the task snapshot a follow-up message resumes from (0.3 Task JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<Value>,
+    /// Event: the id of the agent instance running the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// Event: the position of the event in its reply stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// Dialect-preservation fields written by the codecs; kept as they are.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+impl MeshMeta {
+    /// Removes `_mesh` from a metadata map and reads it. A missing or unreadable key gives the
+    /// default (no routing information); the caller decides whether that is an error.
+    /// A map left empty by the removal becomes `None`, so that stripping leaves no trace.
+    pub fn take(metadata: &mut Option<HashMap<String, Value>>) -> MeshMeta {
+        let Some(map) = metadata.as_mut() else {
+            return MeshMeta::default();
+        };
+        let meta = match map.remove(MESH_KEY) {
+            Some(value) => serde_json::from_value(value).unwrap_or_default(),
+            None => MeshMeta::default(),
+        };
+        if map.is_empty() {
+            *metadata = None;
+        }
+        meta
+    }
+
+    /// Reads `_mesh` from a metadata map without removing it.
+    pub fn peek(metadata: &Option<HashMap<String, Value>>) -> MeshMeta {
+        metadata
+            .as_ref()
+            .and_then(|map| map.get(MESH_KEY))
+            .and_then(|value| MeshMeta::deserialize(value).ok())
+            .unwrap_or_default()
+    }
+
+    /// Writes this value under `_mesh` into a metadata map (creating the map), merging with
+    /// fields already there (the codecs may have put dialect-preservation fields in it).
+    pub fn put(self, metadata: &mut Option<HashMap<String, Value>>) {
+        let map = metadata.get_or_insert_with(HashMap::new);
+        let Ok(Value::Object(new)) = serde_json::to_value(self) else {
+            return;
+        };
+        match map.get_mut(MESH_KEY) {
+            Some(Value::Object(existing)) => existing.extend(new),
+            _ => {
+                map.insert(MESH_KEY.to_owned(), Value::Object(new));
+            }
+        }
+    }
+
+    /// The deadline as a duration from now; `None` when there is no deadline, zero when it
+    /// has passed.
+    pub fn time_left(&self) -> Option<Duration> {
+        self.deadline
+            .map(|deadline| Duration::from_millis(deadline.saturating_sub(now_millis())))
+    }
+}
+
+/// Milliseconds since the Unix epoch, the unit of [`MeshMeta::deadline`].
+pub fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The deadline `timeout` from now, in the unit of [`MeshMeta::deadline`].
+pub fn deadline_in(timeout: Duration) -> u64 {
+    now_millis().saturating_add(timeout.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn put_then_take_round_trips_and_strips() {
+        let mut metadata = None;
+        let meta = MeshMeta {
+            reply_to: Some("ns/a2a/v1/gateway/response/gw/t1".into()),
+            request_id: Some("r1".into()),
+            deadline: Some(42),
+            depth: Some(1),
+            ..Default::default()
+        };
+        meta.clone().put(&mut metadata);
+        assert_eq!(MeshMeta::peek(&metadata), meta);
+        assert_eq!(MeshMeta::take(&mut metadata), meta);
+        assert_eq!(metadata, None, "an emptied map is removed");
+    }
+
+    #[test]
+    fn take_keeps_user_metadata() {
+        let mut metadata = Some(HashMap::from([
+            ("user".to_owned(), json!(1)),
+            (MESH_KEY.to_owned(), json!({"seq": 3, "instance": "i1"})),
+        ]));
+        let meta = MeshMeta::take(&mut metadata);
+        assert_eq!(meta.seq, Some(3));
+        assert_eq!(meta.instance.as_deref(), Some("i1"));
+        assert_eq!(metadata, Some(HashMap::from([("user".to_owned(), json!(1))])));
+    }
+
+    #[test]
+    fn put_merges_with_codec_fields() {
+        let mut metadata = Some(HashMap::from([(
+            MESH_KEY.to_owned(),
+            json!({"artifactId": "a1"}),
+        )]));
+        MeshMeta {
+            seq: Some(0),
+            ..Default::default()
+        }
+        .put(&mut metadata);
+        let meta = MeshMeta::peek(&metadata);
+        assert_eq!(meta.seq, Some(0));
+        assert_eq!(meta.other.get("artifactId"), Some(&json!("a1")));
+    }
+
+    #[test]
+    fn garbage_under_the_key_is_ignored_not_fatal() {
+        let mut metadata = Some(HashMap::from([(MESH_KEY.to_owned(), json!("nonsense"))]));
+        assert_eq!(MeshMeta::take(&mut metadata), MeshMeta::default());
+        assert_eq!(metadata, None);
+    }
+
+    #[test]
+    fn time_left_saturates() {
+        let past = MeshMeta {
+            deadline: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(past.time_left(), Some(Duration::ZERO));
+        let future = MeshMeta {
+            deadline: Some(deadline_in(Duration::from_secs(60))),
+            ..Default::default()
+        };
+        assert!(future.time_left().unwrap() > Duration::from_secs(50));
+    }
+}
