@@ -1,4 +1,45 @@
 //! # mesh-agent
 //!
 //! Turns user code into an A2A agent on the bus: task lifecycle, streaming, cancellation,
-//! discovery and presence, scale-out over shared subscriptions, calls to peer agents.
+//! deadlines, discovery and presence, scale-out over shared subscriptions, calls to peer
+//! agents. The wire protocol it speaks is docs/protocol.md.
+//!
+//! An echo agent:
+//!
+//! ```no_run
+//! use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
+//! use mesh_core::bus::BusConfig;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let echo = Agent::new("echo", handler_fn(|ctx: TaskContext| async move {
+//!     let parts = ctx.message().parts.clone();
+//!     ctx.artifact(new_artifact(Some("echo".into()), parts)).await?;
+//!     Ok(Outcome::completed())
+//! }))
+//! .description("Repeats every message it receives")
+//! .skill("echo", "Echo", "Answers with the parts it was sent");
+//!
+//! let running = echo.start(BusConfig::new("mqtt://127.0.0.1:1884")?).await?;
+//! tokio::signal::ctrl_c().await?;
+//! running.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! A handler streams with [`TaskContext::working`], [`TaskContext::artifact`] and
+//! [`TaskContext::artifact_chunk`]; it asks for more input by returning
+//! [`Outcome::input_required`], and the next message of the same task resumes it with the
+//! history in [`TaskContext::task`]; it watches [`TaskContext::cancelled`] to stop early; and it
+//! calls other agents through [`TaskContext::peers`].
+
+mod agent;
+mod context;
+mod emitter;
+mod handler;
+mod peer;
+mod runner;
+
+pub use agent::{Agent, AgentConfig, AgentError, RunningAgent};
+pub use context::{TaskContext, new_artifact};
+pub use emitter::EmitError;
+pub use handler::{FnHandler, Handler, HandlerError, Outcome, agent_text, handler_fn};
+pub use peer::{PeerAnswer, PeerError, PeerStream, Peers};

@@ -49,6 +49,9 @@ pub struct MeshMeta {
     /// Request: W3C trace context, passed through untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// Request: the id the requester assigned to the new task this message starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
     /// Request: the task snapshot a follow-up message resumes from (0.3 Task JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<Value>,

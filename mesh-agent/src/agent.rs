@@ -1,0 +1,659 @@
+//! An agent on the bus: [`Agent`] (the builder) and [`RunningAgent`] (one running instance).
+//!
+//! Starting an instance connects to the broker with a retained "offline" last will on its
+//! presence topic, publishes the agent's card and its presence (both retained), subscribes to
+//! the agent's requests (through the shared subscription, so N instances share the load) and
+//! to its cancel topic, then probes its own request topic: if no instance answers, requests do
+//! not reach the agent (a broker that accepts `$share` and delivers nothing) and start fails
+//! loudly. Requests are de-duplicated on `_mesh.requestId`, bounded in number by a semaphore
+//! (past the bound the subscription stops being read: backpressure reaches the broker), and
+//! each runs in its own task (see [`runner`](crate::runner)). Shutdown stops taking requests,
+//! lets running tasks finish for a grace period, cancels the rest, says offline and leaves.
+
+use crate::handler::Handler;
+use crate::runner::{self, Running, SendRequest};
+use mesh_core::bus::{Bus, BusConfig, BusError, LastWill, QoS};
+use mesh_core::codec;
+use mesh_core::dialect::Dialect;
+use mesh_core::error::A2aError;
+use mesh_core::jsonrpc::JsonRpcId;
+use mesh_core::meta::MeshMeta;
+use mesh_core::model::{AgentCapabilities, AgentCard, AgentSkill};
+use mesh_core::registry::{Presence, PresenceStatus, Registry};
+use mesh_core::requester::{Requester, RequesterKind, SendError};
+use mesh_core::rpc::Call;
+use mesh_core::topic::{TopicError, Topics};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// How many recent request ids an instance remembers to drop QoS 1 redeliveries.
+const DEDUP_CAPACITY: usize = 65_536;
+
+/// How an agent instance runs. `Default` is right for most agents.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The namespace (first topic segment) of the mesh.
+    pub namespace: String,
+    /// Tasks one instance runs at once; past it, requests wait in the broker.
+    pub max_concurrent_tasks: usize,
+    /// How often the instance republishes its presence.
+    pub heartbeat: Duration,
+    /// Share requests among instances with a `$share` subscription. Turn off for brokers that
+    /// lack shared subscriptions (then run one instance per agent).
+    pub shared_subscription: bool,
+    /// How long the start-up probe waits for its own request to come back.
+    pub probe_timeout: Duration,
+    /// The deadline of a request that carries none.
+    pub default_timeout: Duration,
+    /// The longest deadline an instance grants, whatever a request asks.
+    pub max_timeout: Duration,
+    /// How deep delegation may go (gateway → agent → agent …).
+    pub max_call_depth: u32,
+    /// How long shutdown lets running tasks finish before canceling them.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            namespace: "mesh".into(),
+            max_concurrent_tasks: 256,
+            heartbeat: Duration::from_secs(5),
+            shared_subscription: true,
+            probe_timeout: Duration::from_secs(5),
+            default_timeout: Duration::from_secs(300),
+            max_timeout: Duration::from_secs(3600),
+            max_call_depth: 8,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why an agent instance could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The agent's name (or the namespace) cannot be a topic segment.
+    #[error(transparent)]
+    Topic(#[from] TopicError),
+    /// The broker could not be reached or refused us.
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    /// Setting up the requester for peer calls failed.
+    #[error(transparent)]
+    Send(#[from] SendError),
+    /// The start-up probe got no answer: requests do not reach this agent.
+    #[error(
+        "requests to agent {agent} do not come back: no instance answered the start-up probe within {timeout:?} \
+         (does the broker support shared subscriptions? if not, turn them off and run one instance)"
+    )]
+    ProbeFailed {
+        /// The agent.
+        agent: String,
+        /// How long the probe waited.
+        timeout: Duration,
+    },
+}
+
+/// An agent: its card and its handler. [`Agent::start`] runs an instance of it.
+pub struct Agent {
+    card: AgentCard,
+    handler: Arc<dyn Handler>,
+    config: AgentConfig,
+}
+
+impl Agent {
+    /// An agent named `name` (its topic segment and card name) served by `handler`.
+    pub fn new(name: impl Into<String>, handler: impl Handler) -> Agent {
+        let name = name.into();
+        Agent {
+            card: AgentCard {
+                name: name.clone(),
+                description: String::new(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                supported_interfaces: Vec::new(),
+                capabilities: AgentCapabilities {
+                    streaming: Some(true),
+                    push_notifications: Some(false),
+                    extensions: None,
+                    extended_agent_card: None,
+                },
+                default_input_modes: vec!["text/plain".into()],
+                default_output_modes: vec!["text/plain".into()],
+                skills: Vec::new(),
+                provider: None,
+                documentation_url: None,
+                icon_url: None,
+                security_schemes: None,
+                security_requirements: None,
+                signatures: None,
+            },
+            handler: Arc::new(handler),
+            config: AgentConfig::default(),
+        }
+    }
+
+    /// What the agent does, for people and for routing agents.
+    pub fn description(mut self, description: impl Into<String>) -> Agent {
+        self.card.description = description.into();
+        self
+    }
+
+    /// Adds a skill to the card.
+    pub fn skill(
+        mut self,
+        id: impl Into<String>,
+        name: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Agent {
+        self.card.skills.push(AgentSkill {
+            id: id.into(),
+            name: name.into(),
+            description: description.into(),
+            tags: Vec::new(),
+            examples: None,
+            input_modes: None,
+            output_modes: None,
+            security_requirements: None,
+        });
+        self
+    }
+
+    /// Whether the agent streams (the card's `capabilities.streaming`; default true).
+    pub fn streaming(mut self, streaming: bool) -> Agent {
+        self.card.capabilities.streaming = Some(streaming);
+        self
+    }
+
+    /// The media types the agent accepts and produces (defaults: `text/plain`).
+    pub fn modes(mut self, input: &[&str], output: &[&str]) -> Agent {
+        self.card.default_input_modes = input.iter().map(|s| (*s).to_owned()).collect();
+        self.card.default_output_modes = output.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
+    /// Replaces the whole card (its name stays the agent's name).
+    pub fn card(mut self, card: AgentCard) -> Agent {
+        let name = std::mem::take(&mut self.card.name);
+        self.card = AgentCard { name, ..card };
+        self
+    }
+
+    /// The instance settings.
+    pub fn config(mut self, config: AgentConfig) -> Agent {
+        self.config = config;
+        self
+    }
+
+    /// The agent's card as it will be published.
+    pub fn agent_card(&self) -> &AgentCard {
+        &self.card
+    }
+
+    /// Starts one instance on the broker `bus` describes (its client id and last will are
+    /// set here). Returns once the instance is announced and its request path probed.
+    pub async fn start(self, mut bus_config: BusConfig) -> Result<RunningAgent, AgentError> {
+        let name = self.card.name.clone();
+        let topics = Topics::new(&self.config.namespace)?;
+        let instance = uuid::Uuid::now_v7().simple().to_string();
+        let presence_topic = topics.presence(&name, &instance)?;
+        let request_filter = if self.config.shared_subscription {
+            topics.agent_request_shared_filter(&name)?
+        } else {
+            tracing::info!(agent = %name, "shared subscriptions off: run a single instance of this agent");
+            topics.agent_request_filter(&name)?
+        };
+        let cancel_filter = topics.agent_cancel_filter(&name)?;
+        let card_topic = topics.card(&name)?;
+
+        bus_config.client_id = format!("{name}-{instance}");
+        bus_config.last_will = Some(LastWill {
+            topic: presence_topic.clone(),
+            payload: presence_payload(
+                &name,
+                &instance,
+                PresenceStatus::Offline,
+                None,
+                Some("connection lost"),
+            )
+            .into(),
+            qos: QoS::AtLeastOnce,
+            retain: true,
+        });
+        let bus = Bus::connect(bus_config).await?;
+        let registry = Registry::start(&bus, &topics).await?;
+        let requester =
+            Requester::start(bus.clone(), topics.clone(), RequesterKind::Agent, &instance).await?;
+        requester.watch_registry(&registry);
+
+        let mut requests = bus.subscribe(&request_filter, QoS::AtLeastOnce).await?;
+        let mut cancels = bus.subscribe(&cancel_filter, QoS::AtLeastOnce).await?;
+
+        let card_json = codec::card::encode_card_combined(&self.card, None);
+        bus.publish(&card_topic, card_json, QoS::AtLeastOnce, true)
+            .await?;
+        let since = chrono::Utc::now().to_rfc3339();
+        let online = presence_payload(
+            &name,
+            &instance,
+            PresenceStatus::Online,
+            Some((self.config.heartbeat, &since)),
+            None,
+        );
+        bus.publish(&presence_topic, online.clone(), QoS::AtLeastOnce, true)
+            .await?;
+
+        let shared = Arc::new(Shared {
+            name: name.clone(),
+            instance: instance.clone(),
+            bus: bus.clone(),
+            handler: self.handler,
+            config: self.config.clone(),
+            requester: requester.clone(),
+            registry,
+            running: Mutex::default(),
+            dedup: Mutex::new(Dedup::default()),
+        });
+
+        let stop = CancellationToken::new();
+        let semaphore = Arc::new(Semaphore::new(self.config.max_concurrent_tasks.max(1)));
+        let request_loop = {
+            let shared = shared.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    let message = tokio::select! {
+                        message = requests.recv() => message,
+                        _ = stop.cancelled() => break,
+                    };
+                    let Some(message) = message else { break };
+                    let Ok(permit) = semaphore.clone().acquire_owned().await else {
+                        break;
+                    };
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        handle_request(shared, &message.payload).await;
+                        drop(permit);
+                    });
+                }
+            })
+        };
+        let cancel_loop = {
+            let shared = shared.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                loop {
+                    let message = tokio::select! {
+                        message = cancels.recv() => message,
+                        _ = stop.cancelled() => break,
+                    };
+                    let Some(message) = message else { break };
+                    handle_cancel(&shared, &message.payload);
+                }
+            })
+        };
+        let heartbeat_loop = {
+            let bus = bus.clone();
+            let stop = stop.clone();
+            let topic = presence_topic.clone();
+            let heartbeat = self.config.heartbeat;
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(heartbeat);
+                ticks.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = ticks.tick() => {
+                            if let Err(error) = bus.publish(&topic, online.clone(), QoS::AtLeastOnce, true).await {
+                                tracing::warn!(%error, "presence heartbeat not published");
+                            }
+                        }
+                        _ = stop.cancelled() => break,
+                    }
+                }
+            })
+        };
+
+        let running = RunningAgent {
+            shared,
+            stop,
+            loops: vec![request_loop, cancel_loop, heartbeat_loop],
+            presence_topic,
+            card_topic,
+        };
+        match requester
+            .ping(&name, self.config.probe_timeout)
+            .await
+            .map_err(AgentError::from)?
+        {
+            Some(answered_by) => {
+                tracing::info!(agent = %name, %instance, %answered_by, "agent online: requests reach it");
+                Ok(running)
+            }
+            None => {
+                running.shutdown().await;
+                Err(AgentError::ProbeFailed {
+                    agent: name,
+                    timeout: self.config.probe_timeout,
+                })
+            }
+        }
+    }
+}
+
+/// What the loops of one instance share.
+pub(crate) struct Shared {
+    pub(crate) name: String,
+    pub(crate) instance: String,
+    pub(crate) bus: Bus,
+    pub(crate) handler: Arc<dyn Handler>,
+    pub(crate) config: AgentConfig,
+    pub(crate) requester: Requester,
+    pub(crate) registry: Registry,
+    pub(crate) running: Mutex<HashMap<String, Arc<Running>>>,
+    dedup: Mutex<Dedup>,
+}
+
+impl Shared {
+    pub(crate) fn lock_running(&self) -> MutexGuard<'_, HashMap<String, Arc<Running>>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One running instance of an agent.
+pub struct RunningAgent {
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    loops: Vec<JoinHandle<()>>,
+    presence_topic: String,
+    card_topic: String,
+}
+
+impl RunningAgent {
+    /// The agent's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// This instance's id (its presence topic segment).
+    pub fn instance_id(&self) -> &str {
+        &self.shared.instance
+    }
+
+    /// The registry this instance keeps of the mesh.
+    pub fn registry(&self) -> &Registry {
+        &self.shared.registry
+    }
+
+    /// How many tasks run on this instance now.
+    pub fn running_tasks(&self) -> usize {
+        self.shared.lock_running().len()
+    }
+
+    /// Publishes a new card (retained) for the agent.
+    pub async fn update_card(&self, card: &AgentCard) -> Result<(), BusError> {
+        let json = codec::card::encode_card_combined(card, None);
+        self.shared
+            .bus
+            .publish(&self.card_topic, json, QoS::AtLeastOnce, true)
+            .await
+    }
+
+    /// Stops taking requests, lets running tasks finish for the grace period, cancels the
+    /// rest, announces the instance offline, clears its retained presence and disconnects.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let grace = tokio::time::Instant::now() + self.shared.config.shutdown_grace;
+        while self.running_tasks() > 0 && tokio::time::Instant::now() < grace {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let leftover: Vec<Arc<Running>> = self.shared.lock_running().values().cloned().collect();
+        for running in &leftover {
+            running.cancel.cancel();
+        }
+        let cancel_deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while self.running_tasks() > 0 && tokio::time::Instant::now() < cancel_deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for handle in &self.loops {
+            handle.abort();
+        }
+        let offline = presence_payload(
+            &self.shared.name,
+            &self.shared.instance,
+            PresenceStatus::Offline,
+            None,
+            Some("shut down"),
+        );
+        let bus = &self.shared.bus;
+        let _ = bus
+            .publish(&self.presence_topic, offline, QoS::AtLeastOnce, false)
+            .await;
+        let _ = bus
+            .publish(&self.presence_topic, Vec::new(), QoS::AtLeastOnce, true)
+            .await;
+        bus.disconnect().await;
+        tracing::info!(agent = %self.shared.name, instance = %self.shared.instance, "agent instance stopped");
+    }
+}
+
+async fn handle_request(shared: Arc<Shared>, payload: &[u8]) {
+    let request = match codec::decode_request(payload) {
+        Ok(request) => request,
+        Err(refused) => {
+            let peeked = peek(payload);
+            let Some(reply_to) = peeked.meta.reply_to.clone() else {
+                tracing::warn!(agent = %shared.name, error = %refused.error, "refused a request with no reply topic");
+                return;
+            };
+            if !shared.dedup(&peeked.meta) {
+                return;
+            }
+            if peeked.method.as_deref() == Some("mesh/ping") {
+                answer_ping(&shared, &reply_to, peeked.id).await;
+                return;
+            }
+            let payload = codec::encode_error(
+                refused.dialect.unwrap_or(Dialect::V0_3),
+                refused.id.as_ref(),
+                &refused.error,
+            );
+            publish_or_log(&shared, &reply_to, payload).await;
+            return;
+        }
+    };
+    let (rpc_id, method, dialect) = (request.id, request.method, request.dialect);
+    match request.call {
+        Call::Send(mut params) => {
+            let meta = MeshMeta::take(&mut params.metadata);
+            let Some(reply_to) = meta.reply_to.clone() else {
+                tracing::warn!(agent = %shared.name, "a request with no _mesh.replyTo: nowhere to answer, dropped");
+                return;
+            };
+            if !shared.dedup(&meta) {
+                return;
+            }
+            runner::run(
+                shared,
+                SendRequest {
+                    rpc_id: rpc_id.unwrap_or(JsonRpcId::Null),
+                    method,
+                    dialect,
+                    params,
+                    meta,
+                    reply_to,
+                },
+            )
+            .await;
+        }
+        _ => {
+            let peeked = peek(payload);
+            let Some(reply_to) = peeked.meta.reply_to else {
+                return;
+            };
+            let error = A2aError::unsupported_operation(format!(
+                "agents serve message/send and message/stream on their request topic; \
+                 {method:?} is answered by the gateway or travels on the cancel topic"
+            ));
+            let payload = codec::encode_error(dialect, rpc_id.as_ref(), &error);
+            publish_or_log(&shared, &reply_to, payload).await;
+        }
+    }
+}
+
+fn handle_cancel(shared: &Shared, payload: &[u8]) {
+    let Ok(request) = codec::decode_request(payload) else {
+        tracing::warn!(agent = %shared.name, "undecodable cancel request ignored");
+        return;
+    };
+    let Call::CancelTask(mut cancel) = request.call else {
+        return;
+    };
+    let meta = MeshMeta::take(&mut cancel.metadata);
+    let Some(running) = shared.lock_running().get(&cancel.id).cloned() else {
+        return; // another instance runs it, or nobody does: stay silent
+    };
+    if let (Some(reply_to), Some(id)) = (meta.reply_to, request.id) {
+        running
+            .cancel_waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((reply_to, id, request.dialect));
+    }
+    tracing::info!(agent = %shared.name, task = %cancel.id, "task canceled by request");
+    running.cancel.cancel();
+}
+
+async fn answer_ping(shared: &Shared, reply_to: &str, id: Value) {
+    let mut metadata = None;
+    MeshMeta {
+        instance: Some(shared.instance.clone()),
+        seq: Some(0),
+        ..Default::default()
+    }
+    .put(&mut metadata);
+    let pong = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "result": {
+            "kind": "message",
+            "role": "agent",
+            "messageId": uuid::Uuid::now_v7().to_string(),
+            "parts": [{"kind": "text", "text": "pong"}],
+            "metadata": metadata,
+        }
+    });
+    publish_or_log(shared, reply_to, pong.to_string().into_bytes()).await;
+}
+
+async fn publish_or_log(shared: &Shared, topic: &str, payload: Vec<u8>) {
+    if let Err(error) = shared
+        .bus
+        .publish(topic, payload, QoS::AtLeastOnce, false)
+        .await
+    {
+        tracing::warn!(agent = %shared.name, %error, "could not publish an answer");
+    }
+}
+
+/// The routing fields of a request that did not decode: enough to answer it with an error.
+struct Peeked {
+    id: Value,
+    method: Option<String>,
+    meta: MeshMeta,
+}
+
+fn peek(payload: &[u8]) -> Peeked {
+    let value: Value = serde_json::from_slice(payload).unwrap_or(Value::Null);
+    let meta = value
+        .pointer("/params/metadata/_mesh")
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .unwrap_or_default();
+    Peeked {
+        id: value.get("id").cloned().unwrap_or(Value::Null),
+        method: value
+            .get("method")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        meta,
+    }
+}
+
+impl Shared {
+    /// True the first time a request id is seen; requests without one are always served.
+    fn dedup(&self, meta: &MeshMeta) -> bool {
+        let Some(id) = &meta.request_id else {
+            return true;
+        };
+        let fresh = self
+            .dedup
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id);
+        if !fresh {
+            tracing::debug!(agent = %self.name, request = %id, "duplicate delivery dropped");
+        }
+        fresh
+    }
+}
+
+/// A bounded set of recently seen request ids (oldest forgotten first).
+#[derive(Default)]
+struct Dedup {
+    seen: HashSet<String>,
+    order: VecDeque<String>,
+}
+
+impl Dedup {
+    fn insert(&mut self, id: &str) -> bool {
+        if self.seen.contains(id) {
+            return false;
+        }
+        if self.order.len() >= DEDUP_CAPACITY {
+            if let Some(oldest) = self.order.pop_front() {
+                self.seen.remove(&oldest);
+            }
+        }
+        self.seen.insert(id.to_owned());
+        self.order.push_back(id.to_owned());
+        true
+    }
+}
+
+fn presence_payload(
+    agent: &str,
+    instance: &str,
+    status: PresenceStatus,
+    online: Option<(Duration, &str)>,
+    reason: Option<&str>,
+) -> Vec<u8> {
+    let presence = Presence {
+        status,
+        agent: agent.to_owned(),
+        instance: instance.to_owned(),
+        heartbeat_ms: online.map(|(heartbeat, _)| heartbeat.as_millis() as u64),
+        since: online.map(|(_, since)| since.to_owned()),
+        reason: reason.map(str::to_owned),
+    };
+    serde_json::to_vec(&presence).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dedup_forgets_the_oldest_past_capacity() {
+        let mut dedup = Dedup::default();
+        assert!(dedup.insert("a"));
+        assert!(!dedup.insert("a"));
+        for i in 0..DEDUP_CAPACITY {
+            dedup.insert(&i.to_string());
+        }
+        assert!(dedup.insert("a"), "the oldest id was forgotten");
+        assert_eq!(dedup.order.len(), DEDUP_CAPACITY);
+    }
+}

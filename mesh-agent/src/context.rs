@@ -1,0 +1,139 @@
+//! What a handler sees of its task, and how it speaks: the [`TaskContext`].
+//!
+//! The context gives the new message (with the bus's reserved metadata already stripped), the
+//! task it belongs to (history and artifacts of earlier turns included), who asked, a
+//! cancellation signal, and the calls that stream progress back: status messages, whole
+//! artifacts and artifact chunks. It also reaches other agents ([`TaskContext::peers`]); their
+//! sub-tasks are tied to this one, so cancelling this task cancels them.
+
+use crate::emitter::{EmitError, Emitter};
+use crate::handler::agent_text;
+use crate::peer::Peers;
+use mesh_core::meta::Caller;
+use mesh_core::model::{Artifact, Message, Part, PartContent, Task, TaskState};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// The handler's view of one message and its task. Cheap to clone.
+#[derive(Clone)]
+pub struct TaskContext {
+    pub(crate) message: Arc<Message>,
+    pub(crate) snapshot: Arc<Task>,
+    pub(crate) resumed: bool,
+    pub(crate) caller: Option<Caller>,
+    pub(crate) emitter: Arc<Emitter>,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) peers: Peers,
+}
+
+impl TaskContext {
+    /// The message this turn answers (`_mesh` metadata removed).
+    pub fn message(&self) -> &Message {
+        &self.message
+    }
+
+    /// The text of the message: its text parts, joined by newlines.
+    pub fn text(&self) -> String {
+        let texts: Vec<&str> = self
+            .message
+            .parts
+            .iter()
+            .filter_map(|part| match &part.content {
+                PartContent::Text(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        texts.join("\n")
+    }
+
+    /// The task as it stood when this turn began: history (this message last) and artifacts.
+    pub fn task(&self) -> &Task {
+        &self.snapshot
+    }
+
+    /// The task's id.
+    pub fn task_id(&self) -> &str {
+        &self.snapshot.id
+    }
+
+    /// The task's context (conversation) id.
+    pub fn context_id(&self) -> &str {
+        &self.snapshot.context_id
+    }
+
+    /// True when this message continues a task that was waiting for input.
+    pub fn is_resumed(&self) -> bool {
+        self.resumed
+    }
+
+    /// Who sent the request: a gateway on behalf of a principal, or another agent.
+    pub fn caller(&self) -> Option<&Caller> {
+        self.caller.as_ref()
+    }
+
+    /// True once the task was canceled (by its requester, its parent, or its deadline).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Resolves when the task is canceled: `select!` on it around long work.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await
+    }
+
+    /// A `working` status update with a text message.
+    pub async fn working(&self, text: impl Into<String>) -> Result<(), EmitError> {
+        self.emitter
+            .status(TaskState::Working, Some(agent_text(text)))
+            .await
+    }
+
+    /// A status update. Terminal and interrupted states are set by returning an
+    /// [`Outcome`](crate::Outcome) instead; use this for intermediate `working` updates.
+    pub async fn status(&self, message: Option<Message>) -> Result<(), EmitError> {
+        self.emitter.status(TaskState::Working, message).await
+    }
+
+    /// A whole artifact.
+    pub async fn artifact(&self, artifact: Artifact) -> Result<(), EmitError> {
+        self.emitter.artifact(artifact, false, true).await
+    }
+
+    /// A text artifact named `name`, in one piece.
+    pub async fn text_artifact(
+        &self,
+        name: impl Into<String>,
+        text: impl Into<String>,
+    ) -> Result<(), EmitError> {
+        self.artifact(new_artifact(Some(name.into()), vec![Part::text(text)]))
+            .await
+    }
+
+    /// One chunk of an artifact streamed in pieces: the first chunk with `append: false`, the
+    /// following ones with `append: true`, the last with `last_chunk: true`.
+    pub async fn artifact_chunk(
+        &self,
+        artifact: Artifact,
+        append: bool,
+        last_chunk: bool,
+    ) -> Result<(), EmitError> {
+        self.emitter.artifact(artifact, append, last_chunk).await
+    }
+
+    /// Other agents of the mesh, to call from inside this task.
+    pub fn peers(&self) -> &Peers {
+        &self.peers
+    }
+}
+
+/// An artifact with a fresh id.
+pub fn new_artifact(name: Option<String>, parts: Vec<Part>) -> Artifact {
+    Artifact {
+        artifact_id: uuid::Uuid::now_v7().to_string(),
+        name,
+        description: None,
+        parts,
+        metadata: None,
+        extensions: None,
+    }
+}

@@ -1,0 +1,207 @@
+//! Calling other agents from inside a handler: [`Peers`].
+//!
+//! A call goes over the bus like any request (the calling instance's replies come back on
+//! `<ns>/a2a/v1/agent/response/<instance>/<task>`). A peer that is not online is an immediate
+//! [`PeerError::NotOnline`], not a hang; the call depth travels with the request and a call
+//! past the limit is refused, which stops delegation loops; the sub-task inherits what is left
+//! of its parent's deadline; and when the parent task is canceled, every sub-task it started
+//! is canceled too.
+
+use mesh_core::dialect::Method;
+use mesh_core::error::A2aError;
+use mesh_core::model::{Message, Role, SendMessageRequest, Task};
+use mesh_core::registry::Registry;
+use mesh_core::requester::{Delivery, ReplyStream, Requester, SendError, SendOptions};
+use mesh_core::rpc::Reply;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// Why a call to a peer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// No instance of the agent is online.
+    #[error("agent {0} is not online")]
+    NotOnline(String),
+    /// The call would exceed the mesh's call-depth limit (a delegation loop?).
+    #[error("call depth {depth} exceeds the limit of {limit}")]
+    DepthExceeded {
+        /// The depth the call would have.
+        depth: u32,
+        /// The configured limit.
+        limit: u32,
+    },
+    /// The parent task was canceled.
+    #[error("the calling task was canceled")]
+    Canceled,
+    /// The request could not be sent.
+    #[error(transparent)]
+    Send(#[from] SendError),
+    /// The peer answered with an error.
+    #[error("agent {agent} answered: {error}")]
+    Remote {
+        /// The agent called.
+        agent: String,
+        /// Its error.
+        error: A2aError,
+    },
+}
+
+/// Handles to the rest of the mesh, bound to the calling task.
+#[derive(Clone)]
+pub struct Peers {
+    pub(crate) requester: Requester,
+    pub(crate) registry: Registry,
+    pub(crate) depth: u32,
+    pub(crate) max_depth: u32,
+    pub(crate) parent: CancellationToken,
+    pub(crate) time_left: Duration,
+    pub(crate) principal: Option<String>,
+}
+
+/// The final answer of a peer: a task (completed, failed, input required…) or a message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PeerAnswer {
+    /// The peer ran a task; this is how it ended.
+    Task(Task),
+    /// The peer answered directly.
+    Message(Message),
+}
+
+impl Peers {
+    /// True if the agent has an online instance.
+    pub fn is_online(&self, agent: &str) -> bool {
+        self.registry.is_online(agent)
+    }
+
+    /// Sends `message` to `agent` and waits for its final answer.
+    pub async fn send(&self, agent: &str, message: Message) -> Result<PeerAnswer, PeerError> {
+        let mut stream = self.open(agent, message, Method::SendMessage).await?;
+        let mut last_task = None;
+        while let Some(reply) = stream.next().await {
+            match reply? {
+                Reply::Task(task) => last_task = Some(task),
+                Reply::Message(message) => return Ok(PeerAnswer::Message(message)),
+                _ => {}
+            }
+        }
+        last_task.map(PeerAnswer::Task).ok_or_else(|| PeerError::Remote {
+            agent: agent.to_owned(),
+            error: A2aError::invalid_agent_response("the stream ended without an answer"),
+        })
+    }
+
+    /// Sends `message` to `agent` and streams every event of its task.
+    pub async fn stream(&self, agent: &str, message: Message) -> Result<PeerStream, PeerError> {
+        self.open(agent, message, Method::SendStreamingMessage)
+            .await
+    }
+
+    /// Sends text to `agent` as a user message and waits for its final answer.
+    pub async fn ask(&self, agent: &str, text: &str) -> Result<PeerAnswer, PeerError> {
+        let message = Message::new(Role::User, vec![mesh_core::model::Part::text(text)]);
+        self.send(agent, message).await
+    }
+
+    async fn open(
+        &self,
+        agent: &str,
+        mut message: Message,
+        method: Method,
+    ) -> Result<PeerStream, PeerError> {
+        if self.parent.is_cancelled() {
+            return Err(PeerError::Canceled);
+        }
+        let depth = self.depth + 1;
+        if depth > self.max_depth {
+            return Err(PeerError::DepthExceeded {
+                depth,
+                limit: self.max_depth,
+            });
+        }
+        if !self.registry.is_online(agent) {
+            return Err(PeerError::NotOnline(agent.to_owned()));
+        }
+        // A fresh sub-task, in a fresh context: the peer's task is its own.
+        let task_id = uuid::Uuid::now_v7().to_string();
+        message.task_id = None;
+        let stream = self
+            .requester
+            .send(
+                agent,
+                SendMessageRequest {
+                    message,
+                    configuration: None,
+                    metadata: None,
+                    tenant: None,
+                },
+                SendOptions {
+                    method,
+                    task_id: task_id.clone(),
+                    snapshot: None,
+                    timeout: self.time_left,
+                    principal: self.principal.clone(),
+                    depth,
+                    traceparent: None,
+                },
+            )
+            .await?;
+        // Cancel the sub-task when the parent is canceled, until the sub-task ends.
+        let (done_tx, done_rx) = oneshot::channel::<()>();
+        let parent = self.parent.clone();
+        let requester = self.requester.clone();
+        let agent_name = agent.to_owned();
+        let child_task = task_id.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = parent.cancelled() => {
+                    let _ = requester.cancel(&agent_name, &child_task, Duration::from_secs(5)).await;
+                }
+                _ = done_rx => {}
+            }
+        });
+        Ok(PeerStream {
+            inner: stream,
+            agent: Arc::from(agent),
+            task_id,
+            _done: done_tx,
+            parent: self.parent.clone(),
+        })
+    }
+}
+
+/// The events of a peer's task, in order; ends after the final one.
+pub struct PeerStream {
+    inner: ReplyStream,
+    agent: Arc<str>,
+    task_id: String,
+    _done: oneshot::Sender<()>,
+    parent: CancellationToken,
+}
+
+impl PeerStream {
+    /// The id of the peer's task.
+    pub fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    /// The next event (bus metadata removed); `None` after the final one.
+    pub async fn next(&mut self) -> Option<Result<Reply, PeerError>> {
+        let delivery = tokio::select! {
+            delivery = self.inner.next() => delivery?,
+            _ = self.parent.cancelled() => return Some(Err(PeerError::Canceled)),
+        };
+        let Delivery { reply, .. } = delivery;
+        Some(match reply {
+            Ok(mut reply) => {
+                mesh_core::requester::strip_reply_meta(&mut reply);
+                Ok(reply)
+            }
+            Err(error) => Err(PeerError::Remote {
+                agent: self.agent.to_string(),
+                error,
+            }),
+        })
+    }
+}

@@ -1,0 +1,351 @@
+//! One message through the task lifecycle: resolve the task, run the handler, end the task.
+//!
+//! The runner resolves which task a message belongs to (a new one, or the snapshot of an
+//! interrupted one that the requester carried), refuses what the spec refuses (a message to a
+//! terminal task: UnsupportedOperation), runs the handler in its own tokio task so that a
+//! panic fails only this task, and races it against cancellation and the request's deadline.
+//! Whatever happens, the task ends with exactly one final event.
+
+use crate::agent::Shared;
+use crate::context::TaskContext;
+use crate::emitter::Emitter;
+use crate::handler::{Outcome, agent_text};
+use crate::peer::Peers;
+use mesh_core::codec;
+use mesh_core::dialect::{Dialect, Method};
+use mesh_core::error::A2aError;
+use mesh_core::jsonrpc::JsonRpcId;
+use mesh_core::meta::MeshMeta;
+use mesh_core::model::{Message, SendMessageRequest, Task, TaskState, TaskStatus};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How long a non-streaming request runs before the requester is told which instance has it.
+const PROGRESS_AFTER: Duration = Duration::from_millis(100);
+
+/// A task running on this instance, as the cancel listener sees it.
+pub(crate) struct Running {
+    pub(crate) cancel: CancellationToken,
+    /// Cancel requests waiting for the canceled task: (reply topic, JSON-RPC id, dialect).
+    pub(crate) cancel_waiters: std::sync::Mutex<Vec<(String, JsonRpcId, Dialect)>>,
+}
+
+/// A send request, decoded, with its `_mesh` metadata already taken out.
+pub(crate) struct SendRequest {
+    pub(crate) rpc_id: JsonRpcId,
+    pub(crate) method: Method,
+    pub(crate) dialect: Dialect,
+    pub(crate) params: SendMessageRequest,
+    pub(crate) meta: MeshMeta,
+    pub(crate) reply_to: String,
+}
+
+/// Runs one send request to its end.
+pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
+    let streaming = request.method == Method::SendStreamingMessage;
+    let SendRequest {
+        rpc_id,
+        dialect,
+        params,
+        meta,
+        reply_to,
+        ..
+    } = request;
+    let emitter = |task: Task| {
+        Arc::new(Emitter::new(
+            shared.bus.clone(),
+            reply_to.clone(),
+            dialect,
+            rpc_id.clone(),
+            shared.instance.clone(),
+            streaming,
+            task,
+        ))
+    };
+
+    let (task, resumed) = match resolve_task(&meta, dialect, params.message) {
+        Ok(resolved) => resolved,
+        Err(error) => {
+            let placeholder = emitter(empty_task());
+            if let Err(e) = placeholder.error(&error).await {
+                tracing::warn!(error = %e, "could not answer a refused request");
+            }
+            return;
+        }
+    };
+    let depth = meta.depth.unwrap_or(0);
+    if depth > shared.config.max_call_depth {
+        let error = A2aError::internal(format!(
+            "call depth {depth} exceeds the limit of {}",
+            shared.config.max_call_depth
+        ));
+        let _ = emitter(task).error(&error).await;
+        return;
+    }
+
+    let task_id = task.id.clone();
+    let cancel = CancellationToken::new();
+    let running = Arc::new(Running {
+        cancel: cancel.clone(),
+        cancel_waiters: Default::default(),
+    });
+    {
+        let mut tasks = shared.lock_running();
+        if tasks.contains_key(&task_id) {
+            drop(tasks);
+            let error = A2aError::unsupported_operation(format!(
+                "task {task_id} is still running; wait for it to end or cancel it"
+            ));
+            let _ = emitter(task).error(&error).await;
+            return;
+        }
+        tasks.insert(task_id.clone(), running.clone());
+    }
+
+    let time_left = meta
+        .time_left()
+        .unwrap_or(shared.config.default_timeout)
+        .min(shared.config.max_timeout);
+    let emitter = emitter(task.clone());
+    let ctx = TaskContext {
+        message: Arc::new(last_message(&task)),
+        snapshot: Arc::new(task),
+        resumed,
+        caller: meta.caller.clone(),
+        emitter: emitter.clone(),
+        cancel: cancel.clone(),
+        peers: Peers {
+            requester: shared.requester.clone(),
+            registry: shared.registry.clone(),
+            depth,
+            max_depth: shared.config.max_call_depth,
+            parent: cancel.clone(),
+            time_left,
+            principal: meta.caller.as_ref().and_then(|c| c.principal.clone()),
+        },
+    };
+
+    let handler = shared.handler.clone();
+    let mut handle = tokio::spawn(async move { handler.handle(ctx).await });
+    let deadline = tokio::time::sleep(time_left);
+    tokio::pin!(deadline);
+    let progress = tokio::time::sleep(PROGRESS_AFTER);
+    tokio::pin!(progress);
+    let mut progress_sent = streaming;
+
+    let end = loop {
+        tokio::select! {
+            joined = &mut handle => break End::Joined(joined),
+            _ = cancel.cancelled() => break End::Canceled,
+            _ = &mut deadline => break End::DeadlineExceeded,
+            _ = &mut progress, if !progress_sent => {
+                progress_sent = true;
+                if let Err(e) = emitter.progress().await {
+                    tracing::warn!(error = %e, "could not publish task progress");
+                }
+            }
+        }
+    };
+    if !matches!(end, End::Joined(_)) {
+        cancel.cancel(); // reaches the sub-tasks of peers too
+        handle.abort();
+    }
+
+    let result = match end {
+        End::Joined(Ok(Ok(outcome))) => finish(&emitter, outcome).await,
+        End::Joined(Ok(Err(error))) => {
+            emitter
+                .status(
+                    TaskState::Failed,
+                    Some(agent_text(format!("the agent failed: {error}"))),
+                )
+                .await
+        }
+        End::Joined(Err(join_error)) => {
+            let reason = panic_message(join_error);
+            tracing::error!(agent = %shared.name, task = %task_id, %reason, "handler panicked");
+            emitter
+                .status(
+                    TaskState::Failed,
+                    Some(agent_text(format!("the agent's handler panicked: {reason}"))),
+                )
+                .await
+        }
+        End::Canceled => emitter.status(TaskState::Canceled, None).await,
+        End::DeadlineExceeded => {
+            emitter
+                .status(
+                    TaskState::Failed,
+                    Some(agent_text(format!(
+                        "the task did not finish before its deadline ({} ms) and was canceled",
+                        time_left.as_millis()
+                    ))),
+                )
+                .await
+        }
+    };
+    if let Err(error) = result {
+        tracing::warn!(agent = %shared.name, task = %task_id, %error, "could not publish the end of a task");
+    }
+
+    shared.lock_running().remove(&task_id);
+    let waiters = std::mem::take(
+        &mut *running
+            .cancel_waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()),
+    );
+    if !waiters.is_empty() {
+        let task = emitter.task().await;
+        for (topic, id, dialect) in waiters {
+            let payload = codec::encode_reply(dialect, &id, &mesh_core::rpc::Reply::Task(task.clone()));
+            if let Err(error) = shared
+                .bus
+                .publish(&topic, payload, mesh_core::bus::QoS::AtLeastOnce, false)
+                .await
+            {
+                tracing::warn!(%error, "could not answer a cancel request");
+            }
+        }
+    }
+}
+
+enum End {
+    Joined(Result<Result<Outcome, crate::handler::HandlerError>, tokio::task::JoinError>),
+    Canceled,
+    DeadlineExceeded,
+}
+
+async fn finish(emitter: &Emitter, outcome: Outcome) -> Result<(), crate::emitter::EmitError> {
+    match outcome {
+        Outcome::Completed(message) => emitter.status(TaskState::Completed, message).await,
+        Outcome::InputRequired(message) => {
+            emitter
+                .status(TaskState::InputRequired, Some(message))
+                .await
+        }
+        Outcome::AuthRequired(message) => {
+            emitter.status(TaskState::AuthRequired, Some(message)).await
+        }
+        Outcome::Rejected(message) => emitter.status(TaskState::Rejected, message).await,
+        Outcome::Failed(message) => emitter.status(TaskState::Failed, Some(message)).await,
+        Outcome::Reply(message) => emitter.reply(message).await,
+    }
+}
+
+/// Which task a message belongs to, and whether it resumes one.
+fn resolve_task(
+    meta: &MeshMeta,
+    dialect: Dialect,
+    mut message: Message,
+) -> Result<(Task, bool), A2aError> {
+    if let Some(snapshot) = &meta.task {
+        let mut task = codec::task_from_value(Dialect::V0_3, snapshot)
+            .map_err(|e| A2aError::invalid_params(format!("params.metadata._mesh.task: {e}")))?;
+        if let Some(id) = &message.task_id {
+            if *id != task.id {
+                return Err(A2aError::invalid_params(format!(
+                    "message.taskId {id} does not match the task carried with it ({})",
+                    task.id
+                )));
+            }
+        }
+        if let Some(context) = &message.context_id {
+            if *context != task.context_id {
+                return Err(A2aError::invalid_params(format!(
+                    "message.contextId {context} differs from the task's contextId {}",
+                    task.context_id
+                )));
+            }
+        }
+        if task.status.state.is_terminal() {
+            return Err(A2aError::unsupported_operation(format!(
+                "task {} is {}: a task in a terminal state accepts no more messages",
+                task.id,
+                state_name(&task.status.state)
+            )));
+        }
+        message.task_id = Some(task.id.clone());
+        message.context_id = Some(task.context_id.clone());
+        task.history.get_or_insert_with(Vec::new).push(message);
+        task.status = TaskStatus {
+            state: TaskState::Submitted,
+            message: None,
+            timestamp: Some(chrono::Utc::now()),
+        };
+        return Ok((task, true));
+    }
+    let id = match (&meta.task_id, &message.task_id) {
+        (Some(assigned), _) => assigned.clone(),
+        (None, Some(id)) if dialect == Dialect::V0_1 => id.clone(),
+        (None, Some(id)) => return Err(A2aError::task_not_found(id)),
+        (None, None) => uuid::Uuid::now_v7().to_string(),
+    };
+    let context_id = message
+        .context_id
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    message.task_id = Some(id.clone());
+    message.context_id = Some(context_id.clone());
+    let task = Task {
+        id,
+        context_id,
+        status: TaskStatus {
+            state: TaskState::Submitted,
+            message: None,
+            timestamp: Some(chrono::Utc::now()),
+        },
+        artifacts: None,
+        history: Some(vec![message]),
+        metadata: None,
+    };
+    Ok((task, false))
+}
+
+fn last_message(task: &Task) -> Message {
+    task.history
+        .as_ref()
+        .and_then(|h| h.last().cloned())
+        .unwrap_or_else(|| Message::new(mesh_core::model::Role::User, Vec::new()))
+}
+
+fn empty_task() -> Task {
+    Task {
+        id: String::new(),
+        context_id: String::new(),
+        status: TaskStatus {
+            state: TaskState::Submitted,
+            message: None,
+            timestamp: None,
+        },
+        artifacts: None,
+        history: None,
+        metadata: None,
+    }
+}
+
+fn state_name(state: &TaskState) -> &'static str {
+    match state {
+        TaskState::Completed => "completed",
+        TaskState::Failed => "failed",
+        TaskState::Canceled => "canceled",
+        TaskState::Rejected => "rejected",
+        TaskState::InputRequired => "input-required",
+        TaskState::AuthRequired => "auth-required",
+        TaskState::Working => "working",
+        TaskState::Submitted => "submitted",
+        TaskState::Unspecified => "unspecified",
+    }
+}
+
+fn panic_message(error: tokio::task::JoinError) -> String {
+    match error.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic with no message".to_owned()),
+        Err(error) => error.to_string(),
+    }
+}

@@ -1,0 +1,376 @@
+//! The live view of the mesh: which agents exist, their cards, their running instances.
+//!
+//! A [`Registry`] subscribes to the retained card topics and presence topics of a namespace
+//! (docs/protocol.md, section 7). A newcomer sees every live agent at once from the retained
+//! messages, without waiting for a heartbeat; [`Registry::wait_loaded`] returns once the
+//! retained state has arrived (a marker the registry publishes to itself after subscribing,
+//! which the broker delivers after the retained messages). Instances whose presence says
+//! `offline` (a graceful shutdown, or the last will the broker publishes for a crashed one) are
+//! removed at once, and an instance whose heartbeat stays silent for three intervals expires.
+//! Every change is also a [`RegistryEvent`] on a broadcast stream.
+
+use crate::bus::{Bus, BusError, BusMessage, QoS};
+use crate::codec::card;
+use crate::model::AgentCard;
+use crate::topic::{TopicKind, Topics};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
+
+/// The agent segment of the load markers registries publish to themselves.
+const REGISTRY_MARKER_AGENT: &str = "_registry";
+
+/// How many heartbeat intervals of silence expire an instance.
+const EXPIRY_HEARTBEATS: u32 = 3;
+
+/// The presence message an instance publishes (retained) about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Presence {
+    /// `"online"` or `"offline"`.
+    pub status: PresenceStatus,
+    /// The agent's name.
+    pub agent: String,
+    /// The instance's id.
+    pub instance: String,
+    /// How often the instance republishes its presence, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_ms: Option<u64>,
+    /// When the instance started (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Why it went offline, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Online or offline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PresenceStatus {
+    /// The instance runs.
+    Online,
+    /// The instance stopped, or the broker published its last will.
+    Offline,
+}
+
+/// A change in the mesh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryEvent {
+    /// An agent's card arrived or changed.
+    CardChanged {
+        /// The agent.
+        agent: String,
+    },
+    /// An instance announced itself online.
+    InstanceOnline {
+        /// The agent.
+        agent: String,
+        /// The instance.
+        instance: String,
+    },
+    /// An instance went offline (announced, last will, or heartbeat expiry).
+    InstanceOffline {
+        /// The agent.
+        agent: String,
+        /// The instance.
+        instance: String,
+    },
+}
+
+/// One agent as the registry sees it.
+#[derive(Debug, Clone)]
+pub struct AgentView {
+    /// The agent's name (its topic segment).
+    pub name: String,
+    /// Its card, once one was published.
+    pub card: Option<AgentCard>,
+    /// The ids of its live instances.
+    pub instances: Vec<String>,
+    /// When any instance of it was last heard from.
+    pub last_seen: Option<SystemTime>,
+}
+
+impl AgentView {
+    /// An agent is online while any of its instances is.
+    pub fn online(&self) -> bool {
+        !self.instances.is_empty()
+    }
+}
+
+#[derive(Default)]
+struct AgentEntry {
+    card: Option<AgentCard>,
+    instances: HashMap<String, InstanceEntry>,
+    last_seen: Option<SystemTime>,
+}
+
+struct InstanceEntry {
+    heard: Instant,
+    heartbeat: Option<Duration>,
+}
+
+struct Shared {
+    agents: RwLock<HashMap<String, AgentEntry>>,
+    events: broadcast::Sender<RegistryEvent>,
+    loaded: watch::Sender<bool>,
+}
+
+/// The live view of the agents of one namespace. Cheap to clone.
+#[derive(Clone)]
+pub struct Registry {
+    shared: Arc<Shared>,
+}
+
+impl Registry {
+    /// Subscribes to the namespace's cards and presence and starts keeping the view.
+    pub async fn start(bus: &Bus, topics: &Topics) -> Result<Registry, BusError> {
+        let (events, _) = broadcast::channel(1024);
+        let shared = Arc::new(Shared {
+            agents: RwLock::default(),
+            events,
+            loaded: watch::channel(false).0,
+        });
+        let mut cards = bus.subscribe(&topics.card_filter(), QoS::AtLeastOnce).await?;
+        let mut presence = bus
+            .subscribe(&topics.presence_filter(), QoS::AtLeastOnce)
+            .await?;
+        // Retained messages are delivered when the broker handles a SUBSCRIBE; a marker
+        // published after both subscriptions arrives after them.
+        let marker = uuid::Uuid::new_v4().simple().to_string();
+        let marker_topic = topics
+            .presence(REGISTRY_MARKER_AGENT, &marker)
+            .map_err(|e| BusError::Subscribe(e.to_string()))?;
+        bus.publish(&marker_topic, Vec::from("sync"), QoS::AtLeastOnce, false)
+            .await?;
+
+        let registry = Registry { shared };
+        let worker = registry.clone();
+        let topics = topics.clone();
+        tokio::spawn(async move {
+            let mut sweep = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tokio::select! {
+                    message = cards.recv() => match message {
+                        Some(message) => worker.on_card(&topics, &message),
+                        None => break,
+                    },
+                    message = presence.recv() => match message {
+                        Some(message) => {
+                            if message.topic == marker_topic {
+                                worker.shared.loaded.send_replace(true);
+                            } else {
+                                worker.on_presence(&topics, &message);
+                            }
+                        }
+                        None => break,
+                    },
+                    _ = sweep.tick() => worker.expire_silent(),
+                }
+            }
+        });
+        Ok(registry)
+    }
+
+    /// Waits until the retained state has arrived; false if `timeout` passes first.
+    pub async fn wait_loaded(&self, timeout: Duration) -> bool {
+        let mut loaded = self.shared.loaded.subscribe();
+        tokio::time::timeout(timeout, loaded.wait_for(|loaded| *loaded))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// True once the retained state has arrived.
+    pub fn is_loaded(&self) -> bool {
+        *self.shared.loaded.borrow()
+    }
+
+    /// Every known agent (with a card or a live instance), sorted by name.
+    pub fn agents(&self) -> Vec<AgentView> {
+        let agents = self.read();
+        let mut views: Vec<AgentView> = agents
+            .iter()
+            .filter(|(_, entry)| entry.card.is_some() || !entry.instances.is_empty())
+            .map(|(name, entry)| view(name, entry))
+            .collect();
+        views.sort_by(|a, b| a.name.cmp(&b.name));
+        views
+    }
+
+    /// One agent, if the registry knows it.
+    pub fn agent(&self, name: &str) -> Option<AgentView> {
+        self.read().get(name).map(|entry| view(name, entry))
+    }
+
+    /// True while any instance of the agent is online.
+    pub fn is_online(&self, name: &str) -> bool {
+        self.read()
+            .get(name)
+            .is_some_and(|entry| !entry.instances.is_empty())
+    }
+
+    /// The stream of changes from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.shared.events.subscribe()
+    }
+
+    /// Waits until the agent is online; false if `timeout` passes first.
+    pub async fn wait_online(&self, name: &str, timeout: Duration) -> bool {
+        self.wait_for(timeout, || self.is_online(name)).await
+    }
+
+    /// Waits until the agent is offline (no live instance); false if `timeout` passes first.
+    pub async fn wait_offline(&self, name: &str, timeout: Duration) -> bool {
+        self.wait_for(timeout, || !self.is_online(name)).await
+    }
+
+    async fn wait_for(&self, timeout: Duration, condition: impl Fn() -> bool) -> bool {
+        let mut events = self.subscribe();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if condition() {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, events.recv()).await {
+                Err(_) => return condition(),
+                Ok(Err(broadcast::error::RecvError::Closed)) => return condition(),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, AgentEntry>> {
+        self.shared
+            .agents
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, AgentEntry>> {
+        self.shared
+            .agents
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn emit(&self, event: RegistryEvent) {
+        let _ = self.shared.events.send(event);
+    }
+
+    fn on_card(&self, topics: &Topics, message: &BusMessage) {
+        let Some(TopicKind::Card { agent }) = topics.parse(&message.topic) else {
+            return;
+        };
+        let agent = agent.to_owned();
+        if message.payload.is_empty() {
+            // A cleared card: the agent is gone for good.
+            if let Some(entry) = self.write().get_mut(&agent) {
+                entry.card = None;
+            }
+            self.emit(RegistryEvent::CardChanged { agent });
+            return;
+        }
+        match card::decode_card(&message.payload) {
+            Ok(card) => {
+                self.write().entry(agent.clone()).or_default().card = Some(card);
+                self.emit(RegistryEvent::CardChanged { agent });
+            }
+            Err(error) => tracing::warn!(%agent, %error, "unreadable agent card ignored"),
+        }
+    }
+
+    fn on_presence(&self, topics: &Topics, message: &BusMessage) {
+        let Some(TopicKind::Presence { agent, instance }) = topics.parse(&message.topic) else {
+            return;
+        };
+        if agent == REGISTRY_MARKER_AGENT {
+            return; // another registry's load marker
+        }
+        let (agent, instance) = (agent.to_owned(), instance.to_owned());
+        let presence: Option<Presence> = if message.payload.is_empty() {
+            None // a cleared presence: the instance stopped gracefully
+        } else {
+            match serde_json::from_slice(&message.payload) {
+                Ok(presence) => Some(presence),
+                Err(error) => {
+                    tracing::warn!(%agent, %instance, %error, "unreadable presence ignored");
+                    return;
+                }
+            }
+        };
+        match presence {
+            Some(Presence {
+                status: PresenceStatus::Online,
+                heartbeat_ms,
+                ..
+            }) => {
+                let is_new = {
+                    let mut agents = self.write();
+                    let entry = agents.entry(agent.clone()).or_default();
+                    entry.last_seen = Some(SystemTime::now());
+                    entry
+                        .instances
+                        .insert(
+                            instance.clone(),
+                            InstanceEntry {
+                                heard: Instant::now(),
+                                heartbeat: heartbeat_ms.map(Duration::from_millis),
+                            },
+                        )
+                        .is_none()
+                };
+                if is_new {
+                    self.emit(RegistryEvent::InstanceOnline { agent, instance });
+                }
+            }
+            _ => self.remove_instance(&agent, &instance),
+        }
+    }
+
+    fn remove_instance(&self, agent: &str, instance: &str) {
+        let removed = self
+            .write()
+            .get_mut(agent)
+            .and_then(|entry| entry.instances.remove(instance))
+            .is_some();
+        if removed {
+            self.emit(RegistryEvent::InstanceOffline {
+                agent: agent.to_owned(),
+                instance: instance.to_owned(),
+            });
+        }
+    }
+
+    fn expire_silent(&self) {
+        let now = Instant::now();
+        let expired: Vec<(String, String)> = self
+            .read()
+            .iter()
+            .flat_map(|(agent, entry)| {
+                entry.instances.iter().filter_map(move |(id, instance)| {
+                    let heartbeat = instance.heartbeat?;
+                    (now.duration_since(instance.heard) > heartbeat * EXPIRY_HEARTBEATS)
+                        .then(|| (agent.clone(), id.clone()))
+                })
+            })
+            .collect();
+        for (agent, instance) in expired {
+            tracing::info!(%agent, %instance, "instance silent for {EXPIRY_HEARTBEATS} heartbeats: offline");
+            self.remove_instance(&agent, &instance);
+        }
+    }
+}
+
+fn view(name: &str, entry: &AgentEntry) -> AgentView {
+    let mut instances: Vec<String> = entry.instances.keys().cloned().collect();
+    instances.sort();
+    AgentView {
+        name: name.to_owned(),
+        card: entry.card.clone(),
+        instances,
+        last_seen: entry.last_seen,
+    }
+}

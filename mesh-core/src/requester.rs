@@ -1,0 +1,468 @@
+//! The requesting side of the bus: send a request to an agent and receive its replies.
+//!
+//! A [`Requester`] owns one subscription on its response topics (a gateway's
+//! `<ns>/a2a/v1/gateway/response/<id>/+`, or a calling agent's `.../agent/response/<id>/+`) and
+//! one router task that decodes every reply once and hands it to the [`ReplyStream`] of the
+//! request it answers, matched by JSON-RPC id (a fresh uuid per publish). The stream drops
+//! duplicate deliveries by `_mesh.seq`, ends after the final event, and fails with a clear error
+//! when the deadline passes or the instance running the task goes offline
+//! ([`Requester::watch_registry`]). The gateway, peer calls inside agents and the `mesh` CLI all
+//! talk to agents through this one type.
+
+use crate::bus::{Bus, BusError, QoS};
+use crate::codec;
+use crate::dialect::{Dialect, Method};
+use crate::error::A2aError;
+use crate::jsonrpc::JsonRpcId;
+use crate::meta::{Caller, MeshMeta, deadline_in};
+use crate::model::{CancelTaskRequest, SendMessageRequest, Task, TaskState};
+use crate::registry::{Registry, RegistryEvent};
+use crate::rpc::{Call, Reply, Request};
+use crate::topic::{TopicError, Topics};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// The error message of a stream whose deadline passed.
+const DEADLINE_MESSAGE: &str = "the agent did not finish the task before its deadline";
+
+/// True for the error a [`ReplyStream`] yields when its deadline passes.
+pub fn is_deadline_error(error: &A2aError) -> bool {
+    error.message == DEADLINE_MESSAGE
+}
+
+/// How many replies may wait in one stream before the router waits for its reader.
+const STREAM_CAPACITY: usize = 256;
+
+/// Whether the requester is a gateway or an agent instance: it decides the response topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequesterKind {
+    /// Replies come back on `<ns>/a2a/v1/gateway/response/<id>/<task>`.
+    Gateway,
+    /// Replies come back on `<ns>/a2a/v1/agent/response/<id>/<task>`.
+    Agent,
+}
+
+/// Why a request could not be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// The agent name or task id cannot be put in a topic.
+    #[error(transparent)]
+    Topic(#[from] TopicError),
+    /// The bus refused the publish (for example, it is disconnected).
+    #[error(transparent)]
+    Bus(#[from] BusError),
+}
+
+/// One reply delivered to a [`ReplyStream`].
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The decoded reply, or the JSON-RPC error the agent answered with.
+    pub reply: Result<Reply, A2aError>,
+    /// The agent instance that sent it (`_mesh.instance`), when it said.
+    pub instance: Option<String>,
+}
+
+/// What a request carries besides its A2A params.
+#[derive(Debug, Clone)]
+pub struct SendOptions {
+    /// `SendStreamingMessage` to receive every event, `SendMessage` for the final answer only.
+    pub method: Method,
+    /// The id of the new task this message starts (`_mesh.taskId`), or the id of the task a
+    /// follow-up message resumes. Names the request topic.
+    pub task_id: String,
+    /// The task a follow-up message resumes, as the requester last saw it.
+    pub snapshot: Option<Task>,
+    /// How long the agent has; the stream fails when it passes.
+    pub timeout: Duration,
+    /// The authenticated principal the request is made for.
+    pub principal: Option<String>,
+    /// The call depth (0 from a gateway).
+    pub depth: u32,
+    /// W3C trace context to pass through.
+    pub traceparent: Option<String>,
+}
+
+type Pending = Arc<Mutex<HashMap<String, PendingEntry>>>;
+
+struct PendingEntry {
+    tx: mpsc::Sender<Delivery>,
+    /// The instance last seen answering, so that its going offline fails the stream.
+    instance: Option<String>,
+}
+
+/// Sends requests to agents over the bus and routes their replies. Cheap to clone.
+#[derive(Clone)]
+pub struct Requester {
+    bus: Bus,
+    topics: Topics,
+    caller: Caller,
+    kind: RequesterKind,
+    pending: Pending,
+}
+
+impl Requester {
+    /// Subscribes to the response topics of `id` and starts routing replies.
+    pub async fn start(
+        bus: Bus,
+        topics: Topics,
+        kind: RequesterKind,
+        id: &str,
+    ) -> Result<Requester, SendError> {
+        let filter = match kind {
+            RequesterKind::Gateway => topics.gateway_response_filter(id)?,
+            RequesterKind::Agent => topics.agent_response_filter(id)?,
+        };
+        let mut subscription = bus.subscribe(&filter, QoS::AtLeastOnce).await?;
+        let pending: Pending = Arc::default();
+        let router_pending = pending.clone();
+        tokio::spawn(async move {
+            while let Some(message) = subscription.recv().await {
+                route(&router_pending, &message.payload).await;
+            }
+        });
+        Ok(Requester {
+            bus,
+            topics,
+            caller: Caller {
+                kind: match kind {
+                    RequesterKind::Gateway => "gateway".into(),
+                    RequesterKind::Agent => "agent".into(),
+                },
+                id: id.to_owned(),
+                principal: None,
+            },
+            kind,
+            pending,
+        })
+    }
+
+    /// Fails at once every stream whose task runs on an instance the registry sees go offline,
+    /// instead of letting it wait for its deadline.
+    pub fn watch_registry(&self, registry: &Registry) {
+        let mut events = registry.subscribe();
+        let pending = self.pending.clone();
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(RegistryEvent::InstanceOffline { agent, instance }) => {
+                        fail_instance(&pending, &agent, &instance);
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                }
+            }
+        });
+    }
+
+    /// The bus this requester publishes on.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    /// Publishes `params` to `agent` and returns the stream of its replies.
+    pub async fn send(
+        &self,
+        agent: &str,
+        mut params: SendMessageRequest,
+        options: SendOptions,
+    ) -> Result<ReplyStream, SendError> {
+        let request_topic = self.topics.agent_request(agent, &options.task_id)?;
+        let reply_to = self.reply_topic(&options.task_id)?;
+        let rpc_id = uuid::Uuid::new_v4().simple().to_string();
+        let is_follow_up = options.snapshot.is_some();
+        MeshMeta {
+            reply_to: Some(reply_to),
+            request_id: Some(rpc_id.clone()),
+            deadline: Some(deadline_in(options.timeout)),
+            caller: Some(Caller {
+                principal: options.principal.clone(),
+                ..self.caller.clone()
+            }),
+            depth: Some(options.depth),
+            traceparent: options.traceparent.clone(),
+            task_id: (!is_follow_up).then(|| options.task_id.clone()),
+            task: options
+                .snapshot
+                .as_ref()
+                .map(|task| codec::task_to_value(Dialect::V0_3, task)),
+            ..Default::default()
+        }
+        .put(&mut params.metadata);
+        let request = Request {
+            id: Some(JsonRpcId::String(rpc_id.clone())),
+            method: options.method,
+            dialect: Dialect::V0_3,
+            shared_method: false,
+            call: Call::Send(params),
+        };
+        let stream = self.register(rpc_id, options.timeout);
+        self.bus
+            .publish(
+                &request_topic,
+                codec::encode_request(&request),
+                QoS::AtLeastOnce,
+                false,
+            )
+            .await?;
+        Ok(stream)
+    }
+
+    /// Asks every instance of `agent` to cancel `task_id`, and waits up to `timeout` for the
+    /// instance running it to answer with the canceled task. `Ok(None)`: no instance runs it.
+    pub async fn cancel(
+        &self,
+        agent: &str,
+        task_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<Result<Task, A2aError>>, SendError> {
+        let cancel_topic = self.topics.agent_cancel(agent, task_id)?;
+        let rpc_id = uuid::Uuid::new_v4().simple().to_string();
+        let mut metadata = None;
+        MeshMeta {
+            reply_to: Some(self.reply_topic(task_id)?),
+            request_id: Some(rpc_id.clone()),
+            caller: Some(self.caller.clone()),
+            ..Default::default()
+        }
+        .put(&mut metadata);
+        let request = Request {
+            id: Some(JsonRpcId::String(rpc_id.clone())),
+            method: Method::CancelTask,
+            dialect: Dialect::V0_3,
+            shared_method: false,
+            call: Call::CancelTask(CancelTaskRequest {
+                id: task_id.to_owned(),
+                metadata,
+                tenant: None,
+            }),
+        };
+        let mut stream = self.register(rpc_id, timeout);
+        self.bus
+            .publish(
+                &cancel_topic,
+                codec::encode_request(&request),
+                QoS::AtLeastOnce,
+                false,
+            )
+            .await?;
+        Ok(match stream.next().await {
+            Some(Delivery {
+                reply: Ok(Reply::Task(task)),
+                ..
+            }) => Some(Ok(task)),
+            Some(Delivery { reply: Err(e), .. }) => Some(Err(e)),
+            Some(_) => Some(Err(A2aError::invalid_agent_response(
+                "the agent answered a cancel with something other than a task",
+            ))),
+            None => None,
+        })
+    }
+
+    /// Sends `mesh/ping` to `agent` and waits up to `timeout` for any answer: the id of the
+    /// instance that answered, `Some("")` for an answer that did not say (an agent that does
+    /// not know the method still proves that requests reach it), `None` for silence.
+    pub async fn ping(&self, agent: &str, timeout: Duration) -> Result<Option<String>, SendError> {
+        let probe = format!("probe-{}", uuid::Uuid::new_v4().simple());
+        let topic = self.topics.agent_request(agent, &probe)?;
+        let rpc_id = uuid::Uuid::new_v4().simple().to_string();
+        let mut metadata = None;
+        MeshMeta {
+            reply_to: Some(self.reply_topic(&probe)?),
+            request_id: Some(rpc_id.clone()),
+            caller: Some(self.caller.clone()),
+            ..Default::default()
+        }
+        .put(&mut metadata);
+        let payload = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": rpc_id,
+            "method": "mesh/ping",
+            "params": { "metadata": metadata },
+        });
+        let mut stream = self.register(rpc_id, timeout);
+        self.bus
+            .publish(&topic, payload.to_string().into_bytes(), QoS::AtLeastOnce, false)
+            .await?;
+        Ok(match stream.next().await {
+            Some(Delivery { reply: Err(e), .. }) if is_deadline_error(&e) => None,
+            Some(delivery) => Some(delivery.instance.unwrap_or_default()),
+            None => None,
+        })
+    }
+
+    fn reply_topic(&self, task_id: &str) -> Result<String, TopicError> {
+        match self.kind {
+            RequesterKind::Gateway => self.topics.gateway_response(&self.caller.id, task_id),
+            RequesterKind::Agent => self.topics.agent_response(&self.caller.id, task_id),
+        }
+    }
+
+    fn register(&self, rpc_id: String, timeout: Duration) -> ReplyStream {
+        let (tx, rx) = mpsc::channel(STREAM_CAPACITY);
+        lock(&self.pending).insert(
+            rpc_id.clone(),
+            PendingEntry {
+                tx,
+                instance: None,
+            },
+        );
+        ReplyStream {
+            rx,
+            rpc_id,
+            pending: self.pending.clone(),
+            deadline: Instant::now() + timeout,
+            last_seq: None,
+            finished: false,
+        }
+    }
+}
+
+/// The replies to one request, in the order the agent sent them.
+pub struct ReplyStream {
+    rx: mpsc::Receiver<Delivery>,
+    rpc_id: String,
+    pending: Pending,
+    deadline: Instant,
+    last_seq: Option<u64>,
+    finished: bool,
+}
+
+impl ReplyStream {
+    /// The next reply. After the final one (a terminal or interrupted status, a direct message,
+    /// an error), `None`. When the deadline passes first, an error delivery that says so, then
+    /// `None`.
+    pub async fn next(&mut self) -> Option<Delivery> {
+        if self.finished {
+            return None;
+        }
+        loop {
+            let delivery = match tokio::time::timeout_at(self.deadline, self.rx.recv()).await {
+                Ok(Some(delivery)) => delivery,
+                Ok(None) => {
+                    self.finished = true;
+                    return None;
+                }
+                Err(_) => {
+                    self.finished = true;
+                    return Some(Delivery {
+                        reply: Err(A2aError::internal(DEADLINE_MESSAGE)),
+                        instance: None,
+                    });
+                }
+            };
+            if let Ok(reply) = &delivery.reply {
+                let seq = reply_meta(reply).seq;
+                if let (Some(seq), Some(last)) = (seq, self.last_seq) {
+                    if seq <= last {
+                        continue; // a duplicate delivery of QoS 1
+                    }
+                }
+                if seq.is_some() {
+                    self.last_seq = seq;
+                }
+            }
+            self.finished = delivery.reply.as_ref().map(ends_stream).unwrap_or(true);
+            return Some(delivery);
+        }
+    }
+
+    /// Moves the deadline (a blocking send may wait less than the task may run).
+    pub fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = deadline;
+    }
+}
+
+impl Drop for ReplyStream {
+    fn drop(&mut self) {
+        lock(&self.pending).remove(&self.rpc_id);
+    }
+}
+
+/// True for the reply after which no more come: a terminal or interrupted state, a direct
+/// message, or anything that is not a task event.
+pub fn ends_stream(reply: &Reply) -> bool {
+    match reply {
+        Reply::StatusUpdate(event) => is_final_state(&event.status.state),
+        Reply::Task(task) => is_final_state(&task.status.state),
+        Reply::ArtifactUpdate(_) => false,
+        _ => true,
+    }
+}
+
+/// Terminal (completed, failed, canceled, rejected) or interrupted (input or auth required):
+/// the states after which a reply stream ends.
+pub fn is_final_state(state: &TaskState) -> bool {
+    state.is_terminal() || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
+}
+
+/// The `_mesh` metadata of a reply, without removing it.
+pub fn reply_meta(reply: &Reply) -> MeshMeta {
+    match reply {
+        Reply::Task(task) => MeshMeta::peek(&task.metadata),
+        Reply::Message(message) => MeshMeta::peek(&message.metadata),
+        Reply::StatusUpdate(event) => MeshMeta::peek(&event.metadata),
+        Reply::ArtifactUpdate(event) => MeshMeta::peek(&event.metadata),
+        _ => MeshMeta::default(),
+    }
+}
+
+/// Removes the `_mesh` metadata from a reply (before a client sees it) and returns it.
+pub fn strip_reply_meta(reply: &mut Reply) -> MeshMeta {
+    match reply {
+        Reply::Task(task) => MeshMeta::take(&mut task.metadata),
+        Reply::Message(message) => MeshMeta::take(&mut message.metadata),
+        Reply::StatusUpdate(event) => MeshMeta::take(&mut event.metadata),
+        Reply::ArtifactUpdate(event) => MeshMeta::take(&mut event.metadata),
+        _ => MeshMeta::default(),
+    }
+}
+
+async fn route(pending: &Pending, payload: &[u8]) {
+    let (id, reply) = match codec::decode_reply(payload, Dialect::V0_3) {
+        Ok(decoded) => decoded,
+        Err(error) => {
+            tracing::warn!(%error, "undecodable reply on the response topic, dropped");
+            return;
+        }
+    };
+    let key = match &id {
+        JsonRpcId::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let instance = reply.as_ref().ok().and_then(|r| reply_meta(r).instance);
+    let tx = {
+        let mut pending = lock(pending);
+        let Some(entry) = pending.get_mut(&key) else {
+            tracing::debug!(id = %key, "reply to no pending request, dropped");
+            return;
+        };
+        if instance.is_some() {
+            entry.instance.clone_from(&instance);
+        }
+        entry.tx.clone()
+    };
+    // Awaiting room is the backpressure: a stream whose reader stalls holds the router.
+    let _ = tx.send(Delivery { reply, instance }).await;
+}
+
+fn fail_instance(pending: &Pending, agent: &str, instance: &str) {
+    let pending = lock(pending);
+    for entry in pending.values() {
+        if entry.instance.as_deref() == Some(instance) {
+            let _ = entry.tx.try_send(Delivery {
+                reply: Err(A2aError::internal(format!(
+                    "agent {agent} instance {instance} went offline while running the task"
+                ))),
+                instance: Some(instance.to_owned()),
+            });
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
