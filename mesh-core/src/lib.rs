@@ -8,3 +8,10 @@
 //!   and how each one is read into the model and written back out of it;
 //! - [`jsonrpc`] and [`error`]: the JSON-RPC 2.0 envelope and the A2A error table;
 //! - [`rpc`]: a decoded request (method and typed params) and a decoded reply.
+
+pub mod codec;
+pub mod dialect;
+pub mod error;
+pub mod jsonrpc;
+pub mod model;
+pub mod rpc;
