@@ -7,7 +7,13 @@
 //! - [`dialect`] and [`codec`]: which protocol generation a request speaks (0.1, 0.3, 1.0),
 //!   and how each one is read into the model and written back out of it;
 //! - [`jsonrpc`] and [`error`]: the JSON-RPC 2.0 envelope and the A2A error table;
-//! - [`rpc`]: a decoded request (method and typed params) and a decoded reply.
+//! - [`rpc`]: a decoded request (method and typed params) and a decoded reply;
 //! - [`meta`]: the reserved metadata key `_mesh` that carries routing on the bus.
 
+pub mod codec;
+pub mod dialect;
+pub mod error;
+pub mod jsonrpc;
 pub mod meta;
+pub mod model;
+pub mod rpc;
