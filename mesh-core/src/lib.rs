@@ -7,4 +7,10 @@
 //! - [`dialect`] and [`codec`]: which protocol generation a request speaks (0.1, 0.3, 1.0),
 //!   and how each one is read into the model and written back out of it;
 //! - [`jsonrpc`] and [`error`]: the JSON-RPC 2.0 envelope and the A2A error table;
-//! - [`rpc`]: a decoded request (method and typed params) and a decoded reply.
+//! - [`rpc`]: a decoded request (method and typed params) and a decoded reply;
+//! - [`topic`]: the MQTT topic scheme, and the refusal of hostile topic segments;
+//! - [`bus`]: the MQTT connection shared by agents and gateways (reconnects, re-subscribes,
+//!   routes incoming messages to subscriptions).
+
+pub mod bus;
+pub mod topic;
