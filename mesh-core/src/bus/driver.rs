@@ -34,6 +34,8 @@ pub(crate) struct Waiter {
 struct PendingSub {
     filters: Vec<String>,
     waiters: Vec<Waiter>,
+    /// The re-subscription after a reconnect: its SUBACK makes the bus `Connected`.
+    resubscribe: bool,
 }
 
 /// A local subscription: where the messages matching `filter` go.
@@ -133,7 +135,8 @@ impl Shared {
 
     /// The filters to re-subscribe after a reconnect, with the highest QoS asked for each;
     /// queues the entry that will answer the held subscribers.
-    fn prepare_resubscribe(&self) -> Vec<SubscribeFilter> {
+    /// With nothing left to re-subscribe, the state is `Connected` at once.
+    fn prepare_resubscribe(&self, state: &watch::Sender<ConnectionState>) -> Vec<SubscribeFilter> {
         let mut r = self.lock();
         let mut filters: Vec<(String, QoS)> = Vec::new();
         for route in &r.routes {
@@ -148,11 +151,19 @@ impl Shared {
                 // Nothing is live any more: whoever waited has gone.
                 let _ = w.tx.send(Err(BusError::Closed));
             }
+            state.send_if_modified(|s| {
+                let connecting = *s == ConnectionState::Connecting;
+                if connecting {
+                    *s = ConnectionState::Connected;
+                }
+                connecting
+            });
             return Vec::new();
         }
         r.queued.push_back(PendingSub {
             filters: filters.iter().map(|(f, _)| f.clone()).collect(),
             waiters: held,
+            resubscribe: true,
         });
         filters
             .into_iter()
@@ -167,9 +178,10 @@ impl Shared {
         }
     }
 
-    fn sub_acked(&self, pkid: u16, codes: &[SubscribeReasonCode]) {
+    /// Answers the subscribers of a SUBACK; returns whether it answered a re-subscription.
+    fn sub_acked(&self, pkid: u16, codes: &[SubscribeReasonCode]) -> bool {
         let Some(p) = self.lock().sent.remove(&pkid) else {
-            return;
+            return false;
         };
         for w in p.waiters {
             let ok = p
@@ -188,6 +200,7 @@ impl Shared {
             };
             let _ = w.tx.send(result);
         }
+        p.resubscribe
     }
 
     /// The connection dropped: SUBSCRIBEs written on it will not be answered.
@@ -247,6 +260,7 @@ pub(crate) async fn control(
     client: AsyncClient,
     shared: Arc<Shared>,
     mut rx: mpsc::UnboundedReceiver<Command>,
+    state: watch::Sender<ConnectionState>,
 ) {
     while let Some(cmd) = rx.recv().await {
         match cmd {
@@ -257,6 +271,7 @@ pub(crate) async fn control(
                         filter: filter.clone(),
                         tx: ack,
                     }],
+                    resubscribe: false,
                 };
                 if shared.push_queued(pending) && client.subscribe(filter, qos).await.is_err() {
                     // The event loop is gone; it closes the shared state as it ends.
@@ -271,7 +286,7 @@ pub(crate) async fn control(
                 }
             }
             Command::Resubscribe => {
-                let filters = shared.prepare_resubscribe();
+                let filters = shared.prepare_resubscribe(&state);
                 if !filters.is_empty() {
                     tracing::debug!(count = filters.len(), "re-subscribing after reconnect");
                     if client.subscribe_many(filters).await.is_err() {
@@ -323,12 +338,15 @@ impl Driver {
                         stash.extend(self.eventloop.pending.drain(..));
                         self.eventloop.pending = std::mem::take(&mut stash);
                     }
-                    if (!ack.session_present && self.shared.has_routes()) || self.shared.has_held()
-                    {
+                    let resubscribe = (!ack.session_present && self.shared.has_routes())
+                        || self.shared.has_held();
+                    tracing::info!(url = %self.url, session_present = ack.session_present, resubscribe, "bus connected");
+                    if resubscribe {
+                        // `Connected` once the re-subscription is acknowledged.
                         let _ = self.control.send(Command::Resubscribe);
+                    } else {
+                        self.state.send_replace(ConnectionState::Connected);
                     }
-                    tracing::info!(url = %self.url, session_present = ack.session_present, "bus connected");
-                    self.state.send_replace(ConnectionState::Connected);
                     if let Some(ready) = ready.take() {
                         let _ = ready.send(Ok(()));
                     }
@@ -349,7 +367,10 @@ impl Driver {
                     }
                 }
                 Ok(Event::Incoming(Packet::SubAck(ack))) => {
-                    self.shared.sub_acked(ack.pkid, &ack.return_codes);
+                    if self.shared.sub_acked(ack.pkid, &ack.return_codes) {
+                        tracing::info!(url = %self.url, "bus re-subscribed");
+                        self.state.send_replace(ConnectionState::Connected);
+                    }
                 }
                 Ok(Event::Outgoing(Outgoing::Subscribe(pkid))) => self.shared.sub_written(pkid),
                 Ok(Event::Outgoing(Outgoing::Disconnect)) => {

@@ -143,7 +143,8 @@ pub enum BusError {
 pub enum ConnectionState {
     /// Connecting (first attempt or reconnecting).
     Connecting,
-    /// Connected: CONNACK received.
+    /// Connected: CONNACK received and, after a reconnect, every live subscription
+    /// re-subscribed (acknowledged by the broker).
     Connected,
     /// The connection dropped; a reconnect follows after the backoff.
     Disconnected {
@@ -237,13 +238,18 @@ impl Bus {
             eventloop,
             shared: shared.clone(),
             control: control_tx.clone(),
-            state: state_tx,
+            state: state_tx.clone(),
             shutdown: shutdown_rx,
             backoff: config.backoff,
             url: url.clone(),
         };
         let event_loop = tokio::spawn(driver.run(ready_tx));
-        let control = tokio::spawn(driver::control(client.clone(), shared.clone(), control_rx));
+        let control = tokio::spawn(driver::control(
+            client.clone(),
+            shared.clone(),
+            control_rx,
+            state_tx,
+        ));
         let bus = Bus {
             inner: Arc::new(Inner {
                 client,
