@@ -142,7 +142,7 @@ pub fn is_safe_segment(segment: &str) -> bool {
     check_segment(segment).is_ok()
 }
 
-fn checked<'a>(kind: SegmentKind, value: &'a str) -> Result<&'a str, TopicError> {
+fn checked(kind: SegmentKind, value: &str) -> Result<&str, TopicError> {
     check_segment(value).map_err(|problem| TopicError {
         kind,
         value: value.to_owned(),

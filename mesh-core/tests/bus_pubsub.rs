@@ -347,3 +347,21 @@ async fn dropping_a_subscription_stops_routing_and_keeps_the_others() {
     // The bus is closed: the subscription ends.
     assert!(within("end of subscription", c.recv()).await.is_none());
 }
+
+#[tokio::test]
+async fn tls_to_a_plain_listener_fails_with_a_typed_error_not_a_panic() {
+    // The rustls (ring) path runs: the handshake against a plain MQTT listener fails.
+    let broker = TestBroker::mosquitto().await;
+    let url = format!("mqtts://127.0.0.1:{}", broker.port());
+    let start = Instant::now();
+    let result = within("TLS connect", Bus::connect(config(&url))).await;
+    let err = result.unwrap_err();
+    eprintln!(
+        "TLS against a plain listener: {err} after {:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(err, BusError::Connect { .. } | BusError::Tls(_)),
+        "{err:?}"
+    );
+}

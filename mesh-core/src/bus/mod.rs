@@ -83,9 +83,9 @@ pub enum BusError {
     Connect {
         /// The broker URL, without user info.
         url: String,
-        /// What rumqttc reported.
+        /// What rumqttc reported (boxed: it is large).
         #[source]
-        source: rumqttc::ConnectionError,
+        source: Box<rumqttc::ConnectionError>,
     },
     /// No CONNACK within [`BusConfig::connect_timeout`].
     #[error("no answer from {url} within {after:?}")]
@@ -266,7 +266,10 @@ impl Bus {
         };
         match tokio::time::timeout(config.connect_timeout, ready_rx).await {
             Ok(Ok(Ok(()))) => Ok(bus),
-            Ok(Ok(Err(source))) => Err(BusError::Connect { url, source }),
+            Ok(Ok(Err(source))) => Err(BusError::Connect {
+                url,
+                source: Box::new(source),
+            }),
             Ok(Err(_)) => Err(BusError::Closed),
             Err(_) => Err(BusError::ConnectTimeout {
                 url,
