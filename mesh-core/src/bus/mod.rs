@@ -375,6 +375,22 @@ impl Bus {
         *self.inner.state.borrow() == ConnectionState::Connected
     }
 
+    /// Drops the connection at once, with no MQTT DISCONNECT: the broker sees what it sees
+    /// when a process crashes, and publishes the last will. Every clone of this bus is closed.
+    pub fn abort(&self) {
+        let tasks = self
+            .inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((event_loop, control)) = tasks {
+            event_loop.abort();
+            control.abort();
+        }
+        let _ = self.inner.shutdown.send(true);
+    }
+
     /// Disconnects cleanly: queued requests are sent first, then an MQTT DISCONNECT, so the
     /// broker does **not** publish the last will (publish your own "offline" before). Waits
     /// at most [`BusConfig::request_timeout`], then closes the socket anyway. Every clone of
