@@ -513,3 +513,35 @@ fn agent_cards() {
         );
     }
 }
+
+#[test]
+fn reply_finality() {
+    let ev = |state, meta: Option<Value>| {
+        Reply::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: "t".into(),
+            context_id: "c".into(),
+            status: TaskStatus {
+                state,
+                message: None,
+                timestamp: None,
+            },
+            metadata: meta.and_then(|m| serde_json::from_value(m).ok()),
+        })
+    };
+    assert!(!ev(TaskState::Working, None).is_final());
+    assert!(ev(TaskState::Completed, None).is_final());
+    assert!(ev(TaskState::InputRequired, None).is_final());
+    assert!(ev(TaskState::Working, Some(json!({"_mesh": {"final": true}}))).is_final());
+    // a 0.3 event whose `final` disagrees with its state keeps it through every dialect
+    let raw = br#"{"jsonrpc":"2.0","id":1,"result":{"kind":"status-update","taskId":"t","contextId":"c","status":{"state":"working"},"final":true}}"#;
+    let (id, r) = decode_reply(raw, Dialect::V0_3).expect("ok");
+    let r = r.expect("event");
+    assert!(r.is_final());
+    for d in Dialect::ALL {
+        let (_, back) = decode_reply(&encode_reply(d, &id, &r), d).expect("ok");
+        assert_eq!(back.expect("event"), r);
+    }
+    let out = parse(&encode_reply(Dialect::V0_3, &id, &r));
+    assert_eq!(out["result"]["final"], true);
+    assert!(out["result"].get("metadata").is_none());
+}
