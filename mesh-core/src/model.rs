@@ -20,6 +20,8 @@ pub use a2a::{
     TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 
+pub use a2a::{new_artifact_id, new_context_id, new_message_id, new_task_id};
+
 /// Free-form metadata map, as the model types carry it.
 pub type Metadata = std::collections::HashMap<String, serde_json::Value>;
 

@@ -10,9 +10,9 @@ use crate::jsonrpc::JsonRpcId;
 use crate::model::{
     AgentCard, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
     GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
-    ListTaskPushNotificationConfigsResponse, ListTasksRequest, ListTasksResponse, Message,
-    SendMessageRequest, SubscribeToTaskRequest, Task, TaskArtifactUpdateEvent,
-    TaskPushNotificationConfig, TaskStatusUpdateEvent,
+    ListTaskPushNotificationConfigsResponse, ListTasksRequest, ListTasksResponse, MESH_KEY,
+    Message, SendMessageRequest, SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task,
+    TaskArtifactUpdateEvent, TaskPushNotificationConfig, TaskStatusUpdateEvent, is_final_state,
 };
 
 /// A decoded A2A request.
@@ -101,6 +101,46 @@ pub enum Reply {
     Card(AgentCard),
     /// No content (DeletePushConfig): `null` in 0.x, `{}` in 1.0.
     Empty,
+}
+
+impl Reply {
+    /// Whether this event ends an event stream: a message; a task or status update in a
+    /// final state (terminal, input-required, auth-required; a status update's 0.x `final`
+    /// read as `metadata._mesh.final` wins); any non-event reply.
+    pub fn is_final(&self) -> bool {
+        match self {
+            Reply::Task(t) => is_final_state(&t.status.state),
+            Reply::StatusUpdate(e) => e
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get(MESH_KEY))
+                .and_then(|m| m.get("final"))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or_else(|| is_final_state(&e.status.state)),
+            Reply::ArtifactUpdate(_) => false,
+            _ => true,
+        }
+    }
+}
+
+impl From<StreamResponse> for Reply {
+    fn from(r: StreamResponse) -> Self {
+        match r {
+            StreamResponse::Task(t) => Reply::Task(t),
+            StreamResponse::Message(m) => Reply::Message(m),
+            StreamResponse::StatusUpdate(e) => Reply::StatusUpdate(e),
+            StreamResponse::ArtifactUpdate(e) => Reply::ArtifactUpdate(e),
+        }
+    }
+}
+
+impl From<SendMessageResponse> for Reply {
+    fn from(r: SendMessageResponse) -> Self {
+        match r {
+            SendMessageResponse::Task(t) => Reply::Task(t),
+            SendMessageResponse::Message(m) => Reply::Message(m),
+        }
+    }
 }
 
 /// Why a request could not be decoded, with what was readable so that the caller can

@@ -17,58 +17,58 @@ fn bad(e: impl std::fmt::Display) -> A2aError {
     A2aError::invalid_agent_response(format!("agent card: {e}"))
 }
 
+/// Reads an agent card from bytes (`-32700` on invalid JSON), see [`read_card`].
+pub fn decode_card(bytes: &[u8]) -> Result<AgentCard, A2aError> {
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| A2aError::parse(format!("Invalid JSON payload: {e}")))?;
+    read_card(v)
+}
+
 /// Reads an agent card in 1.0 shape (`supportedInterfaces`) or 0.3 shape (`url`,
-/// `preferredTransport`, `additionalInterfaces`, OpenAPI-style `securitySchemes`).
+/// `preferredTransport`, `additionalInterfaces`, OpenAPI-style `securitySchemes`, `security`).
+/// Both shapes are accepted in either form where they overlap (a 1.0 card carrying the 0.3
+/// `security` member, a combined card). Errors are `-32006`.
 pub fn read_card(v: Value) -> Result<AgentCard, A2aError> {
     let Value::Object(mut o) = v else {
         return Err(bad("must be an object"));
     };
-    if o.contains_key("supportedInterfaces") {
-        for k in [
-            "url",
-            "preferredTransport",
-            "protocolVersion",
-            "supportsAuthenticatedExtendedCard",
-            "additionalInterfaces",
-        ] {
-            o.remove(k);
-        }
-        return serde_json::from_value(Value::Object(o)).map_err(bad);
-    }
-    // 0.3 shape → 1.0 shape, then the 1.0 deserializer.
-    let url = o
-        .remove("url")
-        .and_then(|u| u.as_str().map(String::from))
-        .ok_or_else(|| bad("url: missing"))?;
-    let version = o
-        .remove("protocolVersion")
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_else(|| "0.3.0".to_string());
-    let transport = o
-        .remove("preferredTransport")
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_else(|| TRANSPORT_PROTOCOL_JSONRPC.to_string());
-    let mut interfaces =
-        vec![json!({"url": url, "protocolBinding": transport, "protocolVersion": version})];
-    if let Some(Value::Array(extra)) = o.remove("additionalInterfaces") {
-        for i in extra {
-            let u = i.get("url").and_then(Value::as_str).unwrap_or_default();
-            let t = i
-                .get("transport")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if u == url && t == transport {
-                continue;
-            }
-            interfaces.push(json!({"url": u, "protocolBinding": t, "protocolVersion": version}));
-        }
-    }
-    o.insert("supportedInterfaces".into(), Value::Array(interfaces));
+    let url = o.remove("url");
+    let version = o.remove("protocolVersion");
+    let transport = o.remove("preferredTransport");
+    let extra = o.remove("additionalInterfaces");
     let ext = o.remove("supportsAuthenticatedExtendedCard");
+    if !o.contains_key("supportedInterfaces") {
+        let url = url
+            .and_then(|u| u.as_str().map(String::from))
+            .ok_or_else(|| bad("url: missing (and no supportedInterfaces)"))?;
+        let version = version
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_else(|| "0.3.0".to_string());
+        let transport = transport
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_else(|| TRANSPORT_PROTOCOL_JSONRPC.to_string());
+        let mut interfaces =
+            vec![json!({"url": url, "protocolBinding": transport, "protocolVersion": version})];
+        if let Some(Value::Array(extra)) = extra {
+            for i in extra {
+                let u = i.get("url").and_then(Value::as_str).unwrap_or_default();
+                let t = i
+                    .get("transport")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if u == url && t == transport {
+                    continue;
+                }
+                interfaces
+                    .push(json!({"url": u, "protocolBinding": t, "protocolVersion": version}));
+            }
+        }
+        o.insert("supportedInterfaces".into(), Value::Array(interfaces));
+    }
     if let Some(Value::Object(caps)) = o.get_mut("capabilities") {
         caps.remove("stateTransitionHistory");
         if let Some(e) = ext {
-            caps.insert("extendedAgentCard".into(), e);
+            caps.entry("extendedAgentCard").or_insert(e);
         }
     }
     if let Some(Value::Object(schemes)) = o.remove("securitySchemes") {
@@ -79,13 +79,13 @@ pub fn read_card(v: Value) -> Result<AgentCard, A2aError> {
         o.insert("securitySchemes".into(), Value::Object(conv));
     }
     if let Some(sec) = o.remove("security") {
-        o.insert("securityRequirements".into(), sec);
+        o.entry("securityRequirements").or_insert(sec);
     }
     if let Some(Value::Array(skills)) = o.get_mut("skills") {
         for s in skills {
             if let Some(obj) = s.as_object_mut() {
                 if let Some(sec) = obj.remove("security") {
-                    obj.insert("securityRequirements".into(), sec);
+                    obj.entry("securityRequirements").or_insert(sec);
                 }
             }
         }
@@ -95,6 +95,9 @@ pub fn read_card(v: Value) -> Result<AgentCard, A2aError> {
 
 fn scheme_v03_to_v1(s: Value) -> Value {
     let Value::Object(mut o) = s else { return s };
+    if !o.contains_key("type") {
+        return Value::Object(o); // already 1.0 shape
+    }
     let ty = o
         .remove("type")
         .and_then(|t| t.as_str().map(String::from))
@@ -184,16 +187,21 @@ pub fn write_card_combined(card: &AgentCard) -> Value {
 /// interfaces as `additionalInterfaces`, OpenAPI-style security schemes).
 pub fn write_card_v03(card: &AgentCard) -> Value {
     let url = jsonrpc_url(card).unwrap_or_default().to_string();
+    let version = card
+        .supported_interfaces
+        .iter()
+        .find(|i| i.url == url && i.protocol_version.starts_with("0."))
+        .map_or("0.3.0", |i| i.protocol_version.as_str());
     let mut o = Map::new();
-    o.insert("protocolVersion".into(), "0.3.0".into());
+    o.insert("protocolVersion".into(), version.into());
     o.insert("name".into(), card.name.clone().into());
     o.insert("description".into(), card.description.clone().into());
-    o.insert("url".into(), url.into());
+    o.insert("url".into(), url.clone().into());
     o.insert(
         "preferredTransport".into(),
         TRANSPORT_PROTOCOL_JSONRPC.into(),
     );
-    let extra: Vec<Value> = card
+    let others: Vec<Value> = card
         .supported_interfaces
         .iter()
         .filter(|i| {
@@ -202,7 +210,10 @@ pub fn write_card_v03(card: &AgentCard) -> Value {
         })
         .map(|i| json!({"url": i.url, "transport": i.protocol_binding}))
         .collect();
-    if !extra.is_empty() {
+    if !others.is_empty() {
+        // 0.3 §5.6.2: the main URL and transport are listed first.
+        let mut extra = vec![json!({"url": url, "transport": TRANSPORT_PROTOCOL_JSONRPC})];
+        extra.extend(others);
         o.insert("additionalInterfaces".into(), Value::Array(extra));
     }
     o.insert("version".into(), card.version.clone().into());

@@ -17,6 +17,25 @@
 //! What 0.1/0.3 have no field for travels in `metadata._mesh` and is restored on read.
 //! The bytes are parsed once into a `serde_json::Value` which the readers then consume by
 //! moving out of it (no second copy).
+//!
+//! # Mapping notes
+//! - `_mesh` stash (0.1): message `messageId`, `contextId`, `taskId`, `extensions`,
+//!   `referenceTaskIds`; artifact `artifactId` (unless it is `artifact-{index}`) and
+//!   `extensions`; event `contextId`. 0.1 and 0.3: a text/data part's `filename` and
+//!   `mediaType`. 0.x status updates: a `final` that differs from what the state implies
+//!   (terminal, input-required, auth-required) is kept as `metadata._mesh.final`.
+//! - 0.3 `configuration.blocking: b` is the model's `return_immediately: !b`.
+//! - 0.1 `tasks/send` `params.id`/`params.sessionId` become the message's task/context id;
+//!   a missing `messageId` is generated (0.3 and 1.0 sends require it: `-32602`).
+//! - A missing task/context id in a 0.1 task or event reads as `""`; a 0.1 artifact without
+//!   id gets `artifact-{index}`.
+//! - 0.x push-config authentication keeps only the first of `schemes`; 0.x get/delete
+//!   without `pushNotificationConfigId` read the config id as `""`.
+//! - The model has no `metadata` on get/list/subscribe requests: 0.x `params.metadata` there
+//!   is not carried. `tenant` (1.0) is written as an extra member in 0.x params.
+//! - 0.1 has no `rejected`/`auth-required` states nor an extended-card method: the 0.3
+//!   spellings/name are written.
+//! - Empty object `metadata` reads as absent (except `params.metadata`, kept verbatim).
 
 pub mod card;
 mod params;

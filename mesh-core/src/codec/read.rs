@@ -328,7 +328,13 @@ pub(crate) fn read_part(v: Value, path: &str) -> R<Part> {
     let present: Vec<&str> = PART_PAYLOADS
         .iter()
         .copied()
-        .filter(|k| o.has(&[k]))
+        .filter(|k| {
+            if *k == "data" {
+                o.map.contains_key("data")
+            } else {
+                o.has(&[k])
+            }
+        })
         .collect();
     if present.len() != 1 {
         let found = if present.is_empty() {
@@ -368,7 +374,7 @@ pub(crate) fn read_part(v: Value, path: &str) -> R<Part> {
     let mut media_type = o.str_opt(&["mediaType", "media_type", "mimeType", "mime_type"])?;
     let content = match payload {
         "text" => PartContent::Text(o.str_req(&["text"])?),
-        "data" => PartContent::Data(o.take(&["data"]).unwrap_or(Value::Null)),
+        "data" => PartContent::Data(o.map.remove("data").unwrap_or(Value::Null)),
         "raw" => {
             let p = o.at("raw");
             let s = o.str_req(&["raw"])?;
