@@ -224,6 +224,16 @@ impl Registry {
         self.wait_for(timeout, || self.is_online(name)).await
     }
 
+    /// Waits until the agent has exactly `count` live instances; false if `timeout` passes.
+    pub async fn wait_for_instances(&self, name: &str, count: usize, timeout: Duration) -> bool {
+        self.wait_for(timeout, || {
+            self.read()
+                .get(name)
+                .is_some_and(|entry| entry.instances.len() == count)
+        })
+        .await
+    }
+
     /// Waits until the agent is offline (no live instance); false if `timeout` passes first.
     pub async fn wait_offline(&self, name: &str, timeout: Duration) -> bool {
         self.wait_for(timeout, || !self.is_online(name)).await
