@@ -233,6 +233,8 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
     }
 }
 
+/// How the race between handler, cancel and deadline ended (short-lived, on the stack).
+#[allow(clippy::large_enum_variant)]
 enum End {
     Joined(Result<Result<Outcome, crate::handler::HandlerError>, tokio::task::JoinError>),
     Canceled,
