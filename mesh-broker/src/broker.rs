@@ -120,6 +120,18 @@ impl Broker {
         self.local_addr
     }
 
+    /// How many clients are connected now.
+    pub fn connection_count(&self) -> usize {
+        usize::try_from(self.scx.connections.count()).unwrap_or(0)
+    }
+
+    /// How many sessions the broker holds: those of connected clients, plus those kept
+    /// for clients that connected with `clean_session = false` and went away. A
+    /// session is released only after its will, if any, has been handled.
+    pub fn session_count(&self) -> usize {
+        usize::try_from(self.scx.sessions.count()).unwrap_or(0)
+    }
+
     /// Stops the broker: closes the listening socket, then disconnects every client
     /// and drops its session. The port is free again when this returns.
     ///

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{broker, connect, connect_with_will, within};
 use mesh_broker::{Broker, BrokerConfig, BrokerError};
 use rumqttc::{LastWill, Packet, QoS};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 /// 1. A QoS 1 request/reply through the broker takes well under the 40 ms that a
@@ -28,8 +28,7 @@ async fn qos1_request_reply_has_no_nagle_stall() {
     // The responder answers every request with its payload.
     let replier = responder.client.clone();
     let responder_task = tokio::spawn(async move {
-        loop {
-            let request = responder.next_publish().await;
+        while let Some(request) = responder.try_next_publish().await {
             replier
                 .publish(
                     "rr/reply",
@@ -197,8 +196,7 @@ async fn shared_groups_are_kept_apart() {
             .await;
         let tx = tx.clone();
         tasks.push(tokio::spawn(async move {
-            loop {
-                let p = peer.next_publish().await;
+            while let Some(p) = peer.try_next_publish().await {
                 if tx.send((name, p.topic, p.payload.to_vec())).is_err() {
                     return;
                 }
@@ -319,28 +317,54 @@ async fn last_will_is_published_and_retained() {
     assert!(retained.retain);
     assert_eq!(retained.payload.as_ref(), b"offline");
 
-    // A clean DISCONNECT publishes no will. (rmqtt leaves closing the socket after
-    // DISCONNECT to the client, as rumqttc users do by dropping the event loop.) The
-    // same client id then reconnects, which makes the broker finish the old session,
-    // and publishes a marker: the watcher's next message must be that marker.
-    let mut polite = connect_with_will(
-        addr,
-        "agent-2",
-        LastWill::new("status/agent-2", "offline", QoS::AtLeastOnce, false),
-    )
-    .await;
-    polite.client.disconnect().await.expect("queued");
-    polite.wait_sent_disconnect().await;
-    polite.driver.abort();
-    let again = connect(addr, "agent-2").await;
-    again
-        .client
+    // A clean DISCONNECT publishes no will. Raw bytes, so that DISCONNECT surely
+    // reaches the broker before the socket closes. Once the broker has released the
+    // session, a marker is published: the watcher's next message must be that marker.
+    let mut polite = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    polite
+        .write_all(&connect_with_will_packet(
+            "agent-2",
+            "status/agent-2",
+            b"offline",
+        ))
+        .await
+        .expect("CONNECT");
+    let mut connack = [0u8; 4];
+    within("CONNACK", polite.read_exact(&mut connack))
+        .await
+        .expect("CONNACK");
+    assert_eq!(connack, [0x20, 2, 0, 0], "connection accepted");
+    polite.write_all(&[0xe0, 0]).await.expect("DISCONNECT");
+    drop(polite);
+    // Left: the watcher's and the late watcher's sessions.
+    common::wait_sessions(&broker, 2).await;
+    late.client
         .publish("status/marker", QoS::AtLeastOnce, false, "m")
         .await
         .expect("queued");
     assert_eq!(watcher.next_publish().await.topic, "status/marker");
 
     broker.stop().await;
+}
+
+/// An MQTT 3.1.1 CONNECT packet with a QoS 0, non-retained will.
+fn connect_with_will_packet(client_id: &str, will_topic: &str, will: &[u8]) -> Vec<u8> {
+    fn field(out: &mut Vec<u8>, bytes: &[u8]) {
+        out.extend_from_slice(
+            &u16::try_from(bytes.len())
+                .expect("short field")
+                .to_be_bytes(),
+        );
+        out.extend_from_slice(bytes);
+    }
+    // Protocol name and level, flags (clean session + will), keep-alive 30 s.
+    let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', 4, 0b0000_0110, 0, 30];
+    field(&mut body, client_id.as_bytes());
+    field(&mut body, will_topic.as_bytes());
+    field(&mut body, will);
+    let mut packet = vec![0x10, u8::try_from(body.len()).expect("short packet")];
+    packet.extend(body);
+    packet
 }
 
 /// Several brokers run in one process at once, each with its own messages.
@@ -350,10 +374,10 @@ async fn brokers_run_side_by_side() {
     let b = broker().await;
     assert_ne!(a.local_addr(), b.local_addr());
 
+    // Each broker retains its own message on the same topic, from a client of the
+    // same id, before anyone subscribes.
     let mut on_a = connect(a.local_addr(), "same-id").await;
     let mut on_b = connect(b.local_addr(), "same-id").await;
-    on_a.subscribe("x", QoS::AtLeastOnce).await;
-    on_b.subscribe("x", QoS::AtLeastOnce).await;
     on_a.client
         .publish("x", QoS::AtLeastOnce, true, "from a")
         .await
@@ -362,10 +386,21 @@ async fn brokers_run_side_by_side() {
         .publish("x", QoS::AtLeastOnce, true, "from b")
         .await
         .expect("queued");
+    on_a.wait_pubacks(1).await;
+    on_b.wait_pubacks(1).await;
+    on_a.client
+        .subscribe("x", QoS::AtLeastOnce)
+        .await
+        .expect("queued");
+    on_b.client
+        .subscribe("x", QoS::AtLeastOnce)
+        .await
+        .expect("queued");
     assert_eq!(on_a.next_publish().await.payload.as_ref(), b"from a");
     assert_eq!(on_b.next_publish().await.payload.as_ref(), b"from b");
 
     a.stop().await;
+    on_a.wait_disconnected().await;
     // b is unaffected by a's stop.
     on_b.client
         .publish("x", QoS::AtLeastOnce, false, "still")

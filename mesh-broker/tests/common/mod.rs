@@ -32,6 +32,16 @@ pub async fn broker() -> Broker {
         .expect("broker starts on an ephemeral port")
 }
 
+/// Waits until `broker` holds exactly `n` sessions (polling its counter).
+pub async fn wait_sessions(broker: &Broker, n: usize) {
+    within("the session count", async {
+        while broker.session_count() != n {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+}
+
 /// A connected MQTT client whose incoming packets arrive on `incoming`.
 pub struct Peer {
     /// Sends requests to the broker.
@@ -138,6 +148,18 @@ impl Peer {
             Some(Ok(packet)) => packet,
             Some(Err(e)) => panic!("connection failed: {e}"),
             None => panic!("connection driver ended"),
+        }
+    }
+
+    /// The next PUBLISH from the broker, skipping acknowledgements; `None` once the
+    /// connection has ended (for tasks that outlive their broker).
+    pub async fn try_next_publish(&mut self) -> Option<Publish> {
+        loop {
+            match self.incoming.recv().await? {
+                Ok(Packet::Publish(p)) => return Some(p),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
         }
     }
 
