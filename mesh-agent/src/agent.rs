@@ -208,7 +208,7 @@ impl Agent {
             topics.agent_request_filter(&name)?
         };
         let cancel_filter = topics.agent_cancel_filter(&name)?;
-        let card_topic = topics.card(&name)?;
+        let card_topic = topics.agent_card(&name)?;
 
         bus_config.client_id = format!("{name}-{instance}");
         bus_config.last_will = Some(LastWill {
@@ -233,7 +233,7 @@ impl Agent {
         let mut requests = bus.subscribe(&request_filter, QoS::AtLeastOnce).await?;
         let mut cancels = bus.subscribe(&cancel_filter, QoS::AtLeastOnce).await?;
 
-        let card_json = codec::card::encode_card_combined(&self.card, None);
+        let card_json = card_payload(&self.card);
         bus.publish(&card_topic, card_json, QoS::AtLeastOnce, true)
             .await?;
         let since = chrono::Utc::now().to_rfc3339();
@@ -395,11 +395,25 @@ impl RunningAgent {
 
     /// Publishes a new card (retained) for the agent.
     pub async fn update_card(&self, card: &AgentCard) -> Result<(), BusError> {
-        let json = codec::card::encode_card_combined(card, None);
+        let json = card_payload(card);
         self.shared
             .bus
             .publish(&self.card_topic, json, QoS::AtLeastOnce, true)
             .await
+    }
+
+    /// Stops the instance as a crash would: no offline announcement, no DISCONNECT; the
+    /// broker publishes the instance's last will. Running tasks are dropped mid-way. For tests
+    /// and for supervisors that must not wait.
+    pub fn abort(self) {
+        self.shared.bus.abort();
+        self.stop.cancel();
+        for handle in &self.loops {
+            handle.abort();
+        }
+        for running in self.shared.lock_running().values() {
+            running.cancel.cancel();
+        }
     }
 
     /// Stops taking requests, lets running tasks finish for the grace period, cancels the
@@ -435,7 +449,9 @@ impl RunningAgent {
         let _ = bus
             .publish(&self.presence_topic, Vec::new(), QoS::AtLeastOnce, true)
             .await;
-        bus.disconnect().await;
+        if let Err(error) = bus.disconnect().await {
+            tracing::debug!(%error, "disconnect after shutdown");
+        }
         tracing::info!(agent = %self.shared.name, instance = %self.shared.instance, "agent instance stopped");
     }
 }
@@ -621,6 +637,11 @@ impl Dedup {
         self.order.push_back(id.to_owned());
         true
     }
+}
+
+/// The card as published on the bus: the combined 1.0 + 0.3 shape.
+fn card_payload(card: &AgentCard) -> Vec<u8> {
+    serde_json::to_vec(&codec::card::write_card_combined(card)).unwrap_or_default()
 }
 
 fn presence_payload(

@@ -81,10 +81,6 @@ impl Emitter {
         self.state.lock().await.task.clone()
     }
 
-    /// True once the task was announced (any event went out or was recorded).
-    pub(crate) async fn announced(&self) -> bool {
-        self.state.lock().await.announced
-    }
 
     /// A status change, with an optional agent message.
     pub(crate) async fn status(

@@ -90,17 +90,20 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
         cancel: cancel.clone(),
         cancel_waiters: Default::default(),
     });
-    {
+    let already_running = {
         let mut tasks = shared.lock_running();
-        if tasks.contains_key(&task_id) {
-            drop(tasks);
-            let error = A2aError::unsupported_operation(format!(
-                "task {task_id} is still running; wait for it to end or cancel it"
-            ));
-            let _ = emitter(task).error(&error).await;
-            return;
+        let busy = tasks.contains_key(&task_id);
+        if !busy {
+            tasks.insert(task_id.clone(), running.clone());
         }
-        tasks.insert(task_id.clone(), running.clone());
+        busy
+    };
+    if already_running {
+        let error = A2aError::unsupported_operation(format!(
+            "task {task_id} is still running; wait for it to end or cancel it"
+        ));
+        let _ = emitter(task).error(&error).await;
+        return;
     }
 
     let time_left = meta
@@ -241,7 +244,7 @@ fn resolve_task(
     mut message: Message,
 ) -> Result<(Task, bool), A2aError> {
     if let Some(snapshot) = &meta.task {
-        let mut task = codec::task_from_value(Dialect::V0_3, snapshot)
+        let mut task = codec::read_task(snapshot.clone())
             .map_err(|e| A2aError::invalid_params(format!("params.metadata._mesh.task: {e}")))?;
         if let Some(id) = &message.task_id {
             if *id != task.id {

@@ -7,7 +7,22 @@
 //! - [`dialect`] and [`codec`]: which protocol generation a request speaks (0.1, 0.3, 1.0),
 //!   and how each one is read into the model and written back out of it;
 //! - [`jsonrpc`] and [`error`]: the JSON-RPC 2.0 envelope and the A2A error table;
-//! - [`rpc`]: a decoded request (method and typed params) and a decoded reply.
-//! - [`meta`]: the reserved metadata key `_mesh` that carries routing on the bus.
+//! - [`rpc`]: a decoded request (method and typed params) and a decoded reply;
+//! - [`topic`]: the MQTT topic scheme, and the refusal of hostile topic segments;
+//! - [`bus`]: the MQTT connection shared by agents and gateways (reconnects, re-subscribes,
+//!   routes incoming messages to subscriptions);
+//! - [`meta`]: the reserved metadata key `_mesh` that carries routing on the bus;
+//! - [`registry`]: the live view of the mesh's agents, cards and instances;
+//! - [`requester`]: sending a request to an agent and receiving its replies.
 
+pub mod bus;
+pub mod codec;
+pub mod dialect;
+pub mod error;
+pub mod jsonrpc;
 pub mod meta;
+pub mod model;
+pub mod registry;
+pub mod requester;
+pub mod rpc;
+pub mod topic;

@@ -134,7 +134,7 @@ impl Registry {
             events,
             loaded: watch::channel(false).0,
         });
-        let mut cards = bus.subscribe(&topics.card_filter(), QoS::AtLeastOnce).await?;
+        let mut cards = bus.subscribe(&topics.agent_cards_filter(), QoS::AtLeastOnce).await?;
         let mut presence = bus
             .subscribe(&topics.presence_filter(), QoS::AtLeastOnce)
             .await?;
@@ -143,7 +143,7 @@ impl Registry {
         let marker = uuid::Uuid::new_v4().simple().to_string();
         let marker_topic = topics
             .presence(REGISTRY_MARKER_AGENT, &marker)
-            .map_err(|e| BusError::Subscribe(e.to_string()))?;
+            .map_err(|e| BusError::InvalidConfig(e.to_string()))?;
         bus.publish(&marker_topic, Vec::from("sync"), QoS::AtLeastOnce, false)
             .await?;
 
@@ -261,7 +261,7 @@ impl Registry {
     }
 
     fn on_card(&self, topics: &Topics, message: &BusMessage) {
-        let Some(TopicKind::Card { agent }) = topics.parse(&message.topic) else {
+        let Some(TopicKind::AgentCard { agent, .. }) = topics.parse_own(&message.topic) else {
             return;
         };
         let agent = agent.to_owned();
@@ -273,7 +273,10 @@ impl Registry {
             self.emit(RegistryEvent::CardChanged { agent });
             return;
         }
-        match card::decode_card(&message.payload) {
+        let decoded = serde_json::from_slice(&message.payload)
+            .map_err(|e| e.to_string())
+            .and_then(|value| card::read_card(value).map_err(|e| e.to_string()));
+        match decoded {
             Ok(card) => {
                 self.write().entry(agent.clone()).or_default().card = Some(card);
                 self.emit(RegistryEvent::CardChanged { agent });
@@ -283,7 +286,10 @@ impl Registry {
     }
 
     fn on_presence(&self, topics: &Topics, message: &BusMessage) {
-        let Some(TopicKind::Presence { agent, instance }) = topics.parse(&message.topic) else {
+        let Some(TopicKind::Presence {
+            agent, instance, ..
+        }) = topics.parse_own(&message.topic)
+        else {
             return;
         };
         if agent == REGISTRY_MARKER_AGENT {

@@ -188,7 +188,7 @@ impl Requester {
             task: options
                 .snapshot
                 .as_ref()
-                .map(|task| codec::task_to_value(Dialect::V0_3, task)),
+                .map(|task| codec::write_task(task, Dialect::V0_3)),
             ..Default::default()
         }
         .put(&mut params.metadata);

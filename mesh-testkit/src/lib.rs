@@ -3,3 +3,320 @@
 //! What the tests of every crate share: a real broker per test (the embedded one, or a
 //! Mosquitto process on a free port with `set_tcp_nodelay true`) and a fresh namespace, so
 //! that parallel tests never see each other's traffic.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! let mut broker = mesh_testkit::TestBroker::mosquitto().await;
+//! let ns = mesh_testkit::fresh_namespace();
+//! // connect to broker.url(), use topics under `ns` ...
+//! broker.stop().await;
+//! broker.restart().await; // same port
+//! # let _ = ns;
+//! # }
+//! ```
+//!
+//! ## Brokers
+//!
+//! - [`TestBroker::mosquitto`]: a `mosquitto` process (from `/usr/sbin/mosquitto` or the
+//!   `PATH`; `scripts/test` installs it with apt-get) with a generated configuration in a
+//!   temporary directory, listening on `127.0.0.1` on a free port. It can be stopped and
+//!   started again on the same port in the middle of a test, and is killed when the
+//!   `TestBroker` is dropped.
+//! - The embedded broker (`TestBroker::embedded()`, over `mesh_broker::Broker::start`) is
+//!   added here once the `mesh-broker` crate lands; it will be one more variant of the
+//!   private broker kind, with the same `url`, `port`, `stop` and `restart`.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+
+/// How long a broker may take to accept connections after it is started.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A unique namespace for one test: `t` followed by a simple UUID (a safe topic segment).
+pub fn fresh_namespace() -> String {
+    format!("t{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Where the `mosquitto` binary is: `/usr/sbin/mosquitto`, or the first on the `PATH`.
+pub fn mosquitto_binary() -> Option<PathBuf> {
+    let default = Path::new("/usr/sbin/mosquitto");
+    if default.is_file() {
+        return Some(default.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("mosquitto"))
+        .find(|p| p.is_file())
+}
+
+/// A broker for one test, killed when dropped.
+#[derive(Debug)]
+pub struct TestBroker {
+    kind: Kind,
+}
+
+/// The kinds of broker. The embedded broker becomes a second variant once `mesh-broker`
+/// lands.
+#[derive(Debug)]
+enum Kind {
+    Mosquitto(Mosquitto),
+}
+
+impl TestBroker {
+    /// Starts a Mosquitto process on a free port and waits until it accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// With a clear message if `mosquitto` is not installed or does not start: this is a test
+    /// helper, and a test cannot go on without its broker. [`TestBroker::try_mosquitto`]
+    /// returns the error instead.
+    pub async fn mosquitto() -> TestBroker {
+        match Self::try_mosquitto().await {
+            Ok(broker) => broker,
+            Err(e) => panic!("mesh-testkit: cannot start a Mosquitto test broker: {e}"),
+        }
+    }
+
+    /// Starts a Mosquitto process on a free port and waits until it accepts connections.
+    pub async fn try_mosquitto() -> io::Result<TestBroker> {
+        Ok(TestBroker {
+            kind: Kind::Mosquitto(Mosquitto::start().await?),
+        })
+    }
+
+    /// The broker's URL: `mqtt://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("mqtt://127.0.0.1:{}", self.port())
+    }
+
+    /// The port the broker listens on (the same across [`TestBroker::restart`]).
+    pub fn port(&self) -> u16 {
+        match &self.kind {
+            Kind::Mosquitto(m) => m.port,
+        }
+    }
+
+    /// The broker's socket address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port()))
+    }
+
+    /// Whether the broker is running (not stopped).
+    pub fn is_running(&self) -> bool {
+        match &self.kind {
+            Kind::Mosquitto(m) => m.child.is_some(),
+        }
+    }
+
+    /// Stops the broker (kills the process and waits for it): every client connection drops.
+    pub async fn stop(&mut self) {
+        match &mut self.kind {
+            Kind::Mosquitto(m) => m.stop().await,
+        }
+    }
+
+    /// Starts the broker again on the same port (stopping it first if it runs) and waits
+    /// until it accepts connections.
+    ///
+    /// # Panics
+    ///
+    /// If the broker does not come back within the start timeout.
+    pub async fn restart(&mut self) {
+        match &mut self.kind {
+            Kind::Mosquitto(m) => {
+                m.stop().await;
+                if let Err(e) = m.spawn_and_wait().await {
+                    panic!(
+                        "mesh-testkit: cannot restart Mosquitto on port {}: {e}",
+                        m.port
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// A Mosquitto process and its temporary directory.
+#[derive(Debug)]
+struct Mosquitto {
+    binary: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Mosquitto {
+    async fn start() -> io::Result<Mosquitto> {
+        let binary = mosquitto_binary().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                "no `mosquitto` binary at /usr/sbin/mosquitto nor on the PATH \
+                 (install it: apt-get install mosquitto; scripts/test does)",
+            )
+        })?;
+        let dir =
+            std::env::temp_dir().join(format!("mesh-testkit-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir)?;
+        let mut last_err = None;
+        // A free port can be taken by someone else between our probe and Mosquitto's bind:
+        // try a few.
+        for _ in 0..5 {
+            let port = free_port()?;
+            let mut m = Mosquitto {
+                binary: binary.clone(),
+                dir: dir.clone(),
+                port,
+                child: None,
+            };
+            match m.spawn_and_wait().await {
+                Ok(()) => return Ok(m),
+                Err(e) => {
+                    // Keep the directory for the next attempt.
+                    m.dir = PathBuf::new();
+                    last_err = Some(e);
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Err(last_err.unwrap_or_else(|| io::Error::other("could not start mosquitto")))
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.join("mosquitto.conf")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("mosquitto.log")
+    }
+
+    fn write_config(&self) -> io::Result<()> {
+        let config = format!(
+            "# Generated by mesh-testkit for one test.\n\
+             listener {port} 127.0.0.1\n\
+             allow_anonymous true\n\
+             set_tcp_nodelay true\n\
+             persistence false\n\
+             max_packet_size 67108864\n\
+             max_inflight_messages 100\n\
+             max_queued_messages 10000\n\
+             log_dest stderr\n\
+             log_type error\n\
+             log_type warning\n\
+             log_type notice\n",
+            port = self.port
+        );
+        std::fs::write(self.config_path(), config)
+    }
+
+    /// Spawns the process on `self.port` and waits until the port accepts connections.
+    async fn spawn_and_wait(&mut self) -> io::Result<()> {
+        self.write_config()?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        // After a stop, the port can take a moment to be free again: retry until the
+        // deadline while the process exits at once.
+        loop {
+            let log = std::fs::File::create(self.log_path())?;
+            let mut child = Command::new(&self.binary)
+                .arg("-c")
+                .arg(self.config_path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log))
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| {
+                    io::Error::new(e.kind(), format!("spawning {}: {e}", self.binary.display()))
+                })?;
+            loop {
+                if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                    .await
+                    .is_ok()
+                {
+                    self.child = Some(child);
+                    return Ok(());
+                }
+                if let Some(status) = child.try_wait()? {
+                    let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+                    if Instant::now() >= deadline {
+                        return Err(io::Error::other(format!(
+                            "mosquitto exited with {status} on port {}: {}",
+                            self.port,
+                            log.trim()
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    let _ = child.kill().await;
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "mosquitto did not accept connections on port {} within {START_TIMEOUT:?}",
+                            self.port
+                        ),
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+
+    async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+impl Drop for Mosquitto {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.start_kill();
+            // Reap it if it already went, so no zombie stays behind.
+            let _ = child.try_wait();
+        }
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+fn free_port() -> io::Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_are_unique_safe_segments() {
+        let a = fresh_namespace();
+        let b = fresh_namespace();
+        assert_ne!(a, b);
+        assert!(a.starts_with('t') && a.len() == 33);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
+    }
+
+    #[tokio::test]
+    async fn mosquitto_starts_stops_and_restarts_on_the_same_port() {
+        let mut broker = TestBroker::mosquitto().await;
+        let port = broker.port();
+        assert_eq!(broker.url(), format!("mqtt://127.0.0.1:{port}"));
+        assert!(tokio::net::TcpStream::connect(broker.addr()).await.is_ok());
+        broker.stop().await;
+        assert!(!broker.is_running());
+        assert!(tokio::net::TcpStream::connect(broker.addr()).await.is_err());
+        broker.restart().await;
+        assert_eq!(broker.port(), port);
+        assert!(tokio::net::TcpStream::connect(broker.addr()).await.is_ok());
+    }
+}

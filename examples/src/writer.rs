@@ -1,0 +1,69 @@
+//! `writer`: streams a text artifact in several chunks (append / lastChunk) before completing.
+//!
+//! Send it a topic; it writes a short piece about it, one paragraph per chunk, with a status
+//! message before it starts. A number in the message (`"chunks: 1000"`) sets how many chunks it
+//! streams, which the ordering tests and the SSE benchmark use.
+
+use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
+use mesh_core::model::Part;
+
+/// The most chunks one request may ask for.
+const MAX_CHUNKS: usize = 100_000;
+
+/// The writer agent.
+pub fn agent() -> Agent {
+    Agent::new(
+        "writer",
+        handler_fn(|ctx: TaskContext| async move {
+            let text = ctx.text();
+            let chunks = requested_chunks(&text).unwrap_or(4);
+            let topic = text.trim();
+            ctx.working(format!("writing {chunks} paragraphs about {topic:?}"))
+                .await?;
+            let artifact_id = uuid::Uuid::now_v7().to_string();
+            for index in 0..chunks {
+                if ctx.is_cancelled() {
+                    break;
+                }
+                let mut chunk = new_artifact(
+                    Some("draft.txt".into()),
+                    vec![Part::text(paragraph(topic, index))],
+                );
+                chunk.artifact_id.clone_from(&artifact_id);
+                ctx.artifact_chunk(chunk, index > 0, index + 1 == chunks)
+                    .await?;
+            }
+            Ok(Outcome::completed_with(format!("wrote {chunks} paragraphs")))
+        }),
+    )
+    .description("Writes a short piece on any topic, streamed paragraph by paragraph")
+    .skill("write", "Write", "Streams a text artifact in chunks")
+}
+
+fn requested_chunks(text: &str) -> Option<usize> {
+    let rest = text.split("chunks:").nth(1)?;
+    let digits: String = rest
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok().map(|n: usize| n.clamp(1, MAX_CHUNKS))
+}
+
+fn paragraph(topic: &str, index: usize) -> String {
+    format!("[{index}] On {topic}: paragraph {} of the draft.\n", index + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_count_is_read_and_clamped() {
+        assert_eq!(requested_chunks("chunks: 12"), Some(12));
+        assert_eq!(requested_chunks("write chunks:3 please"), Some(3));
+        assert_eq!(requested_chunks("chunks: 0"), Some(1));
+        assert_eq!(requested_chunks("chunks: 99999999"), Some(MAX_CHUNKS));
+        assert_eq!(requested_chunks("no count"), None);
+    }
+}

@@ -1,0 +1,461 @@
+//! The task lifecycle of a bus agent, against a real Mosquitto: events and their order, direct
+//! messages, multi-turn, cancellation, deadlines, panics, duplicates, hostile names.
+
+mod support;
+
+use mesh_agent::{Agent, AgentError, Outcome, TaskContext, handler_fn, new_artifact};
+use mesh_core::bus::QoS;
+use mesh_core::codec;
+use mesh_core::dialect::{Dialect, Method};
+use mesh_core::jsonrpc::JsonRpcId;
+use mesh_core::meta::MeshMeta;
+use mesh_core::model::{Part, SendMessageRequest, Task, TaskState};
+use mesh_core::requester::strip_reply_meta;
+use mesh_core::rpc::{Call, Reply, Request};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use support::*;
+
+fn state_of(reply: &Reply) -> Option<TaskState> {
+    match reply {
+        Reply::Task(task) => Some(task.status.state.clone()),
+        Reply::StatusUpdate(event) => Some(event.status.state.clone()),
+        _ => None,
+    }
+}
+
+fn replies(deliveries: Vec<mesh_core::requester::Delivery>) -> Vec<Reply> {
+    deliveries
+        .into_iter()
+        .map(|d| {
+            let mut reply = d.reply.expect("no error");
+            strip_reply_meta(&mut reply);
+            reply
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_is_task_then_working_then_artifact_then_final() {
+    let mesh = Mesh::start().await;
+    let echo = mesh.run(mesh_examples::echo::agent()).await;
+    let (task_id, stream) = mesh.send("echo", "hello", Method::SendStreamingMessage).await;
+    let events = replies(collect(stream).await);
+    assert_eq!(events.len(), 4, "{events:#?}");
+    let Reply::Task(task) = &events[0] else {
+        panic!("first event is the task: {:?}", events[0])
+    };
+    assert_eq!(task.id, task_id);
+    assert_eq!(task.status.state, TaskState::Submitted);
+    assert_eq!(task.history.as_ref().unwrap().len(), 1);
+    assert_eq!(state_of(&events[1]), Some(TaskState::Working));
+    let Reply::ArtifactUpdate(update) = &events[2] else {
+        panic!("third event is the artifact: {:?}", events[2])
+    };
+    assert_eq!(update.artifact.parts[0].as_text(), Some("hello"));
+    assert_eq!(state_of(&events[3]), Some(TaskState::Completed));
+    echo.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_send_gets_only_the_finished_task() {
+    let mesh = Mesh::start().await;
+    let echo = mesh.run(mesh_examples::echo::agent()).await;
+    let (task_id, stream) = mesh.send("echo", "hi", Method::SendMessage).await;
+    let events = replies(collect(stream).await);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let Reply::Task(task) = &events[0] else {
+        panic!("a task: {:?}", events[0])
+    };
+    assert_eq!(task.id, task_id);
+    assert_eq!(task.status.state, TaskState::Completed);
+    let artifacts = task.artifacts.as_ref().unwrap();
+    assert_eq!(artifacts[0].parts[0].as_text(), Some("hi"));
+    echo.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_may_answer_with_a_direct_message_and_no_task() {
+    let mesh = Mesh::start().await;
+    let agent = Agent::new(
+        "direct",
+        handler_fn(|ctx: TaskContext| async move { Ok(Outcome::reply(format!("you said {}", ctx.text()))) }),
+    );
+    let running = mesh.run(agent).await;
+    for method in [Method::SendStreamingMessage, Method::SendMessage] {
+        let (_, stream) = mesh.send("direct", "x", method).await;
+        let events = replies(collect(stream).await);
+        assert_eq!(events.len(), 1, "{method:?}: {events:#?}");
+        let Reply::Message(message) = &events[0] else {
+            panic!("a message: {:?}", events[0])
+        };
+        assert_eq!(message.parts[0].as_text(), Some("you said x"));
+    }
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses_more() {
+    let mesh = Mesh::start().await;
+    let booker = mesh.run(mesh_examples::flight_booker::agent()).await;
+
+    let (task_id, stream) = mesh
+        .send("flight-booker", "I'd like to book a flight.", Method::SendMessage)
+        .await;
+    let events = replies(collect(stream).await);
+    let Reply::Task(task) = events.last().unwrap().clone() else {
+        panic!("a task")
+    };
+    assert_eq!(task.status.state, TaskState::InputRequired);
+    assert!(task.status.message.is_some(), "the question is in the status");
+
+    let mut follow_up = user("From JFK to LHR on 2026-10-10");
+    follow_up.task_id = Some(task_id.clone());
+    follow_up.context_id = Some(task.context_id.clone());
+    let (_, stream) = mesh
+        .send_message("flight-booker", follow_up, Method::SendMessage, Some(task.clone()))
+        .await;
+    let events = replies(collect(stream).await);
+    let Reply::Task(done) = events.last().unwrap().clone() else {
+        panic!("a task")
+    };
+    assert_eq!(done.id, task_id);
+    assert_eq!(done.status.state, TaskState::Completed);
+    assert_eq!(done.history.as_ref().unwrap().len(), 4, "user, agent, user, agent");
+    let itinerary = &done.artifacts.as_ref().unwrap()[0];
+    assert_eq!(itinerary.name.as_deref(), Some("FlightItinerary.json"));
+
+    // The same task once more: it is completed, so the agent refuses.
+    let mut again = user("and a hotel");
+    again.task_id = Some(task_id.clone());
+    let (_, stream) = mesh
+        .send_message("flight-booker", again, Method::SendMessage, Some(done))
+        .await;
+    let deliveries = collect(stream).await;
+    let error = deliveries[0].reply.clone().unwrap_err();
+    assert_eq!(error.code(), -32004, "{error:?}");
+    booker.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_for_an_unknown_task_is_task_not_found() {
+    let mesh = Mesh::start().await;
+    let echo = mesh.run(mesh_examples::echo::agent()).await;
+    // No snapshot, no assigned id, a taskId the agent cannot know: -32001.
+    let mut request = Request {
+        id: Some(JsonRpcId::String("r1".into())),
+        method: Method::SendMessage,
+        dialect: Dialect::V0_3,
+        shared_method: false,
+        call: Call::Send(SendMessageRequest {
+            message: {
+                let mut m = user("hello?");
+                m.task_id = Some("nobody-knows".into());
+                m
+            },
+            configuration: None,
+            metadata: None,
+            tenant: None,
+        }),
+    };
+    let reply_topic = mesh.topics.gateway_response("probe", "t").unwrap();
+    let mut replies_sub = mesh.bus.subscribe(&reply_topic, QoS::AtLeastOnce).await.unwrap();
+    if let Call::Send(params) = &mut request.call {
+        MeshMeta {
+            reply_to: Some(reply_topic.clone()),
+            request_id: Some("rq-1".into()),
+            ..Default::default()
+        }
+        .put(&mut params.metadata);
+    }
+    mesh.bus
+        .publish(
+            &mesh.topics.agent_request("echo", "t").unwrap(),
+            codec::encode_request(&request),
+            QoS::AtLeastOnce,
+            false,
+        )
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(WAIT, replies_sub.recv()).await.unwrap().unwrap();
+    let (id, reply) = codec::decode_reply(&answer.payload, Dialect::V0_3).unwrap();
+    assert_eq!(id, JsonRpcId::String("r1".into()));
+    assert_eq!(reply.unwrap_err().code(), -32001);
+    echo.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_reaches_the_handler_and_the_task_ends_canceled() {
+    let mesh = Mesh::start().await;
+    let (saw_cancel_tx, saw_cancel_rx) = tokio::sync::oneshot::channel::<()>();
+    let saw_cancel_tx = Arc::new(std::sync::Mutex::new(Some(saw_cancel_tx)));
+    let agent = Agent::new(
+        "slow",
+        handler_fn(move |ctx: TaskContext| {
+            let saw_cancel_tx = saw_cancel_tx.clone();
+            async move {
+                ctx.working("waiting for a cancel").await?;
+                ctx.cancelled().await;
+                if let Some(tx) = saw_cancel_tx.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+                // Whatever a canceled handler returns, the task ends canceled.
+                Ok(Outcome::completed())
+            }
+        }),
+    );
+    let running = mesh.run(agent).await;
+    let (task_id, mut stream) = mesh.send("slow", "work", Method::SendStreamingMessage).await;
+    // Wait until it runs (task, working, working+message).
+    for _ in 0..3 {
+        stream.next().await.unwrap().reply.unwrap();
+    }
+    let answer = mesh
+        .requester
+        .cancel("slow", &task_id, WAIT)
+        .await
+        .unwrap()
+        .expect("the running instance answers")
+        .expect("with the task");
+    assert_eq!(answer.status.state, TaskState::Canceled);
+    let last = collect(stream).await.pop().unwrap().reply.unwrap();
+    assert_eq!(state_of(&last), Some(TaskState::Canceled));
+    tokio::time::timeout(WAIT, saw_cancel_rx).await.unwrap().unwrap();
+
+    // A task nobody runs: silence, the requester decides.
+    let nobody = mesh
+        .requester
+        .cancel("slow", "not-running", Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(nobody.is_none());
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so() {
+    let mesh = Mesh::start().await;
+    let agent = Agent::new(
+        "sleepy",
+        handler_fn(|_ctx: TaskContext| async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(Outcome::completed())
+        }),
+    );
+    let config = mesh_agent::AgentConfig {
+        default_timeout: Duration::from_millis(300),
+        max_timeout: Duration::from_millis(300),
+        ..mesh.config()
+    };
+    let running = mesh.run_with(agent, config).await;
+    let (_, stream) = mesh.send("sleepy", "zzz", Method::SendMessage).await;
+    let events = replies(collect(stream).await);
+    let Reply::Task(task) = events.last().unwrap() else {
+        panic!("a task: {events:?}")
+    };
+    assert_eq!(task.status.state, TaskState::Failed);
+    let why = task.status.message.as_ref().unwrap().parts[0].as_text().unwrap();
+    assert!(why.contains("deadline"), "{why}");
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_its_task_and_the_agent_keeps_serving() {
+    let mesh = Mesh::start().await;
+    let agent = Agent::new(
+        "fragile",
+        handler_fn(|ctx: TaskContext| async move {
+            if ctx.text() == "boom" {
+                panic!("kaboom");
+            }
+            Ok(Outcome::completed_with("fine"))
+        }),
+    );
+    let running = mesh.run(agent).await;
+    let (_, stream) = mesh.send("fragile", "boom", Method::SendMessage).await;
+    let Reply::Task(task) = replies(collect(stream).await).pop().unwrap() else {
+        panic!("a task")
+    };
+    assert_eq!(task.status.state, TaskState::Failed);
+    let why = task.status.message.as_ref().unwrap().parts[0].as_text().unwrap().to_owned();
+    assert!(why.contains("panicked") && why.contains("kaboom"), "{why}");
+
+    let (_, stream) = mesh.send("fragile", "calm", Method::SendMessage).await;
+    let Reply::Task(task) = replies(collect(stream).await).pop().unwrap() else {
+        panic!("a task")
+    };
+    assert_eq!(task.status.state, TaskState::Completed);
+    running.shutdown().await;
+}
+
+/// An agent that counts how often its handler ran.
+fn counting_agent(name: &str, runs: Arc<AtomicUsize>) -> Agent {
+    Agent::new(
+        name,
+        handler_fn(move |ctx: TaskContext| {
+            let runs = runs.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                ctx.artifact(new_artifact(None, vec![Part::text("ok")])).await?;
+                Ok(Outcome::completed())
+            }
+        }),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice() {
+    let mesh = Mesh::start().await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let running = mesh.run(counting_agent("counter", runs.clone())).await;
+
+    let reply_topic = mesh.topics.gateway_response("dup", "t").unwrap();
+    let mut answers = mesh.bus.subscribe(&reply_topic, QoS::AtLeastOnce).await.unwrap();
+    let publish = |request_id: &str, task_id: &str| {
+        let mut message = user("same message id");
+        message.message_id = "the-same-message-id".into();
+        let mut params = SendMessageRequest {
+            message,
+            configuration: None,
+            metadata: None,
+            tenant: None,
+        };
+        MeshMeta {
+            reply_to: Some(reply_topic.clone()),
+            request_id: Some(request_id.into()),
+            task_id: Some(task_id.into()),
+            ..Default::default()
+        }
+        .put(&mut params.metadata);
+        codec::encode_request(&Request {
+            id: Some(JsonRpcId::String(request_id.into())),
+            method: Method::SendMessage,
+            dialect: Dialect::V0_3,
+            shared_method: false,
+            call: Call::Send(params),
+        })
+    };
+    let topic = mesh.topics.agent_request("counter", "t").unwrap();
+    let first = publish("request-1", "task-1");
+    // The same publish twice (a QoS 1 redelivery), then another task with the same messageId.
+    for payload in [first.clone(), first, publish("request-2", "task-2")] {
+        mesh.bus.publish(&topic, payload, QoS::AtLeastOnce, false).await.unwrap();
+    }
+    let mut tasks = Vec::new();
+    while tasks.len() < 2 {
+        let answer = tokio::time::timeout(WAIT, answers.recv()).await.unwrap().unwrap();
+        let (_, reply) = codec::decode_reply(&answer.payload, Dialect::V0_3).unwrap();
+        if let Ok(Reply::Task(task)) = reply {
+            tasks.push(task.id);
+        }
+    }
+    tasks.sort();
+    assert_eq!(tasks, vec!["task-1".to_owned(), "task-2".to_owned()]);
+    // Nothing more arrives: the duplicate did not run.
+    let extra = tokio::time::timeout(Duration::from_millis(300), answers.recv()).await;
+    assert!(extra.is_err(), "no third answer");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_streamed_chunks_arrive_in_order() {
+    let mesh = Mesh::start().await;
+    let writer = mesh.run(mesh_examples::writer::agent()).await;
+    let (_, stream) = mesh.send("writer", "chunks: 1000", Method::SendStreamingMessage).await;
+    let events = replies(collect(stream).await);
+    let chunks: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Reply::ArtifactUpdate(u) => Some(u.artifact.parts[0].as_text().unwrap().to_owned()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(chunks.len(), 1000);
+    for (index, chunk) in chunks.iter().enumerate() {
+        assert!(chunk.starts_with(&format!("[{index}]")), "chunk {index}: {chunk}");
+    }
+    let last_update = events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Reply::ArtifactUpdate(u) => Some(u),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(last_update.last_chunk, Some(true));
+    assert_eq!(state_of(events.last().unwrap()), Some(TaskState::Completed));
+    writer.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped() {
+    let mesh = Mesh::start().await;
+    for bad in ["a/b", "+", "#", "$sys", "with space", "dot.ted", ""] {
+        let result = mesh_examples::echo::agent()
+            .card(mesh_examples::echo::agent().agent_card().clone())
+            .config(mesh.config());
+        let renamed = Agent::new(bad, handler_fn(|_c: TaskContext| async { Ok(Outcome::completed()) }))
+            .config(mesh.config());
+        drop(result);
+        let error = renamed.start(bus_config(&mesh.broker)).await.err();
+        assert!(matches!(error, Some(AgentError::Topic(_))), "{bad:?}: {error:?}");
+    }
+    let echo = mesh.run(mesh_examples::echo::agent()).await;
+    let mut message = user("odd id");
+    message.task_id = None;
+    let stream = mesh
+        .requester
+        .send(
+            "echo",
+            SendMessageRequest { message, configuration: None, metadata: None, tenant: None },
+            mesh_core::requester::SendOptions {
+                method: Method::SendMessage,
+                task_id: "a/b/#/+".into(),
+                snapshot: None,
+                timeout: WAIT,
+                principal: None,
+                depth: 0,
+                traceparent: None,
+            },
+        )
+        .await
+        .unwrap();
+    let Reply::Task(task) = replies(collect(stream).await).pop().unwrap() else {
+        panic!("a task")
+    };
+    assert_eq!(task.id, "a/b/#/+", "the id is mapped on the topic, never changed");
+    // The requester cannot widen a subscription with an agent name either.
+    let refused = mesh.send_message_err("ec/ho").await;
+    assert!(refused, "an unsafe agent name is refused before publishing");
+    echo.shutdown().await;
+}
+
+trait SendErr {
+    async fn send_message_err(&self, agent: &str) -> bool;
+}
+
+impl SendErr for Mesh {
+    async fn send_message_err(&self, agent: &str) -> bool {
+        self.requester
+            .send(
+                agent,
+                SendMessageRequest { message: user("x"), configuration: None, metadata: None, tenant: None },
+                mesh_core::requester::SendOptions {
+                    method: Method::SendMessage,
+                    task_id: "t".into(),
+                    snapshot: None,
+                    timeout: WAIT,
+                    principal: None,
+                    depth: 0,
+                    traceparent: None,
+                },
+            )
+            .await
+            .is_err()
+    }
+}
+
+#[allow(dead_code)]
+fn _task_is_used(_: Task) {}

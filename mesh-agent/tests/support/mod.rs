@@ -1,0 +1,145 @@
+//! What the runtime's tests share: a real broker, a namespace of their own, a requester and a
+//! registry on it, and helpers to build messages and read reply streams.
+
+#![allow(dead_code)]
+
+use mesh_agent::{Agent, AgentConfig, RunningAgent};
+use mesh_core::bus::{Bus, BusConfig};
+use mesh_core::dialect::Method;
+use mesh_core::model::{Message, Part, Role, SendMessageRequest, Task};
+use mesh_core::registry::Registry;
+use mesh_core::requester::{Delivery, ReplyStream, Requester, RequesterKind, SendOptions};
+use mesh_core::topic::Topics;
+use mesh_testkit::{TestBroker, fresh_namespace};
+use std::time::Duration;
+
+/// Every wait in these tests is bounded by this.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A broker, a namespace, and a requester playing the gateway.
+pub struct Mesh {
+    pub broker: TestBroker,
+    pub namespace: String,
+    pub bus: Bus,
+    pub topics: Topics,
+    pub requester: Requester,
+    pub registry: Registry,
+}
+
+impl Mesh {
+    pub async fn start() -> Mesh {
+        Self::on(TestBroker::mosquitto().await).await
+    }
+
+    pub async fn on(broker: TestBroker) -> Mesh {
+        let namespace = fresh_namespace();
+        let topics = Topics::new(namespace.clone()).unwrap();
+        let bus = Bus::connect(self::bus_config(&broker)).await.unwrap();
+        let registry = Registry::start(&bus, &topics).await.unwrap();
+        assert!(registry.wait_loaded(WAIT).await);
+        let requester = Requester::start(bus.clone(), topics.clone(), RequesterKind::Gateway, "gw")
+            .await
+            .unwrap();
+        requester.watch_registry(&registry);
+        Mesh {
+            broker,
+            namespace,
+            bus,
+            topics,
+            requester,
+            registry,
+        }
+    }
+
+    pub fn config(&self) -> AgentConfig {
+        AgentConfig {
+            namespace: self.namespace.clone(),
+            heartbeat: Duration::from_secs(1),
+            shutdown_grace: Duration::from_millis(500),
+            ..AgentConfig::default()
+        }
+    }
+
+    pub async fn run(&self, agent: Agent) -> RunningAgent {
+        let config = self.config();
+        self.run_with(agent, config).await
+    }
+
+    pub async fn run_with(&self, agent: Agent, config: AgentConfig) -> RunningAgent {
+        let running = agent
+            .config(config)
+            .start(bus_config(&self.broker))
+            .await
+            .expect("agent starts");
+        let name = running.name().to_owned();
+        assert!(
+            self.registry.wait_online(&name, WAIT).await,
+            "{name} shows up in the registry"
+        );
+        running
+    }
+
+    /// Sends a user text to `agent` as a new task.
+    pub async fn send(&self, agent: &str, text: &str, method: Method) -> (String, ReplyStream) {
+        self.send_message(agent, user(text), method, None).await
+    }
+
+    pub async fn send_message(
+        &self,
+        agent: &str,
+        message: Message,
+        method: Method,
+        snapshot: Option<Task>,
+    ) -> (String, ReplyStream) {
+        let task_id = snapshot
+            .as_ref()
+            .map(|t| t.id.clone())
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let stream = self
+            .requester
+            .send(
+                agent,
+                SendMessageRequest {
+                    message,
+                    configuration: None,
+                    metadata: None,
+                    tenant: None,
+                },
+                SendOptions {
+                    method,
+                    task_id: task_id.clone(),
+                    snapshot,
+                    timeout: WAIT,
+                    principal: None,
+                    depth: 0,
+                    traceparent: None,
+                },
+            )
+            .await
+            .expect("request published");
+        (task_id, stream)
+    }
+}
+
+pub fn bus_config(broker: &TestBroker) -> BusConfig {
+    let mut config = BusConfig::new(&broker.url()).unwrap();
+    config.keep_alive = Duration::from_secs(2);
+    config
+}
+
+/// A user message with one text part.
+pub fn user(text: &str) -> Message {
+    Message::new(Role::User, vec![Part::text(text)])
+}
+
+/// Every delivery of a stream, until it ends (bounded by the stream's deadline).
+pub async fn collect(mut stream: ReplyStream) -> Vec<Delivery> {
+    let mut all = Vec::new();
+    while let Some(delivery) = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("the stream ends in time")
+    {
+        all.push(delivery);
+    }
+    all
+}

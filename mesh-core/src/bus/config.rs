@@ -1,0 +1,540 @@
+//! How to reach the broker: the broker URL, credentials, session and size limits, the last
+//! will, TLS roots, timeouts and reconnect backoff of a [`Bus`](super::Bus).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rumqttc::QoS;
+
+use super::BusError;
+
+/// The default maximum MQTT packet size, both directions: 16 MiB (rumqttc's own default is
+/// 10 KiB, far too small for A2A messages with file parts).
+pub const DEFAULT_MAX_PACKET_SIZE: usize = 16 * 1024 * 1024;
+
+/// Why a broker URL was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    /// No `scheme://` at the start.
+    #[error("missing scheme (expected mqtt:// or mqtts://)")]
+    MissingScheme,
+    /// A scheme other than `mqtt` or `mqtts`.
+    #[error("unsupported scheme {0:?} (expected mqtt or mqtts)")]
+    UnsupportedScheme(String),
+    /// No host after the scheme.
+    #[error("missing host")]
+    MissingHost,
+    /// A port that is not a number in 1..=65535.
+    #[error("invalid port {0:?}")]
+    InvalidPort(String),
+    /// Something after the authority (a path, query or fragment).
+    #[error("unexpected {0:?} after host and port")]
+    UnexpectedSuffix(String),
+    /// A bad `%xx` escape, or user info that is not UTF-8 once decoded.
+    #[error("invalid percent-encoding in user info")]
+    BadPercentEncoding,
+}
+
+/// A parsed broker URL: `mqtt://[user[:password]@]host[:port]` (port 1883 by default) or
+/// `mqtts://...` (TLS, port 8883 by default). IPv6 hosts go in brackets: `mqtt://[::1]:1883`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BrokerUrl {
+    /// Whether the connection uses TLS (`mqtts`).
+    pub tls: bool,
+    /// The host name or IP address (without brackets).
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// The user name from the URL's user info, percent-decoded.
+    pub username: Option<String>,
+    /// The password from the URL's user info, percent-decoded.
+    pub password: Option<String>,
+}
+
+impl fmt::Debug for BrokerUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the password.
+        f.debug_struct("BrokerUrl")
+            .field("tls", &self.tls)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl fmt::Display for BrokerUrl {
+    /// The URL without user info.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { "mqtts" } else { "mqtt" };
+        if self.host.contains(':') {
+            write!(f, "{scheme}://[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{scheme}://{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl std::str::FromStr for BrokerUrl {
+    type Err = UrlError;
+
+    fn from_str(url: &str) -> Result<Self, UrlError> {
+        BrokerUrl::parse(url)
+    }
+}
+
+impl BrokerUrl {
+    /// Parses `mqtt://` and `mqtts://` URLs.
+    pub fn parse(url: &str) -> Result<Self, UrlError> {
+        let (scheme, rest) = url.split_once("://").ok_or(UrlError::MissingScheme)?;
+        let tls = match scheme.to_ascii_lowercase().as_str() {
+            "mqtt" | "tcp" => false,
+            "mqtts" | "ssl" => true,
+            _ => return Err(UrlError::UnsupportedScheme(scheme.to_owned())),
+        };
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let (authority, suffix) = rest.split_at(end);
+        if !suffix.is_empty() && suffix != "/" {
+            return Err(UrlError::UnexpectedSuffix(suffix.to_owned()));
+        }
+        let (userinfo, hostport) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let (username, password) = match userinfo {
+            None => (None, None),
+            Some(u) => match u.split_once(':') {
+                Some((user, pass)) => (Some(percent_decode(user)?), Some(percent_decode(pass)?)),
+                None => (Some(percent_decode(u)?), None),
+            },
+        };
+        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+            let (host, after) = v6.split_once(']').ok_or(UrlError::MissingHost)?;
+            let port = match after {
+                "" => None,
+                p => Some(
+                    p.strip_prefix(':')
+                        .ok_or_else(|| UrlError::InvalidPort(p.to_owned()))?,
+                ),
+            };
+            (host, port)
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (hostport, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(UrlError::MissingHost);
+        }
+        let port = match port {
+            None => {
+                if tls {
+                    8883
+                } else {
+                    1883
+                }
+            }
+            Some(p) => match p.parse::<u16>() {
+                Ok(n) if n != 0 => n,
+                _ => return Err(UrlError::InvalidPort(p.to_owned())),
+            },
+        };
+        Ok(BrokerUrl {
+            tls,
+            host: host.to_owned(),
+            port,
+            username,
+            password,
+        })
+    }
+}
+
+fn percent_decode(s: &str) -> Result<String, UrlError> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .ok_or(UrlError::BadPercentEncoding)?;
+            let hex = std::str::from_utf8(hex).map_err(|_| UrlError::BadPercentEncoding)?;
+            out.push(u8::from_str_radix(hex, 16).map_err(|_| UrlError::BadPercentEncoding)?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| UrlError::BadPercentEncoding)
+}
+
+/// The message the broker publishes for a client that goes away without a clean
+/// DISCONNECT (crash, network loss, keep-alive timeout).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastWill {
+    /// The topic of the will.
+    pub topic: String,
+    /// The payload of the will.
+    pub payload: Bytes,
+    /// The QoS of the will.
+    pub qos: QoS,
+    /// Whether the will is retained.
+    pub retain: bool,
+}
+
+/// Where the certificate authorities that a `mqtts://` broker's certificate must chain to
+/// come from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsRoots {
+    /// A PEM file of CA certificates. When set, only these are trusted unless
+    /// [`TlsRoots::native`] is also set.
+    pub ca_file: Option<PathBuf>,
+    /// Also trust the operating system's roots. When no `ca_file` is set, the system roots are
+    /// used whatever this says (there would be nothing else to trust).
+    pub native: bool,
+}
+
+/// Exponential reconnect backoff: `min`, doubled after every failed attempt, capped at `max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The first delay.
+    pub min: Duration,
+    /// The longest delay.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            min: Duration::from_millis(50),
+            max: Duration::from_secs(2),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before attempt number `attempt` (0 for the first retry).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX);
+        self.min.saturating_mul(factor).min(self.max)
+    }
+}
+
+/// Everything [`Bus::connect`](super::Bus::connect) needs. Build it with [`BusConfig::new`]
+/// and change the public fields.
+#[derive(Clone)]
+pub struct BusConfig {
+    /// The broker.
+    pub url: BrokerUrl,
+    /// The user name (taken from the URL's user info by [`BusConfig::new`]).
+    pub username: Option<String>,
+    /// The password (taken from the URL's user info by [`BusConfig::new`]).
+    pub password: Option<String>,
+    /// The MQTT client id; [`BusConfig::new`] makes a unique `mesh-<uuid>`.
+    pub client_id: String,
+    /// The MQTT keep-alive: zero (off) or at least one second. Default 30 s.
+    pub keep_alive: Duration,
+    /// Whether the broker forgets the session when the client goes. Default `true`.
+    pub clean_session: bool,
+    /// The QoS of [`Bus::send`](super::Bus::send). Default QoS 1.
+    pub default_qos: QoS,
+    /// The largest MQTT packet sent or accepted. Default [`DEFAULT_MAX_PACKET_SIZE`].
+    pub max_packet_size: usize,
+    /// The will the broker publishes if this client dies without a clean DISCONNECT.
+    pub last_will: Option<LastWill>,
+    /// Capacity of the queue of requests (publish, subscribe) waiting for the connection.
+    /// Default 1024.
+    pub request_channel_capacity: usize,
+    /// How many messages each [`Subscription`](super::Subscription) buffers before the
+    /// dispatcher waits for room (backpressure). Default 256.
+    pub subscription_capacity: usize,
+    /// How long [`Bus::connect`](super::Bus::connect) waits for the first CONNACK.
+    /// Default 5 s.
+    pub connect_timeout: Duration,
+    /// How long a publish waits for room in the request queue and a subscribe waits for its
+    /// SUBACK. Default 10 s.
+    pub request_timeout: Duration,
+    /// Backoff between reconnect attempts. Default 50 ms doubling to 2 s.
+    pub backoff: Backoff,
+    /// The certificate authorities trusted for `mqtts://`.
+    pub tls_roots: TlsRoots,
+}
+
+impl fmt::Debug for BusConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BusConfig")
+            .field("url", &self.url)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("client_id", &self.client_id)
+            .field("keep_alive", &self.keep_alive)
+            .field("clean_session", &self.clean_session)
+            .field("default_qos", &self.default_qos)
+            .field("max_packet_size", &self.max_packet_size)
+            .field("last_will", &self.last_will)
+            .field("request_channel_capacity", &self.request_channel_capacity)
+            .field("subscription_capacity", &self.subscription_capacity)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("backoff", &self.backoff)
+            .field("tls_roots", &self.tls_roots)
+            .finish()
+    }
+}
+
+impl BusConfig {
+    /// A configuration with the defaults for the broker at `url` (`mqtt://` or `mqtts://`);
+    /// user name and password come from the URL's user info, if any.
+    pub fn new(url: &str) -> Result<Self, BusError> {
+        let url = BrokerUrl::parse(url).map_err(|reason| BusError::InvalidUrl {
+            url: redact(url),
+            reason,
+        })?;
+        Ok(BusConfig {
+            username: url.username.clone(),
+            password: url.password.clone(),
+            url,
+            client_id: format!("mesh-{}", uuid::Uuid::new_v4().simple()),
+            keep_alive: Duration::from_secs(30),
+            clean_session: true,
+            default_qos: QoS::AtLeastOnce,
+            max_packet_size: DEFAULT_MAX_PACKET_SIZE,
+            last_will: None,
+            request_channel_capacity: 1024,
+            subscription_capacity: 256,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            backoff: Backoff::default(),
+            tls_roots: TlsRoots::default(),
+        })
+    }
+
+    /// Sets the client id.
+    pub fn with_client_id(mut self, client_id: impl Into<String>) -> Self {
+        self.client_id = client_id.into();
+        self
+    }
+
+    /// Sets the last will.
+    pub fn with_last_will(mut self, will: LastWill) -> Self {
+        self.last_will = Some(will);
+        self
+    }
+
+    /// Sets user name and password.
+    pub fn with_credentials(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.username = Some(username.into());
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Checks the values rumqttc would otherwise panic on, and builds its options.
+    pub(crate) fn mqtt_options(&self) -> Result<rumqttc::MqttOptions, BusError> {
+        let invalid = |reason: &str| Err(BusError::InvalidConfig(reason.to_owned()));
+        if !self.keep_alive.is_zero() && self.keep_alive < Duration::from_secs(1) {
+            return invalid("keep_alive must be zero or at least one second");
+        }
+        if self.client_id.is_empty() && !self.clean_session {
+            return invalid("a persistent session (clean_session = false) needs a client id");
+        }
+        if self.request_channel_capacity == 0 || self.subscription_capacity == 0 {
+            return invalid("channel capacities must be at least 1");
+        }
+        if self.password.is_some() && self.username.is_none() {
+            return invalid("MQTT 3.1.1 allows a password only with a user name");
+        }
+        if self.backoff.min.is_zero() || self.backoff.max < self.backoff.min {
+            return invalid("backoff.min must be positive and at most backoff.max");
+        }
+        let mut opts =
+            rumqttc::MqttOptions::new(self.client_id.clone(), self.url.host.clone(), self.url.port);
+        opts.set_keep_alive(self.keep_alive)
+            .set_clean_session(self.clean_session)
+            .set_max_packet_size(self.max_packet_size, self.max_packet_size)
+            .set_request_channel_capacity(self.request_channel_capacity);
+        if let Some(user) = &self.username {
+            opts.set_credentials(user.clone(), self.password.clone().unwrap_or_default());
+        }
+        if let Some(will) = &self.last_will {
+            opts.set_last_will(rumqttc::LastWill {
+                topic: will.topic.clone(),
+                message: will.payload.clone(),
+                qos: will.qos,
+                retain: will.retain,
+            });
+        }
+        if self.url.tls {
+            let tls = self.rustls_config()?;
+            opts.set_transport(rumqttc::Transport::tls_with_config(
+                rumqttc::TlsConfiguration::Rustls(tls),
+            ));
+        }
+        Ok(opts)
+    }
+
+    fn rustls_config(&self) -> Result<Arc<rustls::ClientConfig>, BusError> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject;
+
+        let tls_err = |reason: String| BusError::Tls(reason);
+        let mut roots = rustls::RootCertStore::empty();
+        if let Some(path) = &self.tls_roots.ca_file {
+            for cert in CertificateDer::pem_file_iter(path)
+                .map_err(|e| tls_err(format!("reading CA file {}: {e}", path.display())))?
+            {
+                let cert =
+                    cert.map_err(|e| tls_err(format!("parsing CA file {}: {e}", path.display())))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| tls_err(format!("CA in {}: {e}", path.display())))?;
+            }
+            if roots.is_empty() {
+                return Err(tls_err(format!(
+                    "no certificate in CA file {}",
+                    path.display()
+                )));
+            }
+        }
+        if self.tls_roots.native || self.tls_roots.ca_file.is_none() {
+            let native = rustls_native_certs::load_native_certs();
+            for e in &native.errors {
+                tracing::warn!(error = %e, "could not load some system CA certificates");
+            }
+            roots.add_parsable_certificates(native.certs);
+            if roots.is_empty() {
+                return Err(tls_err("no system CA certificate found".to_owned()));
+            }
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| tls_err(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Arc::new(config))
+    }
+}
+
+/// A URL with its password (if any) replaced, for error messages.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}{}", &rest[end..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_urls() {
+        let u = BrokerUrl::parse("mqtt://localhost:1884").unwrap();
+        assert_eq!((u.tls, u.host.as_str(), u.port), (false, "localhost", 1884));
+        assert_eq!(u.username, None);
+        let u = BrokerUrl::parse("mqtts://broker.example").unwrap();
+        assert_eq!((u.tls, u.port), (true, 8883));
+        let u = BrokerUrl::parse("mqtt://host").unwrap();
+        assert_eq!(u.port, 1883);
+        let u = BrokerUrl::parse("mqtt://al%40ice:p%3Ass@h:1/").unwrap();
+        assert_eq!(u.username.as_deref(), Some("al@ice"));
+        assert_eq!(u.password.as_deref(), Some("p:ss"));
+        let u = BrokerUrl::parse("mqtt://[::1]:1999").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("::1", 1999));
+        assert_eq!(u.to_string(), "mqtt://[::1]:1999");
+        let u = BrokerUrl::parse("mqtt://bob@h").unwrap();
+        assert_eq!((u.username.as_deref(), u.password), (Some("bob"), None));
+    }
+
+    #[test]
+    fn refuses_bad_urls() {
+        assert_eq!(
+            BrokerUrl::parse("localhost:1883"),
+            Err(UrlError::MissingScheme)
+        );
+        assert!(matches!(
+            BrokerUrl::parse("http://h"),
+            Err(UrlError::UnsupportedScheme(_))
+        ));
+        assert_eq!(BrokerUrl::parse("mqtt://"), Err(UrlError::MissingHost));
+        assert_eq!(BrokerUrl::parse("mqtt://:1883"), Err(UrlError::MissingHost));
+        assert!(matches!(
+            BrokerUrl::parse("mqtt://h:x"),
+            Err(UrlError::InvalidPort(_))
+        ));
+        assert!(matches!(
+            BrokerUrl::parse("mqtt://h:0"),
+            Err(UrlError::InvalidPort(_))
+        ));
+        assert!(matches!(
+            BrokerUrl::parse("mqtt://h:70000"),
+            Err(UrlError::InvalidPort(_))
+        ));
+        assert!(matches!(
+            BrokerUrl::parse("mqtt://h/path"),
+            Err(UrlError::UnexpectedSuffix(_))
+        ));
+        assert_eq!(
+            BrokerUrl::parse("mqtt://a%zz@h"),
+            Err(UrlError::BadPercentEncoding)
+        );
+        let err = BusConfig::new("mqtt://u:secret@h:x").unwrap_err();
+        assert!(matches!(err, BusError::InvalidUrl { .. }));
+        assert!(!err.to_string().contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn config_takes_credentials_from_url_and_hides_them() {
+        let c = BusConfig::new("mqtt://u:secret@h").unwrap();
+        assert_eq!(c.username.as_deref(), Some("u"));
+        assert_eq!(c.password.as_deref(), Some("secret"));
+        assert!(!format!("{c:?}").contains("secret"));
+        assert_eq!(c.max_packet_size, 16 * 1024 * 1024);
+        assert_eq!(c.default_qos, QoS::AtLeastOnce);
+        assert!(c.mqtt_options().is_ok());
+    }
+
+    #[test]
+    fn refuses_values_rumqttc_would_panic_on() {
+        let mut c = BusConfig::new("mqtt://h").unwrap();
+        c.keep_alive = Duration::from_millis(500);
+        assert!(matches!(c.mqtt_options(), Err(BusError::InvalidConfig(_))));
+        let mut c = BusConfig::new("mqtt://h").unwrap().with_client_id("");
+        c.clean_session = false;
+        assert!(matches!(c.mqtt_options(), Err(BusError::InvalidConfig(_))));
+    }
+
+    #[test]
+    fn tls_config_with_a_missing_ca_file_is_a_typed_error() {
+        let mut c = BusConfig::new("mqtts://h").unwrap();
+        c.tls_roots.ca_file = Some("/nonexistent/ca.pem".into());
+        assert!(matches!(c.mqtt_options(), Err(BusError::Tls(_))));
+    }
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let b = Backoff::default();
+        assert_eq!(b.delay(0), Duration::from_millis(50));
+        assert_eq!(b.delay(1), Duration::from_millis(100));
+        assert_eq!(b.delay(5), Duration::from_millis(1600));
+        assert_eq!(b.delay(6), Duration::from_secs(2));
+        assert_eq!(b.delay(1000), Duration::from_secs(2));
+    }
+}

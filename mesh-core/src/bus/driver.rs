@@ -1,0 +1,408 @@
+//! The two background tasks of a [`Bus`](super::Bus) and the state they share.
+//!
+//! - The *event-loop task* is the only one that polls the rumqttc [`EventLoop`]. It routes
+//!   incoming publishes to subscriptions, matches SUBACKs to waiting subscribers, reports the
+//!   connection state, and reconnects with backoff. It never awaits a client request
+//!   (publish, subscribe): that deadlocks once the request queue is full (rumqttc #1025).
+//! - The *control task* issues every SUBSCRIBE and UNSUBSCRIBE, in order, including the
+//!   re-subscription of every live filter after a reconnect (rumqttc does not re-subscribe:
+//!   #250). Because it is the only task that sends SUBSCRIBEs, the order of its pending
+//!   entries is the order in which rumqttc assigns packet ids, which lets the event-loop task
+//!   match each SUBACK to its subscribers.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rumqttc::{
+    AsyncClient, ConnectionError, Event, EventLoop, Outgoing, Packet, QoS, Request,
+    SubscribeFilter, SubscribeReasonCode,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::config::Backoff;
+use super::{BusError, BusMessage, ConnectionState};
+use crate::topic::filter_matches;
+
+/// A subscriber waiting for the SUBACK of its filter.
+pub(crate) struct Waiter {
+    filter: String,
+    tx: oneshot::Sender<Result<(), BusError>>,
+}
+
+/// One SUBSCRIBE packet: its filters in order, and who waits for its SUBACK.
+struct PendingSub {
+    filters: Vec<String>,
+    waiters: Vec<Waiter>,
+    /// The re-subscription after a reconnect: its SUBACK makes the bus `Connected`.
+    resubscribe: bool,
+}
+
+/// A local subscription: where the messages matching `filter` go.
+struct Route {
+    id: u64,
+    filter: String,
+    qos: QoS,
+    tx: mpsc::Sender<BusMessage>,
+}
+
+#[derive(Default)]
+struct Router {
+    routes: Vec<Route>,
+    /// SUBSCRIBEs queued to rumqttc, not yet written (oldest first).
+    queued: VecDeque<PendingSub>,
+    /// SUBSCRIBEs written, by packet id, waiting for their SUBACK.
+    sent: HashMap<u16, PendingSub>,
+    /// Subscribers whose SUBSCRIBE was written on a connection that then dropped: the
+    /// re-subscription after the next CONNACK answers them.
+    held: Vec<Waiter>,
+    closed: bool,
+}
+
+/// The state shared by the bus handle, the subscriptions and the two tasks.
+#[derive(Default)]
+pub(crate) struct Shared {
+    router: Mutex<Router>,
+    next_id: AtomicU64,
+}
+
+/// What the control task is asked to do.
+pub(crate) enum Command {
+    Subscribe {
+        filter: String,
+        qos: QoS,
+        ack: oneshot::Sender<Result<(), BusError>>,
+    },
+    Unsubscribe {
+        filter: String,
+    },
+    Resubscribe,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Router> {
+        // A panic elsewhere never makes the bus panic.
+        self.router.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a route; `None` if the bus is closed.
+    pub(crate) fn add_route(
+        &self,
+        filter: &str,
+        qos: QoS,
+        tx: mpsc::Sender<BusMessage>,
+    ) -> Option<u64> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut r = self.lock();
+        if r.closed {
+            return None;
+        }
+        r.routes.push(Route {
+            id,
+            filter: filter.to_owned(),
+            qos,
+            tx,
+        });
+        Some(id)
+    }
+
+    /// Removes a route; returns whether it was the last one of its filter.
+    pub(crate) fn remove_route(&self, id: u64, filter: &str) -> bool {
+        let mut r = self.lock();
+        r.routes.retain(|route| route.id != id);
+        !r.closed && !r.routes.iter().any(|route| route.filter == filter)
+    }
+
+    fn has_route(&self, filter: &str) -> bool {
+        self.lock()
+            .routes
+            .iter()
+            .any(|route| route.filter == filter)
+    }
+
+    /// Records a SUBSCRIBE about to be queued; `false` (and the waiter told) if closed.
+    fn push_queued(&self, pending: PendingSub) -> bool {
+        let mut r = self.lock();
+        if r.closed {
+            for w in pending.waiters {
+                let _ = w.tx.send(Err(BusError::Closed));
+            }
+            return false;
+        }
+        r.queued.push_back(pending);
+        true
+    }
+
+    /// The filters to re-subscribe after a reconnect, with the highest QoS asked for each;
+    /// queues the entry that will answer the held subscribers.
+    /// With nothing left to re-subscribe, the state is `Connected` at once.
+    fn prepare_resubscribe(&self, state: &watch::Sender<ConnectionState>) -> Vec<SubscribeFilter> {
+        let mut r = self.lock();
+        let mut filters: Vec<(String, QoS)> = Vec::new();
+        for route in &r.routes {
+            match filters.iter_mut().find(|(f, _)| *f == route.filter) {
+                Some((_, q)) => *q = max_qos(*q, route.qos),
+                None => filters.push((route.filter.clone(), route.qos)),
+            }
+        }
+        let held = std::mem::take(&mut r.held);
+        if filters.is_empty() {
+            for w in held {
+                // Nothing is live any more: whoever waited has gone.
+                let _ = w.tx.send(Err(BusError::Closed));
+            }
+            state.send_if_modified(|s| {
+                let connecting = *s == ConnectionState::Connecting;
+                if connecting {
+                    *s = ConnectionState::Connected;
+                }
+                connecting
+            });
+            return Vec::new();
+        }
+        r.queued.push_back(PendingSub {
+            filters: filters.iter().map(|(f, _)| f.clone()).collect(),
+            waiters: held,
+            resubscribe: true,
+        });
+        filters
+            .into_iter()
+            .map(|(f, q)| SubscribeFilter::new(f, q))
+            .collect()
+    }
+
+    fn sub_written(&self, pkid: u16) {
+        let mut r = self.lock();
+        if let Some(p) = r.queued.pop_front() {
+            r.sent.insert(pkid, p);
+        }
+    }
+
+    /// Answers the subscribers of a SUBACK; returns whether it answered a re-subscription.
+    fn sub_acked(&self, pkid: u16, codes: &[SubscribeReasonCode]) -> bool {
+        let Some(p) = self.lock().sent.remove(&pkid) else {
+            return false;
+        };
+        for w in p.waiters {
+            let ok = p
+                .filters
+                .iter()
+                .position(|f| *f == w.filter)
+                .and_then(|i| codes.get(i))
+                .is_some_and(|c| matches!(c, SubscribeReasonCode::Success(_)));
+            let result = if ok {
+                Ok(())
+            } else {
+                tracing::warn!(filter = %w.filter, "broker refused subscription");
+                Err(BusError::SubscribeRejected {
+                    filter: w.filter.clone(),
+                })
+            };
+            let _ = w.tx.send(result);
+        }
+        p.resubscribe
+    }
+
+    /// The connection dropped: SUBSCRIBEs written on it will not be answered.
+    fn connection_lost(&self) {
+        let mut r = self.lock();
+        let sent: Vec<PendingSub> = r.sent.drain().map(|(_, p)| p).collect();
+        for p in sent {
+            r.held.extend(p.waiters);
+        }
+    }
+
+    fn has_held(&self) -> bool {
+        !self.lock().held.is_empty()
+    }
+
+    fn has_routes(&self) -> bool {
+        !self.lock().routes.is_empty()
+    }
+
+    /// The bus is gone: every subscription ends, every waiter fails.
+    pub(crate) fn close(&self) {
+        let mut r = self.lock();
+        r.closed = true;
+        r.routes.clear();
+        let mut waiters: Vec<Waiter> = std::mem::take(&mut r.held);
+        let r = &mut *r;
+        for p in r.queued.drain(..).chain(r.sent.drain().map(|(_, p)| p)) {
+            waiters.extend(p.waiters);
+        }
+        for w in waiters {
+            let _ = w.tx.send(Err(BusError::Closed));
+        }
+    }
+
+    /// The senders of every route whose filter matches `topic`.
+    fn targets(&self, topic: &str) -> Vec<mpsc::Sender<BusMessage>> {
+        self.lock()
+            .routes
+            .iter()
+            .filter(|r| filter_matches(&r.filter, topic))
+            .map(|r| r.tx.clone())
+            .collect()
+    }
+}
+
+fn max_qos(a: QoS, b: QoS) -> QoS {
+    let rank = |q| match q {
+        QoS::AtMostOnce => 0,
+        QoS::AtLeastOnce => 1,
+        QoS::ExactlyOnce => 2,
+    };
+    if rank(a) >= rank(b) { a } else { b }
+}
+
+/// The control task: every SUBSCRIBE and UNSUBSCRIBE, in order.
+pub(crate) async fn control(
+    client: AsyncClient,
+    shared: Arc<Shared>,
+    mut rx: mpsc::UnboundedReceiver<Command>,
+    state: watch::Sender<ConnectionState>,
+) {
+    while let Some(cmd) = rx.recv().await {
+        match cmd {
+            Command::Subscribe { filter, qos, ack } => {
+                let pending = PendingSub {
+                    filters: vec![filter.clone()],
+                    waiters: vec![Waiter {
+                        filter: filter.clone(),
+                        tx: ack,
+                    }],
+                    resubscribe: false,
+                };
+                if shared.push_queued(pending) && client.subscribe(filter, qos).await.is_err() {
+                    // The event loop is gone; it closes the shared state as it ends.
+                    shared.close();
+                }
+            }
+            Command::Unsubscribe { filter } => {
+                // A new subscription to the same filter may have come since.
+                if !shared.has_route(&filter) {
+                    tracing::debug!(%filter, "unsubscribing");
+                    let _ = client.unsubscribe(filter).await;
+                }
+            }
+            Command::Resubscribe => {
+                let filters = shared.prepare_resubscribe(&state);
+                if !filters.is_empty() {
+                    tracing::debug!(count = filters.len(), "re-subscribing after reconnect");
+                    if client.subscribe_many(filters).await.is_err() {
+                        shared.close();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The event-loop task (see the module documentation).
+pub(crate) struct Driver {
+    pub(crate) eventloop: EventLoop,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) control: mpsc::UnboundedSender<Command>,
+    pub(crate) state: watch::Sender<ConnectionState>,
+    pub(crate) shutdown: watch::Receiver<bool>,
+    pub(crate) backoff: Backoff,
+    pub(crate) url: String,
+}
+
+impl Driver {
+    /// Runs until the bus is disconnected or dropped, or the first connection fails (told
+    /// through `ready`).
+    pub(crate) async fn run(mut self, ready: oneshot::Sender<Result<(), ConnectionError>>) {
+        let mut ready = Some(ready);
+        let mut connected = false;
+        let mut attempt = 0u32;
+        // Requests rumqttc moved out of its queue when a connection dropped; given back after
+        // the next CONNACK (rumqttc drops them on a clean session).
+        let mut stash: VecDeque<Request> = VecDeque::new();
+        let reason = loop {
+            let polled = if connected {
+                self.eventloop.poll().await
+            } else {
+                let mut shutdown = self.shutdown.clone();
+                tokio::select! {
+                    biased;
+                    _ = shutdown.wait_for(|s| *s) => break "disconnected by the client".to_owned(),
+                    polled = self.eventloop.poll() => polled,
+                }
+            };
+            match polled {
+                Ok(Event::Incoming(Packet::ConnAck(ack))) => {
+                    connected = true;
+                    attempt = 0;
+                    if !stash.is_empty() {
+                        stash.extend(self.eventloop.pending.drain(..));
+                        self.eventloop.pending = std::mem::take(&mut stash);
+                    }
+                    let resubscribe = (!ack.session_present && self.shared.has_routes())
+                        || self.shared.has_held();
+                    tracing::info!(url = %self.url, session_present = ack.session_present, resubscribe, "bus connected");
+                    if resubscribe {
+                        // `Connected` once the re-subscription is acknowledged.
+                        let _ = self.control.send(Command::Resubscribe);
+                    } else {
+                        self.state.send_replace(ConnectionState::Connected);
+                    }
+                    if let Some(ready) = ready.take() {
+                        let _ = ready.send(Ok(()));
+                    }
+                }
+                Ok(Event::Incoming(Packet::Publish(p))) => {
+                    let targets = self.shared.targets(&p.topic);
+                    let msg = BusMessage {
+                        topic: p.topic,
+                        payload: p.payload,
+                        retain: p.retain,
+                    };
+                    // Backpressure: wait for room in each subscription (see `Subscription`).
+                    if let Some((last, rest)) = targets.split_last() {
+                        for tx in rest {
+                            let _ = tx.send(msg.clone()).await;
+                        }
+                        let _ = last.send(msg).await;
+                    }
+                }
+                Ok(Event::Incoming(Packet::SubAck(ack))) => {
+                    if self.shared.sub_acked(ack.pkid, &ack.return_codes) {
+                        tracing::info!(url = %self.url, "bus re-subscribed");
+                        self.state.send_replace(ConnectionState::Connected);
+                    }
+                }
+                Ok(Event::Outgoing(Outgoing::Subscribe(pkid))) => self.shared.sub_written(pkid),
+                Ok(Event::Outgoing(Outgoing::Disconnect)) => {
+                    break "disconnected by the client".to_owned();
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    if let Some(ready) = ready.take() {
+                        let reason = e.to_string();
+                        let _ = ready.send(Err(e));
+                        break reason;
+                    }
+                    connected = false;
+                    stash.extend(self.eventloop.pending.drain(..));
+                    self.shared.connection_lost();
+                    let reason = e.to_string();
+                    let delay = self.backoff.delay(attempt);
+                    attempt = attempt.saturating_add(1);
+                    tracing::warn!(url = %self.url, error = %reason, retry_in = ?delay, "bus disconnected");
+                    self.state
+                        .send_replace(ConnectionState::Disconnected { reason });
+                    let mut shutdown = self.shutdown.clone();
+                    tokio::select! {
+                        _ = shutdown.wait_for(|s| *s) => break "disconnected by the client".to_owned(),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    self.state.send_replace(ConnectionState::Connecting);
+                }
+            }
+        };
+        tracing::info!(url = %self.url, %reason, "bus closed");
+        self.shared.close();
+        self.state.send_replace(ConnectionState::Closed);
+    }
+}

@@ -1,0 +1,585 @@
+//! The MQTT connection shared by agents and gateways: one [`Bus`] per process (or per
+//! component), over rumqttc, that publishes, routes incoming messages to [`Subscription`]s,
+//! reconnects with backoff and re-subscribes after every reconnect.
+//!
+//! # Behaviour
+//!
+//! - **Latency.** TCP_NODELAY is always set on the client socket (rumqttc leaves Nagle on,
+//!   which turns a QoS 1 round trip of about 120 µs into about 88 ms).
+//! - **One event-loop task** polls rumqttc and dispatches; it never awaits a client request
+//!   (rumqttc #1025). Subscribes and unsubscribes go through a second task, in order.
+//! - **Reconnects** use exponential backoff ([`Backoff`], 50 ms doubling to 2 s by default)
+//!   and re-subscribe every live filter after each CONNACK without a session (rumqttc does
+//!   not, #250). Requests rumqttc moved out of its queue when the connection dropped
+//!   (unacknowledged QoS 1/2 publishes, queued subscribes) are sent again after the
+//!   reconnect, also on a clean session where rumqttc would drop them: QoS 1 stays "at least
+//!   once" across reconnects.
+//! - **State** is reported through [`Bus::state`] (a `tokio::sync::watch` of
+//!   [`ConnectionState`]) and in `tracing` (info on connect, warn on disconnect).
+//! - **Publishing** ([`Bus::publish`]) resolves when rumqttc has taken the message into its
+//!   request queue, not when the broker acknowledged it (rumqttc does not say which PUBACK
+//!   answers which call). While disconnected, messages wait in that queue
+//!   ([`BusConfig::request_channel_capacity`]); a publish that cannot even be queued within
+//!   [`BusConfig::request_timeout`] fails with [`BusError::Timeout`].
+//! - **Subscribing** ([`Bus::subscribe`]) resolves once the broker acknowledged the
+//!   SUBSCRIBE, so a message published by anyone after it returns is delivered.
+//! - **Routing.** Every incoming message goes to every subscription whose filter matches its
+//!   topic (`+`, `#`, and a `$share/<group>/` prefix stripped for matching). MQTT 3.1.1 does
+//!   not say which subscription a message came through, so routing is by topic: a topic that
+//!   matches both a shared and a plain subscription of the same connection reaches both, and
+//!   re-subscribing (a new subscription to a filter, or after a reconnect) makes the broker
+//!   send retained messages again (they carry `retain = true`).
+//! - **Backpressure.** Each subscription buffers [`BusConfig::subscription_capacity`]
+//!   messages. When one is full, the dispatcher waits for room: the bus stops reading from
+//!   the socket and the broker holds the rest (bounded memory, no silent loss). A consumer
+//!   that stops reading therefore stalls every subscription of its bus, and if it stalls for
+//!   longer than about 1.5 × keep-alive the broker drops the connection. Consumers should
+//!   hand long work to other tasks; a consumer must not block on [`Bus::publish`] while
+//!   holding back its own subscription under sustained overload, since the request queue
+//!   only drains while the dispatcher runs.
+//! - **Shutdown.** [`Bus::disconnect`] sends a clean MQTT DISCONNECT, so the broker does
+//!   **not** publish the last will: a component that announces its presence publishes its
+//!   own "offline" before disconnecting. Dropping the last handle of a bus without
+//!   disconnecting closes the socket abruptly, and the broker publishes the will.
+
+mod config;
+mod driver;
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+pub use config::{
+    Backoff, BrokerUrl, BusConfig, DEFAULT_MAX_PACKET_SIZE, LastWill, TlsRoots, UrlError,
+};
+pub use rumqttc::QoS;
+
+use driver::{Command, Driver, Shared};
+
+/// Every way a bus operation can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    /// The broker URL could not be parsed (the URL is shown without its password).
+    #[error("invalid broker URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL, password redacted.
+        url: String,
+        /// Why.
+        reason: UrlError,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid bus configuration: {0}")]
+    InvalidConfig(String),
+    /// The TLS configuration could not be built (CA file, system roots).
+    #[error("TLS configuration: {0}")]
+    Tls(String),
+    /// The first connection attempt failed (refused, unreachable, TLS, bad credentials).
+    #[error("cannot connect to {url}: {source}")]
+    Connect {
+        /// The broker URL, without user info.
+        url: String,
+        /// What rumqttc reported (boxed: it is large).
+        #[source]
+        source: Box<rumqttc::ConnectionError>,
+    },
+    /// No CONNACK within [`BusConfig::connect_timeout`].
+    #[error("no answer from {url} within {after:?}")]
+    ConnectTimeout {
+        /// The broker URL, without user info.
+        url: String,
+        /// How long it waited.
+        after: Duration,
+    },
+    /// A topic name that cannot be published to (empty, wildcards, NUL, too long).
+    #[error("invalid topic {topic:?}: {reason}")]
+    InvalidTopic {
+        /// The topic.
+        topic: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A topic filter that cannot be subscribed to.
+    #[error("invalid topic filter {filter:?}: {reason}")]
+    InvalidFilter {
+        /// The filter.
+        filter: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A message larger than [`BusConfig::max_packet_size`] allows.
+    #[error("message of {size} bytes exceeds the maximum packet size of {max} bytes")]
+    PayloadTooLarge {
+        /// The size of the packet it would make.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The broker refused a subscription (SUBACK failure).
+    #[error("the broker refused the subscription to {filter:?}")]
+    SubscribeRejected {
+        /// The filter.
+        filter: String,
+    },
+    /// An operation did not complete in time.
+    #[error("{what} timed out after {after:?}")]
+    Timeout {
+        /// What timed out.
+        what: &'static str,
+        /// How long it waited.
+        after: Duration,
+    },
+    /// The bus was disconnected or dropped.
+    #[error("the bus is closed")]
+    Closed,
+}
+
+/// The state of the connection to the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectionState {
+    /// Connecting (first attempt or reconnecting).
+    Connecting,
+    /// Connected: CONNACK received and, after a reconnect, every live subscription
+    /// re-subscribed (acknowledged by the broker).
+    Connected,
+    /// The connection dropped; a reconnect follows after the backoff.
+    Disconnected {
+        /// What went wrong.
+        reason: String,
+    },
+    /// The bus was disconnected or dropped: no more reconnects.
+    Closed,
+}
+
+/// A message received on a [`Subscription`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusMessage {
+    /// The topic it was published to.
+    pub topic: String,
+    /// The payload (shared, not copied, between overlapping subscriptions).
+    pub payload: Bytes,
+    /// Whether the broker sent it as a retained message (to a new subscriber).
+    pub retain: bool,
+}
+
+/// What the handles hold; dropping the last one ends the connection abruptly.
+struct Inner {
+    client: rumqttc::AsyncClient,
+    shared: Arc<Shared>,
+    control: mpsc::UnboundedSender<Command>,
+    state: watch::Receiver<ConnectionState>,
+    shutdown: watch::Sender<bool>,
+    tasks: Mutex<Option<(JoinHandle<()>, JoinHandle<()>)>>,
+    default_qos: QoS,
+    max_packet_size: usize,
+    subscription_capacity: usize,
+    request_timeout: Duration,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let tasks = self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((event_loop, control)) = tasks {
+            // Dropping the event loop closes the socket without DISCONNECT: the broker
+            // publishes the last will.
+            event_loop.abort();
+            control.abort();
+        }
+        self.shared.close();
+    }
+}
+
+/// A connection to the broker; cheap to clone (all clones share the connection).
+#[derive(Clone)]
+pub struct Bus {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Bus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bus")
+            .field("state", &*self.inner.state.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bus {
+    /// Connects to the broker and waits for the first CONNACK, at most
+    /// [`BusConfig::connect_timeout`]. A broker that refuses or cannot be reached fails with
+    /// [`BusError::Connect`]; one that does not answer in time with
+    /// [`BusError::ConnectTimeout`]. After the first connection, the bus reconnects by itself.
+    ///
+    /// Must be called within a Tokio runtime.
+    pub async fn connect(config: BusConfig) -> Result<Bus, BusError> {
+        let opts = config.mqtt_options()?;
+        let url = config.url.to_string();
+        let (client, mut eventloop) =
+            rumqttc::AsyncClient::new(opts, config.request_channel_capacity);
+        let mut net = rumqttc::NetworkOptions::new();
+        net.set_tcp_nodelay(true);
+        let secs = config.connect_timeout.as_secs_f64().ceil().max(1.0) as u64;
+        net.set_connection_timeout(secs);
+        eventloop.set_network_options(net);
+
+        let shared = Arc::new(Shared::default());
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let (state_tx, state_rx) = watch::channel(ConnectionState::Connecting);
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let driver = Driver {
+            eventloop,
+            shared: shared.clone(),
+            control: control_tx.clone(),
+            state: state_tx.clone(),
+            shutdown: shutdown_rx,
+            backoff: config.backoff,
+            url: url.clone(),
+        };
+        let event_loop = tokio::spawn(driver.run(ready_tx));
+        let control = tokio::spawn(driver::control(
+            client.clone(),
+            shared.clone(),
+            control_rx,
+            state_tx,
+        ));
+        let bus = Bus {
+            inner: Arc::new(Inner {
+                client,
+                shared,
+                control: control_tx,
+                state: state_rx,
+                shutdown: shutdown_tx,
+                tasks: Mutex::new(Some((event_loop, control))),
+                default_qos: config.default_qos,
+                max_packet_size: config.max_packet_size,
+                subscription_capacity: config.subscription_capacity,
+                request_timeout: config.request_timeout,
+            }),
+        };
+        match tokio::time::timeout(config.connect_timeout, ready_rx).await {
+            Ok(Ok(Ok(()))) => Ok(bus),
+            Ok(Ok(Err(source))) => Err(BusError::Connect {
+                url,
+                source: Box::new(source),
+            }),
+            Ok(Err(_)) => Err(BusError::Closed),
+            Err(_) => Err(BusError::ConnectTimeout {
+                url,
+                after: config.connect_timeout,
+            }),
+        }
+        // On error `bus` is dropped here, which stops both tasks.
+    }
+
+    /// Publishes `payload` to `topic` with the given QoS and retain flag.
+    ///
+    /// Resolves once rumqttc has queued the message (see the module documentation). An empty
+    /// retained payload clears the retained message of the topic.
+    pub async fn publish(
+        &self,
+        topic: &str,
+        payload: impl Into<Bytes>,
+        qos: QoS,
+        retain: bool,
+    ) -> Result<(), BusError> {
+        check_topic(topic)?;
+        let payload = payload.into();
+        // Variable header (topic length, topic, packet id) plus payload.
+        let size = 2 + topic.len() + 2 + payload.len();
+        if size > self.inner.max_packet_size {
+            return Err(BusError::PayloadTooLarge {
+                size,
+                max: self.inner.max_packet_size,
+            });
+        }
+        let after = self.inner.request_timeout;
+        let queued = self.inner.client.publish_bytes(topic, qos, retain, payload);
+        match tokio::time::timeout(after, queued).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(BusError::Closed),
+            Err(_) => Err(BusError::Timeout {
+                what: "queueing a publish",
+                after,
+            }),
+        }
+    }
+
+    /// Publishes with the default QoS ([`BusConfig::default_qos`], QoS 1), not retained.
+    pub async fn send(&self, topic: &str, payload: impl Into<Bytes>) -> Result<(), BusError> {
+        self.publish(topic, payload, self.inner.default_qos, false)
+            .await
+    }
+
+    /// Subscribes to `filter` (which may be `$share/<group>/...`) and waits for the broker's
+    /// SUBACK, at most [`BusConfig::request_timeout`] (while the broker is unreachable, the
+    /// subscription is answered by the re-subscription after the reconnect).
+    pub async fn subscribe(&self, filter: &str, qos: QoS) -> Result<Subscription, BusError> {
+        check_filter(filter)?;
+        let (tx, rx) = mpsc::channel(self.inner.subscription_capacity);
+        let id = self
+            .inner
+            .shared
+            .add_route(filter, qos, tx)
+            .ok_or(BusError::Closed)?;
+        // Made now so that any failure below unsubscribes as it is dropped.
+        let subscription = Subscription {
+            id,
+            filter: filter.to_owned(),
+            rx,
+            shared: self.inner.shared.clone(),
+            control: self.inner.control.clone(),
+        };
+        let (ack, acked) = oneshot::channel();
+        self.inner
+            .control
+            .send(Command::Subscribe {
+                filter: filter.to_owned(),
+                qos,
+                ack,
+            })
+            .map_err(|_| BusError::Closed)?;
+        let after = self.inner.request_timeout;
+        match tokio::time::timeout(after, acked).await {
+            Ok(Ok(Ok(()))) => Ok(subscription),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(_)) => Err(BusError::Closed),
+            Err(_) => Err(BusError::Timeout {
+                what: "waiting for SUBACK",
+                after,
+            }),
+        }
+    }
+
+    /// Ends a subscription (the same as dropping it): the broker is told to unsubscribe when
+    /// no other subscription of this bus has the same filter.
+    pub fn unsubscribe(&self, subscription: Subscription) {
+        drop(subscription);
+    }
+
+    /// The connection state, as a watch: `borrow()` for now, `changed()` / `wait_for()` to
+    /// follow it.
+    pub fn state(&self) -> watch::Receiver<ConnectionState> {
+        self.inner.state.clone()
+    }
+
+    /// Whether the bus is connected right now.
+    pub fn is_connected(&self) -> bool {
+        *self.inner.state.borrow() == ConnectionState::Connected
+    }
+
+    /// Drops the connection at once, with no MQTT DISCONNECT: the broker sees what it sees
+    /// when a process crashes, and publishes the last will. Every clone of this bus is closed.
+    pub fn abort(&self) {
+        let tasks = self
+            .inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((event_loop, control)) = tasks {
+            event_loop.abort();
+            control.abort();
+        }
+        let _ = self.inner.shutdown.send(true);
+    }
+
+    /// Disconnects cleanly: queued requests are sent first, then an MQTT DISCONNECT, so the
+    /// broker does **not** publish the last will (publish your own "offline" before). Waits
+    /// at most [`BusConfig::request_timeout`], then closes the socket anyway. Every clone of
+    /// this bus is closed; their operations fail with [`BusError::Closed`].
+    pub async fn disconnect(&self) -> Result<(), BusError> {
+        let tasks = self
+            .inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some((mut event_loop, control)) = tasks else {
+            return Ok(());
+        };
+        let after = self.inner.request_timeout;
+        let _ = self.inner.shutdown.send(true);
+        let client = self.inner.client.clone();
+        let clean = async {
+            // Queue the DISCONNECT and wait for the event loop to end, whichever way: it also
+            // ends at once, through `shutdown`, while it is not connected.
+            let send = async move {
+                let _ = client.disconnect().await;
+                std::future::pending::<()>().await
+            };
+            tokio::select! {
+                _ = &mut event_loop => {}
+                _ = send => {}
+            }
+        };
+        let result = tokio::time::timeout(after, clean).await;
+        event_loop.abort();
+        control.abort();
+        self.inner.shared.close();
+        result.map_err(|_| BusError::Timeout {
+            what: "disconnecting",
+            after,
+        })
+    }
+}
+
+/// Checks a topic name for publishing.
+fn check_topic(topic: &str) -> Result<(), BusError> {
+    let bad = |reason| {
+        Err(BusError::InvalidTopic {
+            topic: topic.to_owned(),
+            reason,
+        })
+    };
+    if topic.is_empty() {
+        return bad("empty");
+    }
+    if topic.len() > usize::from(u16::MAX) {
+        return bad("longer than 65535 bytes");
+    }
+    if topic.contains(['+', '#']) {
+        return bad("wildcards are not allowed in a topic name");
+    }
+    if topic.contains('\0') {
+        return bad("contains NUL");
+    }
+    Ok(())
+}
+
+/// Checks a topic filter for subscribing.
+fn check_filter(filter: &str) -> Result<(), BusError> {
+    let bad = |reason| {
+        Err(BusError::InvalidFilter {
+            filter: filter.to_owned(),
+            reason,
+        })
+    };
+    if filter.len() > usize::from(u16::MAX) {
+        return bad("longer than 65535 bytes");
+    }
+    if filter.contains('\0') {
+        return bad("contains NUL");
+    }
+    let body = if let Some(rest) = filter.strip_prefix("$share/") {
+        let Some((group, body)) = rest.split_once('/') else {
+            return bad("a shared subscription needs $share/<group>/<filter>");
+        };
+        if group.is_empty() || group.contains(['+', '#']) {
+            return bad("invalid share group name");
+        }
+        body
+    } else {
+        filter
+    };
+    if body.is_empty() {
+        return bad("empty");
+    }
+    let levels: Vec<&str> = body.split('/').collect();
+    for (i, level) in levels.iter().enumerate() {
+        if level.contains('#') && (*level != "#" || i + 1 != levels.len()) {
+            return bad("'#' must be the whole last level");
+        }
+        if level.contains('+') && *level != "+" {
+            return bad("'+' must be a whole level");
+        }
+    }
+    Ok(())
+}
+
+/// The messages of one subscription, in order; an async stream.
+///
+/// Dropping it stops the routing at once, and unsubscribes at the broker when no other
+/// subscription of the bus has the same filter. `recv` returns `None` once the bus is
+/// closed.
+pub struct Subscription {
+    id: u64,
+    filter: String,
+    rx: mpsc::Receiver<BusMessage>,
+    shared: Arc<Shared>,
+    control: mpsc::UnboundedSender<Command>,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("filter", &self.filter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Subscription {
+    /// The next message; `None` when the bus is closed.
+    pub async fn recv(&mut self) -> Option<BusMessage> {
+        self.rx.recv().await
+    }
+
+    /// The next message if one is already buffered.
+    pub fn try_recv(&mut self) -> Option<BusMessage> {
+        self.rx.try_recv().ok()
+    }
+
+    /// The filter this subscription was made with.
+    pub fn filter(&self) -> &str {
+        &self.filter
+    }
+}
+
+impl futures_core::Stream for Subscription {
+    type Item = BusMessage;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<BusMessage>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if self.shared.remove_route(self.id, &self.filter) {
+            let _ = self.control.send(Command::Unsubscribe {
+                filter: std::mem::take(&mut self.filter),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_and_filters_are_checked() {
+        assert!(check_topic("a/b").is_ok());
+        for bad in ["", "a/+", "a/#", "a\0"] {
+            assert!(
+                matches!(check_topic(bad), Err(BusError::InvalidTopic { .. })),
+                "{bad:?}"
+            );
+        }
+        for good in ["a/+/c", "#", "a/#", "$share/g/a/+", "$SYS/#"] {
+            assert!(check_filter(good).is_ok(), "{good:?}");
+        }
+        for bad in [
+            "",
+            "a/#/c",
+            "a+",
+            "a/b#",
+            "$share/g",
+            "$share//a",
+            "$share/g+/a",
+            "$share/g/",
+        ] {
+            assert!(
+                matches!(check_filter(bad), Err(BusError::InvalidFilter { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Decoded requests and replies: what the agent runtime and the gateway work with.
+//!
+//! A [`Request`] is a JSON-RPC request whose method is known and whose params were read
+//! into the model ([`Call`]); a [`Reply`] is a result (or stream event) in the model.
+//! [`crate::codec`] turns bytes of any dialect into these and back.
+
+use crate::dialect::{Dialect, Method};
+use crate::error::A2aError;
+use crate::jsonrpc::JsonRpcId;
+use crate::model::{
+    AgentCard, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse, ListTasksRequest, ListTasksResponse, MESH_KEY,
+    Message, SendMessageRequest, SendMessageResponse, StreamResponse, SubscribeToTaskRequest, Task,
+    TaskArtifactUpdateEvent, TaskPushNotificationConfig, TaskStatusUpdateEvent, is_final_state,
+};
+
+/// A decoded A2A request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// The JSON-RPC id; `None` for a notification (no `id` member).
+    pub id: Option<JsonRpcId>,
+    /// The operation.
+    pub method: Method,
+    /// The dialect the request was written in (or is to be written in, for
+    /// [`crate::codec::encode_request`]).
+    pub dialect: Dialect,
+    /// True when the method name is shared by 0.1 and 0.3 (`tasks/get`, `tasks/cancel`,
+    /// `tasks/resubscribe`, `tasks/list`): `dialect` is then V0_3, and the answer should be
+    /// written in the dialect that created the task.
+    pub shared_method: bool,
+    /// The typed params.
+    pub call: Call,
+}
+
+/// The typed params of a request.
+// The variants hold the model types unboxed: that is the agreed API, and a request is
+// built once per message, so the size difference does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    /// SendMessage and SendStreamingMessage ([`Request::method`] tells which).
+    Send(SendMessageRequest),
+    /// GetTask.
+    GetTask(GetTaskRequest),
+    /// ListTasks.
+    ListTasks(ListTasksRequest),
+    /// CancelTask.
+    CancelTask(CancelTaskRequest),
+    /// SubscribeToTask (0.x `tasks/resubscribe`).
+    Subscribe(SubscribeToTaskRequest),
+    /// Set/create a push-notification config.
+    SetPushConfig(TaskPushNotificationConfig),
+    /// Get a push-notification config (`id` is empty when a 0.x client named none).
+    GetPushConfig(GetTaskPushNotificationConfigRequest),
+    /// List a task's push-notification configs.
+    ListPushConfigs(ListTaskPushNotificationConfigsRequest),
+    /// Delete a push-notification config.
+    DeletePushConfig(DeleteTaskPushNotificationConfigRequest),
+    /// Get the extended agent card.
+    GetExtendedCard,
+}
+
+impl Call {
+    /// The method this call belongs to (SendMessage for [`Call::Send`]; the request's
+    /// `method` tells streaming apart).
+    pub fn default_method(&self) -> Method {
+        match self {
+            Call::Send(_) => Method::SendMessage,
+            Call::GetTask(_) => Method::GetTask,
+            Call::ListTasks(_) => Method::ListTasks,
+            Call::CancelTask(_) => Method::CancelTask,
+            Call::Subscribe(_) => Method::SubscribeToTask,
+            Call::SetPushConfig(_) => Method::SetPushConfig,
+            Call::GetPushConfig(_) => Method::GetPushConfig,
+            Call::ListPushConfigs(_) => Method::ListPushConfigs,
+            Call::DeletePushConfig(_) => Method::DeletePushConfig,
+            Call::GetExtendedCard => Method::GetExtendedCard,
+        }
+    }
+}
+
+/// A result or stream event, in the model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A task (SendMessage, GetTask, CancelTask, first stream event, ...).
+    Task(Task),
+    /// A direct message answer.
+    Message(Message),
+    /// A status-update stream event.
+    StatusUpdate(TaskStatusUpdateEvent),
+    /// An artifact-update stream event.
+    ArtifactUpdate(TaskArtifactUpdateEvent),
+    /// A page of tasks.
+    Tasks(ListTasksResponse),
+    /// One push-notification config.
+    PushConfig(TaskPushNotificationConfig),
+    /// A list of push-notification configs.
+    PushConfigs(ListTaskPushNotificationConfigsResponse),
+    /// An agent card.
+    Card(AgentCard),
+    /// No content (DeletePushConfig): `null` in 0.x, `{}` in 1.0.
+    Empty,
+}
+
+impl Reply {
+    /// Whether this event ends an event stream: a message; a task or status update in a
+    /// final state (terminal, input-required, auth-required; a status update's 0.x `final`
+    /// read as `metadata._mesh.final` wins); any non-event reply.
+    pub fn is_final(&self) -> bool {
+        match self {
+            Reply::Task(t) => is_final_state(&t.status.state),
+            Reply::StatusUpdate(e) => e
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get(MESH_KEY))
+                .and_then(|m| m.get("final"))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or_else(|| is_final_state(&e.status.state)),
+            Reply::ArtifactUpdate(_) => false,
+            _ => true,
+        }
+    }
+}
+
+impl From<StreamResponse> for Reply {
+    fn from(r: StreamResponse) -> Self {
+        match r {
+            StreamResponse::Task(t) => Reply::Task(t),
+            StreamResponse::Message(m) => Reply::Message(m),
+            StreamResponse::StatusUpdate(e) => Reply::StatusUpdate(e),
+            StreamResponse::ArtifactUpdate(e) => Reply::ArtifactUpdate(e),
+        }
+    }
+}
+
+impl From<SendMessageResponse> for Reply {
+    fn from(r: SendMessageResponse) -> Self {
+        match r {
+            SendMessageResponse::Task(t) => Reply::Task(t),
+            SendMessageResponse::Message(m) => Reply::Message(m),
+        }
+    }
+}
+
+/// Why a request could not be decoded, with what was readable so that the caller can
+/// answer in the right dialect with the right id.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{error}")]
+pub struct RequestError {
+    /// The request id, when it was readable (`None`: answer with `id: null`, or not at all
+    /// for a notification whose params were bad, see `notification`).
+    pub id: Option<JsonRpcId>,
+    /// True when the request was a valid notification (no `id` member): no answer is due.
+    pub notification: bool,
+    /// The dialect, when the method was known.
+    pub dialect: Option<Dialect>,
+    /// The method, when known.
+    pub method: Option<Method>,
+    /// True when the method name is shared by 0.1 and 0.3.
+    pub shared_method: bool,
+    /// The error to answer with.
+    pub error: A2aError,
+}

@@ -1,0 +1,825 @@
+//! The MQTT topic scheme of the mesh: the one place that builds and parses every topic and
+//! topic filter the mesh uses, and that refuses hostile topic segments.
+//!
+//! Every topic has the form `<namespace>/a2a/v1/<component>/<direction>/<target>/<task_id>`:
+//!
+//! | what | topic |
+//! | --- | --- |
+//! | a request to an agent (all instances share one subscription group) | `<ns>/a2a/v1/agent/request/<agent>/<task>` |
+//! | every event of a task, back to the gateway that asked | `<ns>/a2a/v1/gateway/response/<gateway_id>/<task>` |
+//! | every event of a task, back to an agent that delegated | `<ns>/a2a/v1/agent/response/<caller>/<task>` |
+//! | cancellation, to every instance of an agent | `<ns>/a2a/v1/agent/cancel/<agent>/<task>` |
+//! | an agent's card (retained) | `<ns>/a2a/v1/discovery/agentcards/<agent>` |
+//! | an instance's presence (retained) | `<ns>/a2a/v1/discovery/presence/<agent>/<instance_id>` |
+//!
+//! All the events of one task travel on one topic, so MQTT's per-topic ordering keeps them in
+//! order.
+//!
+//! # Segments
+//!
+//! A *safe segment* is non-empty, at most [`MAX_SEGMENT_LEN`] bytes, does not start with `$`,
+//! and contains none of `/`, `+`, `#` (MQTT separators and wildcards), `.`, `*`, `>` (NATS's
+//! MQTT bridge maps topics onto NATS subjects where these mean something), whitespace, NUL or
+//! any other control character.
+//!
+//! The namespace is a single safe segment (not a path): one tenant or one deployment per
+//! namespace, and a namespace can never overlap another one's topics. Agent names, gateway
+//! ids, instance ids and namespaces are refused when they are not safe segments.
+//!
+//! Task ids come from outside (in A2A 0.1 the HTTP client chooses them), so they are never
+//! refused for their characters: a task id that is a safe segment and does not start with `~`
+//! is used as is; any other is mapped to `~` followed by the unpadded base64url encoding of
+//! its bytes ([`encode_task_id`]), and mapped back by [`decode_task_id`]. The mapping is
+//! refused only when the encoded form would exceed [`MAX_SEGMENT_LEN`] bytes (task ids longer
+//! than 47 bytes that are not safe segments). A task id can therefore never widen a
+//! subscription nor reach another agent's topics.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+/// The longest segment accepted, in bytes.
+pub const MAX_SEGMENT_LEN: usize = 64;
+
+/// The protocol part that follows the namespace in every topic.
+const PROTO: &str = "a2a/v1";
+
+/// The prefix that marks an encoded task id.
+const ENCODED_PREFIX: char = '~';
+
+/// What kind of segment was refused (named in [`TopicError`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentKind {
+    /// The namespace.
+    Namespace,
+    /// An agent name.
+    Agent,
+    /// A gateway id.
+    Gateway,
+    /// An instance id.
+    Instance,
+    /// A task id (only refused when even its encoded form is too long, or when decoding).
+    TaskId,
+}
+
+impl fmt::Display for SegmentKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SegmentKind::Namespace => "namespace",
+            SegmentKind::Agent => "agent name",
+            SegmentKind::Gateway => "gateway id",
+            SegmentKind::Instance => "instance id",
+            SegmentKind::TaskId => "task id",
+        })
+    }
+}
+
+/// Why a segment is not safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentProblem {
+    /// The segment is empty.
+    Empty,
+    /// The segment is longer than [`MAX_SEGMENT_LEN`] bytes (the length is given).
+    TooLong(usize),
+    /// The segment starts with `$` (reserved for broker topics such as `$SYS` and `$share`).
+    LeadingDollar,
+    /// The segment contains a character that is not allowed.
+    ForbiddenChar(char),
+    /// An encoded task id that does not decode (bad base64url or not UTF-8), or that is not
+    /// the canonical encoding of its task id.
+    BadEncoding,
+}
+
+impl fmt::Display for SegmentProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SegmentProblem::Empty => f.write_str("it is empty"),
+            SegmentProblem::TooLong(n) => {
+                write!(f, "it is {n} bytes long (at most {MAX_SEGMENT_LEN})")
+            }
+            SegmentProblem::LeadingDollar => f.write_str("it starts with '$'"),
+            SegmentProblem::ForbiddenChar(c) => write!(f, "it contains the character {c:?}"),
+            SegmentProblem::BadEncoding => f.write_str("it is not a valid encoded task id"),
+        }
+    }
+}
+
+/// A refused topic segment: which one, its value, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unsafe {kind} {value:?} in an MQTT topic: {problem}")]
+pub struct TopicError {
+    /// Which segment was refused.
+    pub kind: SegmentKind,
+    /// The refused value (as given).
+    pub value: String,
+    /// Why it was refused.
+    pub problem: SegmentProblem,
+}
+
+/// Checks that `segment` is a safe segment (see the module documentation).
+pub fn check_segment(segment: &str) -> Result<(), SegmentProblem> {
+    if segment.is_empty() {
+        return Err(SegmentProblem::Empty);
+    }
+    if segment.len() > MAX_SEGMENT_LEN {
+        return Err(SegmentProblem::TooLong(segment.len()));
+    }
+    if segment.starts_with('$') {
+        return Err(SegmentProblem::LeadingDollar);
+    }
+    if let Some(c) = segment.chars().find(|&c| {
+        matches!(c, '/' | '+' | '#' | '.' | '*' | '>') || c.is_control() || c.is_whitespace()
+    }) {
+        return Err(SegmentProblem::ForbiddenChar(c));
+    }
+    Ok(())
+}
+
+/// Returns whether `segment` is a safe segment.
+pub fn is_safe_segment(segment: &str) -> bool {
+    check_segment(segment).is_ok()
+}
+
+fn checked(kind: SegmentKind, value: &str) -> Result<&str, TopicError> {
+    check_segment(value).map_err(|problem| TopicError {
+        kind,
+        value: value.to_owned(),
+        problem,
+    })?;
+    Ok(value)
+}
+
+/// Maps a task id onto a safe segment, reversibly (see [`decode_task_id`]).
+///
+/// A safe segment that does not start with `~` is returned as is; anything else becomes `~`
+/// followed by the unpadded base64url encoding of its UTF-8 bytes. Fails only when that
+/// encoding would be longer than [`MAX_SEGMENT_LEN`] bytes.
+pub fn encode_task_id(task_id: &str) -> Result<Cow<'_, str>, TopicError> {
+    if !task_id.starts_with(ENCODED_PREFIX) && is_safe_segment(task_id) {
+        return Ok(Cow::Borrowed(task_id));
+    }
+    let encoded_len = 1 + (task_id.len() * 4).div_ceil(3);
+    if encoded_len > MAX_SEGMENT_LEN {
+        return Err(TopicError {
+            kind: SegmentKind::TaskId,
+            value: task_id.to_owned(),
+            problem: SegmentProblem::TooLong(encoded_len),
+        });
+    }
+    let mut out = String::with_capacity(encoded_len);
+    out.push(ENCODED_PREFIX);
+    URL_SAFE_NO_PAD.encode_string(task_id.as_bytes(), &mut out);
+    Ok(Cow::Owned(out))
+}
+
+/// Maps a task segment (as produced by [`encode_task_id`]) back to the task id.
+///
+/// Refuses anything [`encode_task_id`] cannot produce, so the mapping is a bijection.
+pub fn decode_task_id(segment: &str) -> Result<Cow<'_, str>, TopicError> {
+    let bad = |problem| TopicError {
+        kind: SegmentKind::TaskId,
+        value: segment.to_owned(),
+        problem,
+    };
+    check_segment(segment).map_err(bad)?;
+    let Some(encoded) = segment.strip_prefix(ENCODED_PREFIX) else {
+        return Ok(Cow::Borrowed(segment));
+    };
+    let bytes = URL_SAFE_NO_PAD
+        .decode(encoded)
+        .map_err(|_| bad(SegmentProblem::BadEncoding))?;
+    let task_id = String::from_utf8(bytes).map_err(|_| bad(SegmentProblem::BadEncoding))?;
+    // Canonical form only: a plain safe id is never encoded.
+    if !task_id.starts_with(ENCODED_PREFIX) && is_safe_segment(&task_id) {
+        return Err(bad(SegmentProblem::BadEncoding));
+    }
+    Ok(Cow::Owned(task_id))
+}
+
+/// Returns whether an MQTT topic filter matches a topic name.
+///
+/// Handles `+` and `#`, strips a `$share/<group>/` prefix from the filter, and follows MQTT's
+/// rule that a filter starting with a wildcard does not match a topic starting with `$`.
+pub fn filter_matches(filter: &str, topic: &str) -> bool {
+    let filter = strip_share(filter);
+    if topic.starts_with('$') && (filter.starts_with('+') || filter.starts_with('#')) {
+        return false;
+    }
+    let mut f = filter.split('/');
+    let mut t = topic.split('/');
+    loop {
+        match (f.next(), t.next()) {
+            (Some("#"), _) => return true,
+            (Some("+"), Some(_)) => {}
+            (Some(fs), Some(ts)) if fs == ts => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// Strips a `$share/<group>/` prefix from a filter (returns other filters unchanged).
+pub fn strip_share(filter: &str) -> &str {
+    filter
+        .strip_prefix("$share/")
+        .and_then(|rest| rest.split_once('/'))
+        .map_or(filter, |(_, f)| f)
+}
+
+/// The segment of a task id inside a topic: borrowed, as it appears on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskSegment<'a>(&'a str);
+
+impl<'a> TaskSegment<'a> {
+    /// The segment as it appears in the topic (possibly encoded).
+    pub fn as_segment(&self) -> &'a str {
+        self.0
+    }
+
+    /// The task id it stands for.
+    pub fn task_id(&self) -> Cow<'a, str> {
+        // A TaskSegment is only made by `Topics::parse`, which checked it decodes.
+        decode_task_id(self.0).unwrap_or(Cow::Borrowed(self.0))
+    }
+}
+
+/// What a topic is, as recognised by [`Topics::parse`], with borrowed segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicKind<'a> {
+    /// `<ns>/a2a/v1/agent/request/<agent>/<task>`.
+    AgentRequest {
+        /// The namespace.
+        namespace: &'a str,
+        /// The agent asked.
+        agent: &'a str,
+        /// The task.
+        task: TaskSegment<'a>,
+    },
+    /// `<ns>/a2a/v1/gateway/response/<gateway_id>/<task>`.
+    GatewayResponse {
+        /// The namespace.
+        namespace: &'a str,
+        /// The gateway that asked.
+        gateway: &'a str,
+        /// The task.
+        task: TaskSegment<'a>,
+    },
+    /// `<ns>/a2a/v1/agent/response/<caller>/<task>`.
+    AgentResponse {
+        /// The namespace.
+        namespace: &'a str,
+        /// The agent that delegated the task.
+        caller: &'a str,
+        /// The task.
+        task: TaskSegment<'a>,
+    },
+    /// `<ns>/a2a/v1/agent/cancel/<agent>/<task>`.
+    AgentCancel {
+        /// The namespace.
+        namespace: &'a str,
+        /// The agent whose task is cancelled.
+        agent: &'a str,
+        /// The task.
+        task: TaskSegment<'a>,
+    },
+    /// `<ns>/a2a/v1/discovery/agentcards/<agent>`.
+    AgentCard {
+        /// The namespace.
+        namespace: &'a str,
+        /// The agent the card describes.
+        agent: &'a str,
+    },
+    /// `<ns>/a2a/v1/discovery/presence/<agent>/<instance_id>`.
+    Presence {
+        /// The namespace.
+        namespace: &'a str,
+        /// The agent.
+        agent: &'a str,
+        /// The instance of the agent.
+        instance: &'a str,
+    },
+}
+
+/// Builds the topics and filters of one namespace; parses any topic of the scheme.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Topics {
+    namespace: String,
+    /// `<ns>/a2a/v1`, precomputed.
+    base: String,
+}
+
+impl Topics {
+    /// The topics of `namespace`, which must be a single safe segment.
+    pub fn new(namespace: impl Into<String>) -> Result<Self, TopicError> {
+        let namespace = namespace.into();
+        checked(SegmentKind::Namespace, &namespace)?;
+        let base = format!("{namespace}/{PROTO}");
+        Ok(Topics { namespace, base })
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn task_topic(
+        &self,
+        path: &str,
+        kind: SegmentKind,
+        target: &str,
+        task_id: &str,
+    ) -> Result<String, TopicError> {
+        let target = checked(kind, target)?;
+        let task = encode_task_id(task_id)?;
+        Ok(format!("{}/{path}/{target}/{task}", self.base))
+    }
+
+    fn task_filter(
+        &self,
+        path: &str,
+        kind: SegmentKind,
+        target: &str,
+    ) -> Result<String, TopicError> {
+        let target = checked(kind, target)?;
+        Ok(format!("{}/{path}/{target}/+", self.base))
+    }
+
+    /// The topic of a request to `agent` for task `task_id`.
+    pub fn agent_request(&self, agent: &str, task_id: &str) -> Result<String, TopicError> {
+        self.task_topic("agent/request", SegmentKind::Agent, agent, task_id)
+    }
+
+    /// The plain (not shared) filter of every request to `agent`, for brokers without shared
+    /// subscriptions: every instance then receives every request.
+    pub fn agent_request_filter(&self, agent: &str) -> Result<String, TopicError> {
+        self.task_filter("agent/request", SegmentKind::Agent, agent)
+    }
+
+    /// The name of the shared subscription group of `agent` in this namespace.
+    ///
+    /// `mesh_<len(ns)>_<ns>_<agent>`: the namespace's length makes the name unambiguous, so
+    /// no two (namespace, agent) pairs ever share a group name (some brokers key groups by
+    /// name only).
+    pub fn share_group(&self, agent: &str) -> Result<String, TopicError> {
+        let agent = checked(SegmentKind::Agent, agent)?;
+        Ok(format!(
+            "mesh_{}_{}_{agent}",
+            self.namespace.len(),
+            self.namespace
+        ))
+    }
+
+    /// The shared filter through which all instances of `agent` split its requests:
+    /// `$share/<group>/<ns>/a2a/v1/agent/request/<agent>/+`.
+    pub fn agent_request_shared_filter(&self, agent: &str) -> Result<String, TopicError> {
+        let group = self.share_group(agent)?;
+        Ok(format!(
+            "$share/{group}/{}",
+            self.agent_request_filter(agent)?
+        ))
+    }
+
+    /// The topic of every event of task `task_id` going back to gateway `gateway_id`.
+    pub fn gateway_response(&self, gateway_id: &str, task_id: &str) -> Result<String, TopicError> {
+        self.task_topic(
+            "gateway/response",
+            SegmentKind::Gateway,
+            gateway_id,
+            task_id,
+        )
+    }
+
+    /// The filter of every task event going back to gateway `gateway_id`.
+    pub fn gateway_response_filter(&self, gateway_id: &str) -> Result<String, TopicError> {
+        self.task_filter("gateway/response", SegmentKind::Gateway, gateway_id)
+    }
+
+    /// The topic of every event of task `task_id` going back to agent `caller`, which
+    /// delegated it.
+    pub fn agent_response(&self, caller: &str, task_id: &str) -> Result<String, TopicError> {
+        self.task_topic("agent/response", SegmentKind::Agent, caller, task_id)
+    }
+
+    /// The filter of every task event going back to agent `caller`.
+    pub fn agent_response_filter(&self, caller: &str) -> Result<String, TopicError> {
+        self.task_filter("agent/response", SegmentKind::Agent, caller)
+    }
+
+    /// The topic that cancels task `task_id` at every instance of `agent`.
+    pub fn agent_cancel(&self, agent: &str, task_id: &str) -> Result<String, TopicError> {
+        self.task_topic("agent/cancel", SegmentKind::Agent, agent, task_id)
+    }
+
+    /// The (not shared) filter of every cancellation for `agent`.
+    pub fn agent_cancel_filter(&self, agent: &str) -> Result<String, TopicError> {
+        self.task_filter("agent/cancel", SegmentKind::Agent, agent)
+    }
+
+    /// The retained topic of `agent`'s card.
+    pub fn agent_card(&self, agent: &str) -> Result<String, TopicError> {
+        let agent = checked(SegmentKind::Agent, agent)?;
+        Ok(format!("{}/discovery/agentcards/{agent}", self.base))
+    }
+
+    /// The filter of every agent card in the namespace.
+    pub fn agent_cards_filter(&self) -> String {
+        format!("{}/discovery/agentcards/+", self.base)
+    }
+
+    /// The retained presence topic of one instance of `agent`.
+    pub fn presence(&self, agent: &str, instance_id: &str) -> Result<String, TopicError> {
+        let agent = checked(SegmentKind::Agent, agent)?;
+        let instance = checked(SegmentKind::Instance, instance_id)?;
+        Ok(format!(
+            "{}/discovery/presence/{agent}/{instance}",
+            self.base
+        ))
+    }
+
+    /// The filter of the presence of every instance of every agent in the namespace.
+    pub fn presence_filter(&self) -> String {
+        format!("{}/discovery/presence/+/+", self.base)
+    }
+
+    /// The filter of the presence of every instance of `agent`.
+    pub fn agent_presence_filter(&self, agent: &str) -> Result<String, TopicError> {
+        let agent = checked(SegmentKind::Agent, agent)?;
+        Ok(format!("{}/discovery/presence/{agent}/+", self.base))
+    }
+
+    /// Recognises any topic of the scheme, in any namespace; `None` for anything else,
+    /// including topics with an unsafe segment or a task segment that does not decode.
+    pub fn parse(topic: &str) -> Option<TopicKind<'_>> {
+        let segs: Vec<&str> = topic.split('/').collect();
+        let (&namespace, rest) = segs.split_first()?;
+        if rest.len() < 4 || rest[0] != "a2a" || rest[1] != "v1" {
+            return None;
+        }
+        if !segs
+            .iter()
+            .skip(3)
+            .chain([&namespace])
+            .all(|s| is_safe_segment(s))
+        {
+            return None;
+        }
+        let kind = match &rest[2..] {
+            ["agent", "request", agent, t] => TopicKind::AgentRequest {
+                namespace,
+                agent,
+                task: task_segment(t)?,
+            },
+            ["gateway", "response", gateway, t] => TopicKind::GatewayResponse {
+                namespace,
+                gateway,
+                task: task_segment(t)?,
+            },
+            ["agent", "response", caller, t] => TopicKind::AgentResponse {
+                namespace,
+                caller,
+                task: task_segment(t)?,
+            },
+            ["agent", "cancel", agent, t] => TopicKind::AgentCancel {
+                namespace,
+                agent,
+                task: task_segment(t)?,
+            },
+            ["discovery", "agentcards", agent] => TopicKind::AgentCard { namespace, agent },
+            ["discovery", "presence", agent, instance] => TopicKind::Presence {
+                namespace,
+                agent,
+                instance,
+            },
+            _ => return None,
+        };
+        Some(kind)
+    }
+
+    /// Like [`Topics::parse`], but only for topics of this namespace.
+    pub fn parse_own<'t>(&self, topic: &'t str) -> Option<TopicKind<'t>> {
+        let kind = Self::parse(topic)?;
+        (kind.namespace() == self.namespace).then_some(kind)
+    }
+}
+
+fn task_segment(s: &str) -> Option<TaskSegment<'_>> {
+    decode_task_id(s).ok()?;
+    Some(TaskSegment(s))
+}
+
+impl<'a> TopicKind<'a> {
+    /// The namespace of the topic.
+    pub fn namespace(&self) -> &'a str {
+        match *self {
+            TopicKind::AgentRequest { namespace, .. }
+            | TopicKind::GatewayResponse { namespace, .. }
+            | TopicKind::AgentResponse { namespace, .. }
+            | TopicKind::AgentCancel { namespace, .. }
+            | TopicKind::AgentCard { namespace, .. }
+            | TopicKind::Presence { namespace, .. } => namespace,
+        }
+    }
+
+    /// The task of the topic, for the kinds that carry one.
+    pub fn task(&self) -> Option<TaskSegment<'a>> {
+        match *self {
+            TopicKind::AgentRequest { task, .. }
+            | TopicKind::GatewayResponse { task, .. }
+            | TopicKind::AgentResponse { task, .. }
+            | TopicKind::AgentCancel { task, .. } => Some(task),
+            TopicKind::AgentCard { .. } | TopicKind::Presence { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn topics() -> Topics {
+        Topics::new("prod").unwrap()
+    }
+
+    #[test]
+    fn builds_every_topic() {
+        let t = topics();
+        assert_eq!(
+            t.agent_request("echo", "t1").unwrap(),
+            "prod/a2a/v1/agent/request/echo/t1"
+        );
+        assert_eq!(
+            t.agent_request_filter("echo").unwrap(),
+            "prod/a2a/v1/agent/request/echo/+"
+        );
+        assert_eq!(
+            t.agent_request_shared_filter("echo").unwrap(),
+            "$share/mesh_4_prod_echo/prod/a2a/v1/agent/request/echo/+"
+        );
+        assert_eq!(
+            t.gateway_response("gw-1", "t1").unwrap(),
+            "prod/a2a/v1/gateway/response/gw-1/t1"
+        );
+        assert_eq!(
+            t.gateway_response_filter("gw-1").unwrap(),
+            "prod/a2a/v1/gateway/response/gw-1/+"
+        );
+        assert_eq!(
+            t.agent_response("planner", "t1").unwrap(),
+            "prod/a2a/v1/agent/response/planner/t1"
+        );
+        assert_eq!(
+            t.agent_response_filter("planner").unwrap(),
+            "prod/a2a/v1/agent/response/planner/+"
+        );
+        assert_eq!(
+            t.agent_cancel("echo", "t1").unwrap(),
+            "prod/a2a/v1/agent/cancel/echo/t1"
+        );
+        assert_eq!(
+            t.agent_cancel_filter("echo").unwrap(),
+            "prod/a2a/v1/agent/cancel/echo/+"
+        );
+        assert_eq!(
+            t.agent_card("echo").unwrap(),
+            "prod/a2a/v1/discovery/agentcards/echo"
+        );
+        assert_eq!(t.agent_cards_filter(), "prod/a2a/v1/discovery/agentcards/+");
+        assert_eq!(
+            t.presence("echo", "i-1").unwrap(),
+            "prod/a2a/v1/discovery/presence/echo/i-1"
+        );
+        assert_eq!(t.presence_filter(), "prod/a2a/v1/discovery/presence/+/+");
+        assert_eq!(
+            t.agent_presence_filter("echo").unwrap(),
+            "prod/a2a/v1/discovery/presence/echo/+"
+        );
+    }
+
+    #[test]
+    fn every_built_topic_parses_back() {
+        let t = topics();
+        let hostile_task = "task.abc/1#x";
+        let cases = [
+            t.agent_request("echo", hostile_task).unwrap(),
+            t.gateway_response("gw", hostile_task).unwrap(),
+            t.agent_response("planner", hostile_task).unwrap(),
+            t.agent_cancel("echo", hostile_task).unwrap(),
+        ];
+        let kinds: Vec<_> = cases.iter().map(|c| Topics::parse(c).unwrap()).collect();
+        assert!(matches!(
+            kinds[0],
+            TopicKind::AgentRequest {
+                namespace: "prod",
+                agent: "echo",
+                ..
+            }
+        ));
+        assert!(matches!(
+            kinds[1],
+            TopicKind::GatewayResponse { gateway: "gw", .. }
+        ));
+        assert!(matches!(
+            kinds[2],
+            TopicKind::AgentResponse {
+                caller: "planner",
+                ..
+            }
+        ));
+        assert!(matches!(
+            kinds[3],
+            TopicKind::AgentCancel { agent: "echo", .. }
+        ));
+        for k in &kinds {
+            assert_eq!(k.task().unwrap().task_id(), hostile_task);
+            assert_eq!(k.namespace(), "prod");
+        }
+        assert_eq!(
+            Topics::parse(&t.agent_card("echo").unwrap()),
+            Some(TopicKind::AgentCard {
+                namespace: "prod",
+                agent: "echo"
+            })
+        );
+        assert_eq!(
+            Topics::parse(&t.presence("echo", "i1").unwrap()),
+            Some(TopicKind::Presence {
+                namespace: "prod",
+                agent: "echo",
+                instance: "i1"
+            })
+        );
+        let other = Topics::new("dev").unwrap();
+        assert!(other.parse_own(&cases[0]).is_none());
+        assert!(t.parse_own(&cases[0]).is_some());
+    }
+
+    #[test]
+    fn parse_refuses_what_the_scheme_cannot_produce() {
+        for bad in [
+            "",
+            "prod",
+            "prod/a2a/v1",
+            "prod/a2a/v2/agent/request/echo/t1",
+            "prod/mqtt/v1/agent/request/echo/t1",
+            "prod/a2a/v1/agent/request/echo",
+            "prod/a2a/v1/agent/request/echo/t1/extra",
+            "prod/a2a/v1/agent/request/+/t1",
+            "prod/a2a/v1/agent/request/echo/#",
+            "prod/a2a/v1/agent/request/ec.ho/t1",
+            "prod/a2a/v1/agent/request//t1",
+            "$SYS/a2a/v1/agent/request/echo/t1",
+            "prod/a2a/v1/agent/push/echo/t1",
+            "prod/a2a/v1/gateway/request/gw/t1",
+            "prod/a2a/v1/discovery/agentcards/echo/extra",
+            "prod/a2a/v1/discovery/presence/echo",
+            // Not canonical: `t1` is safe, so it is never encoded.
+            "prod/a2a/v1/agent/request/echo/~dDE",
+            // Not base64url.
+            "prod/a2a/v1/agent/request/echo/~!!",
+        ] {
+            assert_eq!(Topics::parse(bad), None, "{bad:?} should not parse");
+        }
+    }
+
+    #[test]
+    fn hostile_segments_are_refused_with_the_reason() {
+        let cases: &[(&str, SegmentProblem)] = &[
+            ("", SegmentProblem::Empty),
+            ("+", SegmentProblem::ForbiddenChar('+')),
+            ("#", SegmentProblem::ForbiddenChar('#')),
+            ("a/b", SegmentProblem::ForbiddenChar('/')),
+            ("$SYS", SegmentProblem::LeadingDollar),
+            ("$share", SegmentProblem::LeadingDollar),
+            ("a\0b", SegmentProblem::ForbiddenChar('\0')),
+            ("a\nb", SegmentProblem::ForbiddenChar('\n')),
+            ("a\u{7f}", SegmentProblem::ForbiddenChar('\u{7f}')),
+            ("a b", SegmentProblem::ForbiddenChar(' ')),
+            ("a\u{a0}b", SegmentProblem::ForbiddenChar('\u{a0}')),
+            ("a.b", SegmentProblem::ForbiddenChar('.')),
+            ("a*", SegmentProblem::ForbiddenChar('*')),
+            ("a>", SegmentProblem::ForbiddenChar('>')),
+        ];
+        let t = topics();
+        for (seg, problem) in cases {
+            assert_eq!(check_segment(seg), Err(*problem), "{seg:?}");
+            let err = t.agent_request(seg, "t1").unwrap_err();
+            assert_eq!(err.kind, SegmentKind::Agent);
+            assert_eq!(err.problem, *problem);
+            assert_eq!(err.value, *seg);
+            assert_eq!(
+                t.gateway_response(seg, "t").unwrap_err().kind,
+                SegmentKind::Gateway
+            );
+            assert_eq!(
+                t.presence("a", seg).unwrap_err().kind,
+                SegmentKind::Instance
+            );
+            assert_eq!(Topics::new(*seg).unwrap_err().kind, SegmentKind::Namespace);
+            assert!(t.share_group(seg).is_err());
+        }
+        let long = "a".repeat(65);
+        assert_eq!(check_segment(&long), Err(SegmentProblem::TooLong(65)));
+        assert!(check_segment(&"a".repeat(64)).is_ok());
+        let msg = t.agent_card("a/b").unwrap_err().to_string();
+        assert!(msg.contains("agent name") && msg.contains("'/'"), "{msg}");
+    }
+
+    #[test]
+    fn task_ids_never_widen_a_topic() {
+        let t = topics();
+        for id in [
+            "+",
+            "#",
+            "a/b",
+            "$SYS",
+            "x/+/#",
+            "task.abc/1#x",
+            "",
+            " ",
+            "~",
+            "~abc",
+        ] {
+            let topic = t.agent_request("echo", id).unwrap();
+            assert!(!topic.contains('+') && !topic.contains('#'), "{topic}");
+            assert_eq!(topic.split('/').count(), 7, "{topic}");
+            let kind = Topics::parse(&topic).unwrap();
+            assert_eq!(kind.task().unwrap().task_id(), id);
+        }
+        // Safe ids are used as they are.
+        assert_eq!(
+            encode_task_id("550e8400-e29b-41d4").unwrap(),
+            "550e8400-e29b-41d4"
+        );
+        // Ids whose encoding is too long are refused, with the reason.
+        let err = encode_task_id(&"/".repeat(48)).unwrap_err();
+        assert_eq!(err.kind, SegmentKind::TaskId);
+        assert!(matches!(err.problem, SegmentProblem::TooLong(_)));
+        assert!(encode_task_id(&"/".repeat(47)).is_ok());
+    }
+
+    #[test]
+    fn share_groups_never_collide() {
+        // ("a_1", "b") and ("a", "1_b") would collide with a plain separator.
+        let g1 = Topics::new("a_1").unwrap().share_group("b").unwrap();
+        let g2 = Topics::new("a").unwrap().share_group("1_b").unwrap();
+        assert_ne!(g1, g2);
+        let g3 = Topics::new("a").unwrap().share_group("b").unwrap();
+        let g4 = Topics::new("a").unwrap().share_group("c").unwrap();
+        assert_ne!(g3, g4);
+        assert!(!g1.contains('/') && !g1.contains('+') && !g1.contains('#'));
+    }
+
+    #[test]
+    fn filter_matching() {
+        assert!(filter_matches("a/+/c", "a/b/c"));
+        assert!(!filter_matches("a/+/c", "a/b/d"));
+        assert!(!filter_matches("a/+", "a/b/c"));
+        assert!(filter_matches("a/#", "a/b/c"));
+        assert!(filter_matches("a/#", "a"));
+        assert!(filter_matches("#", "a/b"));
+        assert!(!filter_matches("#", "$SYS/x"));
+        assert!(!filter_matches("+/x", "$SYS/x"));
+        assert!(filter_matches("$SYS/#", "$SYS/x"));
+        assert!(filter_matches("$share/g/a/+", "a/b"));
+        assert!(!filter_matches("$share/g/a/+", "g/a/b"));
+        assert!(filter_matches("a/b", "a/b"));
+        assert!(!filter_matches("a/b", "a/b/c"));
+        assert!(!filter_matches("a/b/c", "a/b"));
+        assert!(filter_matches("a/+/+", "a//"));
+        assert_eq!(strip_share("$share/g/x/y"), "x/y");
+        assert_eq!(strip_share("x/y"), "x/y");
+    }
+
+    proptest! {
+        #[test]
+        fn task_id_mapping_is_safe_and_reversible(id in any::<String>()) {
+            match encode_task_id(&id) {
+                Ok(seg) => {
+                    prop_assert!(is_safe_segment(&seg), "unsafe segment {seg:?}");
+                    prop_assert_eq!(decode_task_id(&seg).unwrap(), id.as_str());
+                }
+                Err(e) => {
+                    prop_assert!(matches!(e.problem, SegmentProblem::TooLong(n) if n > MAX_SEGMENT_LEN));
+                    prop_assert!(id.len() > 47);
+                }
+            }
+        }
+
+        #[test]
+        fn short_task_ids_always_map(id in "\\PC{0,11}|[ -~]{0,47}") {
+            let seg = encode_task_id(&id).unwrap();
+            prop_assert!(is_safe_segment(&seg));
+            prop_assert_eq!(decode_task_id(&seg).unwrap(), id.as_str());
+        }
+
+        #[test]
+        fn decoding_is_injective(seg in "~?[A-Za-z0-9_-]{0,20}") {
+            if let Ok(id) = decode_task_id(&seg) {
+                prop_assert_eq!(encode_task_id(&id).unwrap(), seg.as_str());
+            }
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! The bus against a real Mosquitto process: publish and subscribe, overlapping
+//! subscriptions, retained messages, the last will, shared subscriptions, large payloads,
+//! refused topics and a dead broker. Every test has its own broker and namespace.
+
+mod bus_support;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use bus_support::{WAIT, config, connect, next, within};
+use bytes::Bytes;
+use mesh_core::bus::{Bus, BusError, LastWill, QoS};
+use mesh_core::topic::{SegmentKind, Topics};
+use mesh_testkit::{TestBroker, fresh_namespace};
+
+#[tokio::test]
+async fn publish_and_subscribe_in_order_with_overlapping_subscriptions() {
+    let broker = TestBroker::mosquitto().await;
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let gateway = connect(&broker.url()).await;
+    let agent = connect(&broker.url()).await;
+    assert!(gateway.is_connected());
+
+    let mut events = gateway
+        .subscribe(
+            &topics.gateway_response_filter("gw1").unwrap(),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    // An overlapping subscription on the same bus gets its own copy.
+    let everything = format!("{}/#", topics.namespace());
+    let mut all = gateway
+        .subscribe(&everything, QoS::AtLeastOnce)
+        .await
+        .unwrap();
+
+    let topic = topics.gateway_response("gw1", "task.abc/1#x").unwrap();
+    for i in 0..20u32 {
+        agent
+            .send(&topic, i.to_string().into_bytes())
+            .await
+            .unwrap();
+    }
+    for i in 0..20u32 {
+        let m = next(&mut events).await;
+        assert_eq!(m.topic, topic);
+        assert_eq!(m.payload, Bytes::from(i.to_string()));
+        assert!(!m.retain);
+        let kind = Topics::parse(&m.topic).unwrap();
+        assert_eq!(kind.task().unwrap().task_id(), "task.abc/1#x");
+        assert_eq!(next(&mut all).await.payload, m.payload);
+    }
+    // A message for another gateway reaches only the wildcard subscription.
+    let other = topics.gateway_response("gw2", "t").unwrap();
+    agent.send(&other, "x").await.unwrap();
+    assert_eq!(next(&mut all).await.topic, other);
+    assert!(events.try_recv().is_none());
+
+    agent.disconnect().await.unwrap();
+    gateway.disconnect().await.unwrap();
+}
+
+#[tokio::test]
+async fn qos1_round_trip_latency() {
+    let broker = TestBroker::mosquitto().await;
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let a = connect(&broker.url()).await;
+    let b = connect(&broker.url()).await;
+    let ping = topics.agent_request("echo", "ping").unwrap();
+    let pong = topics.agent_response("caller", "pong").unwrap();
+    let mut at_b = b.subscribe(&ping, QoS::AtLeastOnce).await.unwrap();
+    let mut at_a = a.subscribe(&pong, QoS::AtLeastOnce).await.unwrap();
+    let echo = tokio::spawn(async move {
+        while let Some(m) = at_b.recv().await {
+            if b.send(&pong, m.payload).await.is_err() {
+                break;
+            }
+        }
+    });
+    let rounds = 200u32;
+    let start = Instant::now();
+    for i in 0..rounds {
+        a.send(&ping, i.to_be_bytes().to_vec()).await.unwrap();
+        let m = next(&mut at_a).await;
+        assert_eq!(m.payload.as_ref(), i.to_be_bytes());
+    }
+    let per_round = start.elapsed() / rounds;
+    eprintln!("QoS 1 request/response round trip over Mosquitto: {per_round:?} (mean of {rounds})");
+    // Nagle on anywhere would make this tens of milliseconds.
+    assert!(per_round < Duration::from_millis(20), "{per_round:?}");
+    echo.abort();
+    a.disconnect().await.unwrap();
+}
+
+#[tokio::test]
+async fn retained_card_reaches_a_late_subscriber_and_is_cleared() {
+    let broker = TestBroker::mosquitto().await;
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let agent = connect(&broker.url()).await;
+    let card = topics.agent_card("echo").unwrap();
+    agent
+        .publish(&card, r#"{"name":"echo"}"#, QoS::AtLeastOnce, true)
+        .await
+        .unwrap();
+    // The retained message is stored once the publisher's own round trip is through.
+    let mut own = agent.subscribe(&card, QoS::AtLeastOnce).await.unwrap();
+    assert!(next(&mut own).await.retain);
+
+    let late = connect(&broker.url()).await;
+    let mut cards = late
+        .subscribe(&topics.agent_cards_filter(), QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    let m = next(&mut cards).await;
+    assert_eq!(m.topic, card);
+    assert!(m.retain);
+    assert_eq!(m.payload, Bytes::from_static(br#"{"name":"echo"}"#));
+
+    // Clear it: an empty retained payload.
+    agent
+        .publish(&card, Bytes::new(), QoS::AtLeastOnce, true)
+        .await
+        .unwrap();
+    let cleared = next(&mut cards).await;
+    assert!(cleared.payload.is_empty());
+
+    // A new subscriber gets no retained card: the first thing it sees is a later marker.
+    let mut fresh = late
+        .subscribe(&topics.agent_card("echo").unwrap(), QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    agent.send(&card, "marker").await.unwrap();
+    let first = next(&mut fresh).await;
+    assert_eq!(first.payload, Bytes::from_static(b"marker"));
+    assert!(!first.retain);
+    agent.disconnect().await.unwrap();
+    late.disconnect().await.unwrap();
+}
+
+#[tokio::test]
+async fn last_will_is_published_when_a_client_dies_but_not_on_disconnect() {
+    let broker = TestBroker::mosquitto().await;
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let watcher = connect(&broker.url()).await;
+    let mut presence = watcher
+        .subscribe(&topics.presence_filter(), QoS::AtLeastOnce)
+        .await
+        .unwrap();
+
+    let will_topic = topics.presence("echo", "i1").unwrap();
+    let dying = Bus::connect(config(&broker.url()).with_last_will(LastWill {
+        topic: will_topic.clone(),
+        payload: Bytes::from_static(b"offline"),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+    }))
+    .await
+    .unwrap();
+    // Dropping every handle without disconnecting closes the socket abruptly.
+    drop(dying);
+    let m = next(&mut presence).await;
+    assert_eq!(m.topic, will_topic);
+    assert_eq!(m.payload, Bytes::from_static(b"offline"));
+
+    // A clean DISCONNECT: no will. The first message after it is our marker.
+    let polite_topic = topics.presence("echo", "i2").unwrap();
+    let polite = Bus::connect(config(&broker.url()).with_last_will(LastWill {
+        topic: polite_topic.clone(),
+        payload: Bytes::from_static(b"offline"),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+    }))
+    .await
+    .unwrap();
+    polite.disconnect().await.unwrap();
+    assert!(!polite.is_connected());
+    assert!(matches!(
+        polite.send(&polite_topic, "x").await,
+        Err(BusError::Closed)
+    ));
+    watcher.send(&polite_topic, "marker").await.unwrap();
+    assert_eq!(
+        next(&mut presence).await.payload,
+        Bytes::from_static(b"marker")
+    );
+    watcher.disconnect().await.unwrap();
+}
+
+#[tokio::test]
+async fn shared_subscription_spreads_load_and_groups_stay_apart() {
+    let broker = TestBroker::mosquitto().await;
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let echo_filter = topics.agent_request_shared_filter("echo").unwrap();
+    let other_filter = topics.agent_request_shared_filter("other").unwrap();
+    let i1 = connect(&broker.url()).await;
+    let i2 = connect(&broker.url()).await;
+    let o1 = connect(&broker.url()).await;
+    let mut s1 = i1.subscribe(&echo_filter, QoS::AtLeastOnce).await.unwrap();
+    let mut s2 = i2.subscribe(&echo_filter, QoS::AtLeastOnce).await.unwrap();
+    let mut so = o1.subscribe(&other_filter, QoS::AtLeastOnce).await.unwrap();
+
+    let client = connect(&broker.url()).await;
+    let n = 40;
+    for i in 0..n {
+        let topic = topics.agent_request("echo", &format!("t{i}")).unwrap();
+        client.send(&topic, "req").await.unwrap();
+    }
+    let other_topic = topics.agent_request("other", "o1").unwrap();
+    client.send(&other_topic, "other").await.unwrap();
+
+    // Each echo request reaches exactly one instance; both instances get some.
+    let mut seen = HashSet::new();
+    let (mut c1, mut c2) = (0, 0);
+    while seen.len() < n {
+        tokio::select! {
+            m = s1.recv() => { c1 += 1; assert!(seen.insert(m.unwrap().topic)); }
+            m = s2.recv() => { c2 += 1; assert!(seen.insert(m.unwrap().topic)); }
+            _ = tokio::time::sleep(WAIT) => panic!("only {} of {n} requests arrived", seen.len()),
+        }
+    }
+    eprintln!("shared subscription: instance 1 got {c1}, instance 2 got {c2} of {n}");
+    assert!(c1 > 0 && c2 > 0, "load not spread: {c1} / {c2}");
+    assert_eq!(c1 + c2, n);
+    // The other agent's group got its own request and none of echo's.
+    let m = next(&mut so).await;
+    assert_eq!(m.topic, other_topic);
+    assert!(so.try_recv().is_none());
+    assert!(s1.try_recv().is_none() && s2.try_recv().is_none());
+    for bus in [i1, i2, o1, client] {
+        bus.disconnect().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn one_mebibyte_payload_round_trips() {
+    let broker = TestBroker::mosquitto().await;
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let a = connect(&broker.url()).await;
+    let b = connect(&broker.url()).await;
+    let topic = topics.agent_request("echo", "big").unwrap();
+    let mut sub = b.subscribe(&topic, QoS::AtLeastOnce).await.unwrap();
+    let payload: Bytes = (0..1024 * 1024)
+        .map(|i| (i % 251) as u8)
+        .collect::<Vec<u8>>()
+        .into();
+    let start = Instant::now();
+    a.send(&topic, payload.clone()).await.unwrap();
+    let m = next(&mut sub).await;
+    eprintln!("1 MiB payload delivered in {:?}", start.elapsed());
+    assert_eq!(m.payload.len(), payload.len());
+    assert_eq!(m.payload, payload);
+
+    // Above the configured maximum: a typed error, and the connection is unharmed.
+    let mut small = config(&broker.url());
+    small.max_packet_size = 1024;
+    let c = Bus::connect(small).await.unwrap();
+    let err = c.send(&topic, vec![0u8; 2048]).await.unwrap_err();
+    assert!(matches!(err, BusError::PayloadTooLarge { .. }), "{err}");
+    c.send(&topic, "small").await.unwrap();
+    assert_eq!(next(&mut sub).await.payload, Bytes::from_static(b"small"));
+    for bus in [a, b, c] {
+        bus.disconnect().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn hostile_segments_and_topics_are_refused() {
+    let broker = TestBroker::mosquitto().await;
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    for agent in ["+", "#", "a/b", "$SYS", "", "a.b", "a b", "a\0b"] {
+        let err = topics.agent_request(agent, "t").unwrap_err();
+        assert_eq!(err.kind, SegmentKind::Agent, "{agent:?}");
+        assert!(topics.agent_request_shared_filter(agent).is_err());
+    }
+    assert!(Topics::new("a/b").is_err());
+    let bus = connect(&broker.url()).await;
+    assert!(matches!(
+        bus.send("a/+/c", "x").await,
+        Err(BusError::InvalidTopic { .. })
+    ));
+    assert!(matches!(
+        bus.subscribe("a/#/c", QoS::AtLeastOnce).await,
+        Err(BusError::InvalidFilter { .. })
+    ));
+    // A hostile task id stays inside its agent's topic.
+    let topic = topics.agent_request("echo", "../../#").unwrap();
+    let mut sub = bus
+        .subscribe(
+            &topics.agent_request_filter("echo").unwrap(),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    bus.send(&topic, "x").await.unwrap();
+    let m = next(&mut sub).await;
+    assert_eq!(
+        Topics::parse(&m.topic).unwrap().task().unwrap().task_id(),
+        "../../#"
+    );
+    bus.disconnect().await.unwrap();
+}
+
+#[tokio::test]
+async fn connecting_to_a_dead_port_fails_fast_with_a_typed_error() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let start = Instant::now();
+    let err = within(
+        "connect to a dead port",
+        Bus::connect(config(&format!("mqtt://127.0.0.1:{port}"))),
+    )
+    .await
+    .unwrap_err();
+    let took = start.elapsed();
+    eprintln!("dead port refused in {took:?}: {err}");
+    assert!(matches!(err, BusError::Connect { .. }), "{err:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(err.to_string().contains(&port.to_string()));
+
+    let err = mesh_core::bus::BusConfig::new("http://127.0.0.1:1").unwrap_err();
+    assert!(matches!(err, BusError::InvalidUrl { .. }), "{err}");
+    let err = mesh_core::bus::BusConfig::new("mqtt://h:notaport").unwrap_err();
+    assert!(matches!(err, BusError::InvalidUrl { .. }));
+}
+
+#[tokio::test]
+async fn dropping_a_subscription_stops_routing_and_keeps_the_others() {
+    let broker = TestBroker::mosquitto().await;
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let bus = connect(&broker.url()).await;
+    let filter = topics.agent_cancel_filter("echo").unwrap();
+    let a = bus.subscribe(&filter, QoS::AtLeastOnce).await.unwrap();
+    let mut b = bus.subscribe(&filter, QoS::AtLeastOnce).await.unwrap();
+    bus.unsubscribe(a);
+    let topic = topics.agent_cancel("echo", "t1").unwrap();
+    bus.send(&topic, "cancel").await.unwrap();
+    assert_eq!(next(&mut b).await.topic, topic);
+    drop(b);
+    // Subscribing again after the broker was told to unsubscribe works.
+    let mut c = bus.subscribe(&filter, QoS::AtLeastOnce).await.unwrap();
+    bus.send(&topic, "again").await.unwrap();
+    assert_eq!(next(&mut c).await.payload, Bytes::from_static(b"again"));
+    bus.disconnect().await.unwrap();
+    // The bus is closed: the subscription ends.
+    assert!(within("end of subscription", c.recv()).await.is_none());
+}
+
+#[tokio::test]
+async fn tls_to_a_plain_listener_fails_with_a_typed_error_not_a_panic() {
+    // The rustls (ring) path runs: the handshake against a plain MQTT listener fails.
+    let broker = TestBroker::mosquitto().await;
+    let url = format!("mqtts://127.0.0.1:{}", broker.port());
+    let start = Instant::now();
+    let result = within("TLS connect", Bus::connect(config(&url))).await;
+    let err = result.unwrap_err();
+    eprintln!(
+        "TLS against a plain listener: {err} after {:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(err, BusError::Connect { .. } | BusError::Tls(_)),
+        "{err:?}"
+    );
+}

@@ -1,0 +1,48 @@
+//! Helpers shared by the bus integration tests: bounded waits and a connected bus.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use mesh_core::bus::{Bus, BusConfig, BusMessage, ConnectionState, Subscription};
+
+/// The bound on every wait of these tests.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Awaits `f`, failing the test if it takes longer than [`WAIT`].
+pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(WAIT, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out after {WAIT:?}: {what}"),
+    }
+}
+
+/// A config for `url` with a short request timeout.
+pub fn config(url: &str) -> BusConfig {
+    let mut config = BusConfig::new(url).expect("valid url");
+    config.request_timeout = WAIT;
+    config
+}
+
+/// A bus connected to `url`.
+pub async fn connect(url: &str) -> Bus {
+    within("connect", Bus::connect(config(url)))
+        .await
+        .expect("connect")
+}
+
+/// The next message of `sub`, within [`WAIT`].
+pub async fn next(sub: &mut Subscription) -> BusMessage {
+    within(&format!("a message on {}", sub.filter()), sub.recv())
+        .await
+        .expect("subscription ended")
+}
+
+/// Waits until the bus's state satisfies `pred`.
+pub async fn wait_state(bus: &Bus, what: &str, pred: impl FnMut(&ConnectionState) -> bool) {
+    let mut state = bus.state();
+    within(what, state.wait_for(pred))
+        .await
+        .expect("state channel closed");
+}
