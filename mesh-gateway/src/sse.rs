@@ -136,7 +136,11 @@ pub(crate) fn render(
                     let task = Task {
                         id: message.task_id.clone().unwrap_or_default(),
                         context_id: message.context_id.clone().unwrap_or_default(),
-                        status: Default::default(),
+                        status: mesh_core::model::TaskStatus {
+                            state: TaskState::Completed,
+                            message: None,
+                            timestamp: None,
+                        },
                         artifacts: None,
                         history: None,
                         metadata: None,
