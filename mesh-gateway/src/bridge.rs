@@ -78,7 +78,10 @@ impl Bridge {
 
     /// Marks a task live and subscribes its originator; `None` when it already is (a second
     /// message to a running task).
-    pub(crate) fn begin(&self, id: &str) -> Option<(Arc<LiveTask>, broadcast::Receiver<LiveEvent>)> {
+    pub(crate) fn begin(
+        &self,
+        id: &str,
+    ) -> Option<(Arc<LiveTask>, broadcast::Receiver<LiveEvent>)> {
         let mut live = self.live_map();
         if live.contains_key(id) {
             return None;
@@ -163,7 +166,9 @@ impl Bridge {
                 }
                 Err(error) => {
                     tracing::warn!(task = %id, error = %error.message, "task failed on the bus");
-                    let Some(record) = self.store.get(id) else { return };
+                    let Some(record) = self.store.get(id) else {
+                        return;
+                    };
                     let event = status_event(&record.task, TaskState::Failed, Some(&error.message));
                     self.publish(id, live, Reply::StatusUpdate(event));
                     return;
@@ -179,7 +184,8 @@ impl Bridge {
         if live.stop.is_cancelled() {
             return false;
         }
-        self.store.update(id, &mut |record| apply(&mut record.task, &reply));
+        self.store
+            .update(id, &mut |record| apply(&mut record.task, &reply));
         let _ = live.sender.send(Arc::new(Ok(reply)));
         true
     }
@@ -197,9 +203,9 @@ impl Bridge {
                 return Some(current);
             }
             let event = status_event(&current.task, TaskState::Canceled, None);
-            let record = self
-                .store
-                .update(id, &mut |r| apply(&mut r.task, &Reply::StatusUpdate(event.clone())));
+            let record = self.store.update(id, &mut |r| {
+                apply(&mut r.task, &Reply::StatusUpdate(event.clone()))
+            });
             let _ = live.sender.send(Arc::new(Ok(Reply::StatusUpdate(event))));
             live.stop.cancel();
             record
@@ -220,7 +226,11 @@ pub(crate) fn ends_task(reply: &Reply) -> bool {
 }
 
 /// A status update for `task`, now, with an optional agent text message.
-pub(crate) fn status_event(task: &Task, state: TaskState, text: Option<&str>) -> TaskStatusUpdateEvent {
+pub(crate) fn status_event(
+    task: &Task,
+    state: TaskState,
+    text: Option<&str>,
+) -> TaskStatusUpdateEvent {
     let message = text.map(|text| {
         let mut message = Message::new(Role::Agent, vec![Part::text(text)]);
         message.task_id = Some(task.id.clone());

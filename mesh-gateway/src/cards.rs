@@ -120,6 +120,9 @@ fn serve_card(gw: &Shared, agent: &str, url: &str, headers: &HeaderMap) -> Respo
     if let Ok(v) = HeaderValue::from_str(&last_modified) {
         h.insert(header::LAST_MODIFIED, v);
     }
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(CACHE_CONTROL));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(CACHE_CONTROL),
+    );
     response
 }

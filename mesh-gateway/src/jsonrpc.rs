@@ -124,7 +124,11 @@ async fn handle(gw: Arc<Shared>, agent: Option<String>, request: HttpRequest) ->
         let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
         let error = A2aError::invalid_request(format!(
             "this gateway has no default agent: POST to /agents/{{name}} (agents on the mesh: {})",
-            if agents.is_empty() { "none".to_owned() } else { agents.join(", ") }
+            if agents.is_empty() {
+                "none".to_owned()
+            } else {
+                agents.join(", ")
+            }
         ))
         .with_data(serde_json::json!({ "agents": agents }));
         let id = request_id(&bytes).unwrap_or(JsonRpcId::Null);
@@ -210,7 +214,11 @@ async fn answer(
         return Answer::Nothing;
     };
     if let Some(version) = &http.bad_version {
-        return error(request.dialect, &id, A2aError::version_not_supported(version));
+        return error(
+            request.dialect,
+            &id,
+            A2aError::version_not_supported(version),
+        );
     }
     if in_batch && request.method.is_streaming() {
         return error(
@@ -222,7 +230,13 @@ async fn answer(
     dispatch(gw, agent, http, request, id).await
 }
 
-async fn dispatch(gw: &Arc<Shared>, agent: &str, http: &Http, request: Request, id: JsonRpcId) -> Answer {
+async fn dispatch(
+    gw: &Arc<Shared>,
+    agent: &str,
+    http: &Http,
+    request: Request,
+    id: JsonRpcId,
+) -> Answer {
     let dialect = request.dialect;
     let shared = request.shared_method;
     let result = match request.call {
@@ -278,7 +292,11 @@ fn check_agent(gw: &Shared, agent: &str, streaming: bool) -> Result<(), A2aError
         let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
         return Err(A2aError::invalid_params(format!(
             "no agent named {agent:?} on the mesh (agents: {})",
-            if agents.is_empty() { "none".to_owned() } else { agents.join(", ") }
+            if agents.is_empty() {
+                "none".to_owned()
+            } else {
+                agents.join(", ")
+            }
         )));
     };
     if !view.online() {
@@ -420,7 +438,9 @@ async fn start(
             }
             gw.bridge.end(&task_id, &live);
             Err(match e {
-                SendError::Topic(e) => A2aError::invalid_params(format!("task id {task_id:?}: {e}")),
+                SendError::Topic(e) => {
+                    A2aError::invalid_params(format!("task id {task_id:?}: {e}"))
+                }
                 SendError::Bus(e) => A2aError::internal(format!(
                     "could not publish to agent {agent:?} on the message bus: {e}"
                 )),
@@ -445,7 +465,13 @@ async fn send_message(
         .map_err(|e| (dialect, e))?;
     let task_answer = |gw: &Shared| -> Result<Answer, Failed> {
         match gw.store().get(&started.task_id) {
-            Some(record) => Ok(task_answer(Method::SendMessage, dialect, id, &record.task, history_length)),
+            Some(record) => Ok(task_answer(
+                Method::SendMessage,
+                dialect,
+                id,
+                &record.task,
+                history_length,
+            )),
             None => Err((dialect, A2aError::task_not_found(&started.task_id))),
         }
     };
@@ -550,7 +576,13 @@ fn get_task(
     params: GetTaskRequest,
 ) -> Result<Answer, Failed> {
     let (record, dialect) = find(gw, agent, dialect, shared, &params.id)?;
-    Ok(task_answer(Method::GetTask, dialect, id, &record.task, params.history_length))
+    Ok(task_answer(
+        Method::GetTask,
+        dialect,
+        id,
+        &record.task,
+        params.history_length,
+    ))
 }
 
 fn list_tasks(
@@ -565,7 +597,10 @@ fn list_tasks(
         Some(n) if n < 0 || n as usize > MAX_PAGE_SIZE => {
             return Err((
                 dialect,
-                A2aError::invalid_params_at("pageSize", format!("must be between 1 and {MAX_PAGE_SIZE}")),
+                A2aError::invalid_params_at(
+                    "pageSize",
+                    format!("must be between 1 and {MAX_PAGE_SIZE}"),
+                ),
             ));
         }
         Some(n) => n as usize,
@@ -581,9 +616,7 @@ fn list_tasks(
         .store()
         .list(&query)
         .map_err(|e| (dialect, A2aError::invalid_params_at("pageToken", e)))?;
-    let include_artifacts = params
-        .include_artifacts
-        .unwrap_or(dialect != Dialect::V1_0);
+    let include_artifacts = params.include_artifacts.unwrap_or(dialect != Dialect::V1_0);
     let tasks: Vec<Value> = page
         .records
         .iter()
@@ -605,7 +638,10 @@ fn list_tasks(
     );
     result.insert("pageSize".into(), page_size.into());
     result.insert("totalSize".into(), page.total_size.into());
-    Ok(Answer::Json(jsonrpc::write_result(id, Value::Object(result))))
+    Ok(Answer::Json(jsonrpc::write_result(
+        id,
+        Value::Object(result),
+    )))
 }
 
 async fn cancel_task(
@@ -620,7 +656,8 @@ async fn cancel_task(
     if record.task.status.state.is_terminal() {
         return Err((dialect, A2aError::task_not_cancelable(&params.id)));
     }
-    let answer = |record: &TaskRecord| task_answer(Method::CancelTask, dialect, id, &record.task, None);
+    let answer =
+        |record: &TaskRecord| task_answer(Method::CancelTask, dialect, id, &record.task, None);
     let Some(live) = gw.bridge.live(&params.id) else {
         // No instance runs it (it waits for input at the gateway): cancel it here.
         let canceled = gw.store().update(&params.id, &mut |r| {
@@ -655,7 +692,11 @@ async fn cancel_task(
                     set_status(&mut r.task, task.status.clone());
                 }
             });
-            Ok(answer(updated.as_deref().unwrap_or(&TaskRecord::new(task.clone(), agent, dialect))))
+            Ok(answer(updated.as_deref().unwrap_or(&TaskRecord::new(
+                task.clone(),
+                agent,
+                dialect,
+            ))))
         }
         Ok(Some(Err(e))) => Err((dialect, e)),
         // No instance answered in time (or the bus is down): the gateway cancels it itself.
@@ -780,7 +821,12 @@ fn bad_version(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
 fn bad_content_type(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::CONTENT_TYPE)?;
     let text = value.to_str().unwrap_or("");
-    let essence = text.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     let json = essence == "application/json"
         || essence == "application/json-rpc"
         || essence == "application/jsonrequest"

@@ -103,7 +103,9 @@ impl Gateway {
         .await?;
         requester.watch_registry(&registry);
         if !registry.wait_loaded(config.registry_wait).await {
-            tracing::warn!("the registry's retained state did not arrive yet; /readyz says 503 until it does");
+            tracing::warn!(
+                "the registry's retained state did not arrive yet; /readyz says 503 until it does"
+            );
         }
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -199,8 +201,14 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/.well-known/agent-card.json", get(cards::default_card))
         .route("/.well-known/agent.json", get(cards::default_card))
         .route("/agentCard", get(cards::default_card))
-        .route("/agents/{name}/.well-known/agent-card.json", get(cards::agent_card))
-        .route("/agents/{name}/.well-known/agent.json", get(cards::agent_card))
+        .route(
+            "/agents/{name}/.well-known/agent-card.json",
+            get(cards::agent_card),
+        )
+        .route(
+            "/agents/{name}/.well-known/agent.json",
+            get(cards::agent_card),
+        )
         .route("/agents/{name}/agentCard", get(cards::agent_card))
         .route("/agents", get(health::agents))
         .route("/agents/", get(health::agents))

@@ -18,6 +18,7 @@ use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
 use mesh_core::model::{Task, TaskState};
+use mesh_core::requester::is_final_state;
 use mesh_core::rpc::Reply;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -45,6 +46,8 @@ struct State {
     s: EventStream,
     pending: VecDeque<String>,
     done: bool,
+    /// True once the first event was rendered: a later Task becomes updates.
+    started: bool,
 }
 
 impl EventStream {
@@ -55,6 +58,7 @@ impl EventStream {
             s: self,
             pending: VecDeque::new(),
             done: false,
+            started: false,
         };
         for event in std::mem::take(&mut state.s.first) {
             state.push(&event);
@@ -70,7 +74,8 @@ impl State {
         if self.done {
             return;
         }
-        let (lines, end) = render(self.s.dialect, &self.s.id, event);
+        let (lines, end) = render(self.s.dialect, &self.s.id, event, self.started);
+        self.started = true;
         self.pending.extend(lines);
         self.done = end;
     }
@@ -117,14 +122,21 @@ fn events(state: State) -> impl Stream<Item = Result<Event, Infallible>> + Send 
 }
 
 /// The `data:` lines one event becomes in `dialect`, and whether the stream ends after it.
+/// A Task after the first event (the final answer of a task started with a blocking send, or
+/// a resynchronisation) becomes its artifacts and its status, so that every stream ends with
+/// a status update (`final: true` in 0.1 and 0.3).
 pub(crate) fn render(
     dialect: Dialect,
     id: &JsonRpcId,
     event: &Result<Reply, A2aError>,
+    started: bool,
 ) -> (Vec<String>, bool) {
     let line = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
     match event {
-        Err(error) => (vec![line(codec::encode_error(dialect, Some(id), error))], true),
+        Err(error) => (
+            vec![line(codec::encode_error(dialect, Some(id), error))],
+            true,
+        ),
         Ok(reply) if dialect == Dialect::V0_1 => {
             let end = ends_task(reply);
             let lines = match reply {
@@ -147,13 +159,26 @@ pub(crate) fn render(
                     };
                     let mut event = status_event(&task, TaskState::Completed, None);
                     event.status.message = Some(message.clone());
-                    vec![line(codec::encode_reply(dialect, id, &Reply::StatusUpdate(event)))]
+                    vec![line(codec::encode_reply(
+                        dialect,
+                        id,
+                        &Reply::StatusUpdate(event),
+                    ))]
                 }
                 other => vec![line(codec::encode_reply(dialect, id, other))],
             };
             (lines, end)
         }
-        Ok(reply) => (vec![line(codec::encode_reply(dialect, id, reply))], ends_task(reply)),
+        Ok(Reply::Task(task)) if started => (
+            task_as_updates(task)
+                .map(|r| line(codec::encode_reply(dialect, id, &r)))
+                .collect(),
+            is_final_state(&task.status.state),
+        ),
+        Ok(reply) => (
+            vec![line(codec::encode_reply(dialect, id, reply))],
+            ends_task(reply),
+        ),
     }
 }
 

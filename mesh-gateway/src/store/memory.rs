@@ -115,7 +115,12 @@ impl TaskStore for MemoryStore {
                         .as_deref()
                         .is_none_or(|c| r.task.context_id == c)
                 })
-                .filter(|r| query.state.as_ref().is_none_or(|s| &r.task.status.state == s))
+                .filter(|r| {
+                    query
+                        .state
+                        .as_ref()
+                        .is_none_or(|s| &r.task.status.state == s)
+                })
                 .cloned()
                 .collect()
         };
@@ -189,7 +194,9 @@ mod tests {
         store.insert(task("new", "c", TaskState::Working));
         assert!(store.get("running").is_some());
         // "done" sits behind "running" in insertion order; it goes once "running" does.
-        store.update("running", &mut |r| r.task.status.state = TaskState::Completed);
+        store.update("running", &mut |r| {
+            r.task.status.state = TaskState::Completed
+        });
         std::thread::sleep(Duration::from_millis(2));
         store.insert(task("newer", "c", TaskState::Working));
         assert!(store.get("running").is_none());
@@ -235,13 +242,15 @@ mod tests {
             })
             .unwrap();
         assert_eq!(working.records.len(), 1);
-        assert!(store
-            .list(&TaskQuery {
-                page_token: Some("x".into()),
-                page_size: 1,
-                ..Default::default()
-            })
-            .is_err());
+        assert!(
+            store
+                .list(&TaskQuery {
+                    page_token: Some("x".into()),
+                    page_size: 1,
+                    ..Default::default()
+                })
+                .is_err()
+        );
     }
 
     #[test]

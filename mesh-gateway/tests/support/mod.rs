@@ -231,7 +231,8 @@ pub fn slow_agent(name: &str, gate: Gate) -> Agent {
                 ctx.working("thinking").await?;
                 tokio::select! {
                     _ = gate.0.notified() => {}
-                    _ = ctx.cancelled() => return Ok(Outcome::completed_with("stopped")),
+                    // The runtime ends a canceled task itself.
+                    _ = ctx.cancelled() => std::future::pending::<()>().await,
                     _ = tokio::time::sleep(Duration::from_secs(10)) => {}
                 }
                 ctx.text_artifact("answer", "done").await?;
