@@ -15,7 +15,8 @@ use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
 use mesh_core::meta::MeshMeta;
 use mesh_core::model::{
-    Artifact, Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+    Artifact, Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent,
 };
 use mesh_core::requester::is_final_state;
 use mesh_core::rpc::Reply;
@@ -80,6 +81,7 @@ impl Emitter {
         self.state.lock().await.task.clone()
     }
 
+
     /// A status change, with an optional agent message.
     pub(crate) async fn status(
         &self,
@@ -93,11 +95,7 @@ impl Emitter {
         self.announce(&mut guard).await?;
         let message = message.map(|m| self.bind(&guard.task, m));
         if let Some(message) = &message {
-            guard
-                .task
-                .history
-                .get_or_insert_with(Vec::new)
-                .push(message.clone());
+            guard.task.history.get_or_insert_with(Vec::new).push(message.clone());
         }
         let status = TaskStatus {
             state,
@@ -146,8 +144,7 @@ impl Emitter {
                 last_chunk: Some(last_chunk),
                 metadata: None,
             };
-            self.publish(&mut guard, Reply::ArtifactUpdate(event))
-                .await?;
+            self.publish(&mut guard, Reply::ArtifactUpdate(event)).await?;
         }
         Ok(())
     }

@@ -171,9 +171,7 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
             emitter
                 .status(
                     TaskState::Failed,
-                    Some(agent_text(format!(
-                        "the agent's handler panicked: {reason}"
-                    ))),
+                    Some(agent_text(format!("the agent's handler panicked: {reason}"))),
                 )
                 .await
         }
@@ -204,8 +202,7 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
     if !waiters.is_empty() {
         let task = emitter.task().await;
         for (topic, id, dialect) in waiters {
-            let payload =
-                codec::encode_reply(dialect, &id, &mesh_core::rpc::Reply::Task(task.clone()));
+            let payload = codec::encode_reply(dialect, &id, &mesh_core::rpc::Reply::Task(task.clone()));
             if let Err(error) = shared
                 .bus
                 .publish(&topic, payload, mesh_core::bus::QoS::AtLeastOnce, false)

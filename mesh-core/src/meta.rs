@@ -159,10 +159,7 @@ mod tests {
         let meta = MeshMeta::take(&mut metadata);
         assert_eq!(meta.seq, Some(3));
         assert_eq!(meta.instance.as_deref(), Some("i1"));
-        assert_eq!(
-            metadata,
-            Some(HashMap::from([("user".to_owned(), json!(1))]))
-        );
+        assert_eq!(metadata, Some(HashMap::from([("user".to_owned(), json!(1))])));
     }
 
     #[test]

@@ -134,9 +134,7 @@ impl Registry {
             events,
             loaded: watch::channel(false).0,
         });
-        let mut cards = bus
-            .subscribe(&topics.agent_cards_filter(), QoS::AtLeastOnce)
-            .await?;
+        let mut cards = bus.subscribe(&topics.agent_cards_filter(), QoS::AtLeastOnce).await?;
         let mut presence = bus
             .subscribe(&topics.presence_filter(), QoS::AtLeastOnce)
             .await?;

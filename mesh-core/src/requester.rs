@@ -285,12 +285,7 @@ impl Requester {
         });
         let mut stream = self.register(rpc_id, timeout);
         self.bus
-            .publish(
-                &topic,
-                payload.to_string().into_bytes(),
-                QoS::AtLeastOnce,
-                false,
-            )
+            .publish(&topic, payload.to_string().into_bytes(), QoS::AtLeastOnce, false)
             .await?;
         Ok(match stream.next().await {
             Some(Delivery { reply: Err(e), .. }) if is_deadline_error(&e) => None,
@@ -308,7 +303,13 @@ impl Requester {
 
     fn register(&self, rpc_id: String, timeout: Duration) -> ReplyStream {
         let (tx, rx) = mpsc::channel(STREAM_CAPACITY);
-        lock(&self.pending).insert(rpc_id.clone(), PendingEntry { tx, instance: None });
+        lock(&self.pending).insert(
+            rpc_id.clone(),
+            PendingEntry {
+                tx,
+                instance: None,
+            },
+        );
         ReplyStream {
             rx,
             rpc_id,
@@ -463,7 +464,5 @@ fn fail_instance(pending: &Pending, agent: &str, instance: &str) {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
