@@ -8,7 +8,8 @@ pub fn agent() -> Agent {
         "echo",
         handler_fn(|ctx: TaskContext| async move {
             let parts = ctx.message().parts.clone();
-            ctx.artifact(new_artifact(Some("echo".into()), parts)).await?;
+            ctx.artifact(new_artifact(Some("echo".into()), parts))
+                .await?;
             Ok(Outcome::completed())
         }),
     )

@@ -60,6 +60,10 @@ pub fn agent() -> Agent {
         }),
     )
     .description("Sends back the files it receives, with a manifest")
-    .skill("files", "Files", "File parts in, file parts out, by bytes and by URI")
+    .skill(
+        "files",
+        "Files",
+        "File parts in, file parts out, by bytes and by URI",
+    )
     .modes(&["*/*"], &["*/*"])
 }

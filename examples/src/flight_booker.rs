@@ -95,7 +95,10 @@ mod tests {
             Some(("JFK".into(), "LHR".into()))
         );
         assert_eq!(airport_codes("I'd like to book a flight."), None);
-        assert_eq!(travel_date("on 2026-10-10, please"), Some("2026-10-10".into()));
+        assert_eq!(
+            travel_date("on 2026-10-10, please"),
+            Some("2026-10-10".into())
+        );
         assert_eq!(travel_date("October 10th"), None);
     }
 }

@@ -29,7 +29,11 @@ async fn orchestrate(ctx: TaskContext) -> Result<Outcome, HandlerError> {
         .iter()
         .flatten()
         .filter(|m| m.role == Role::User)
-        .flat_map(|m| m.parts.iter().filter_map(|p| p.as_text().map(str::to_owned)))
+        .flat_map(|m| {
+            m.parts
+                .iter()
+                .filter_map(|p| p.as_text().map(str::to_owned))
+        })
         .collect();
     let said = said.join("\n");
     let peer = choose_peer(&said);

@@ -33,7 +33,9 @@ pub fn agent() -> Agent {
                 ctx.artifact_chunk(chunk, index > 0, index + 1 == chunks)
                     .await?;
             }
-            Ok(Outcome::completed_with(format!("wrote {chunks} paragraphs")))
+            Ok(Outcome::completed_with(format!(
+                "wrote {chunks} paragraphs"
+            )))
         }),
     )
     .description("Writes a short piece on any topic, streamed paragraph by paragraph")
@@ -51,7 +53,10 @@ fn requested_chunks(text: &str) -> Option<usize> {
 }
 
 fn paragraph(topic: &str, index: usize) -> String {
-    format!("[{index}] On {topic}: paragraph {} of the draft.\n", index + 1)
+    format!(
+        "[{index}] On {topic}: paragraph {} of the draft.\n",
+        index + 1
+    )
 }
 
 #[cfg(test)]

@@ -15,10 +15,9 @@ use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
 use mesh_core::meta::MeshMeta;
 use mesh_core::model::{
-    Artifact, Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
-    TaskStatusUpdateEvent,
+    Artifact, Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
+    is_final_state,
 };
-use mesh_core::requester::is_final_state;
 use mesh_core::rpc::Reply;
 
 /// Why an event could not be emitted.
@@ -81,7 +80,6 @@ impl Emitter {
         self.state.lock().await.task.clone()
     }
 
-
     /// A status change, with an optional agent message.
     pub(crate) async fn status(
         &self,
@@ -94,8 +92,13 @@ impl Emitter {
         }
         self.announce(&mut guard).await?;
         let message = message.map(|m| self.bind(&guard.task, m));
-        if let Some(message) = &message {
-            guard.task.history.get_or_insert_with(Vec::new).push(message.clone());
+        // As the A2A SDKs do: the status message being replaced becomes history.
+        if let Some(previous) = guard.task.status.message.take() {
+            guard
+                .task
+                .history
+                .get_or_insert_with(Vec::new)
+                .push(previous);
         }
         let status = TaskStatus {
             state,
@@ -144,7 +147,8 @@ impl Emitter {
                 last_chunk: Some(last_chunk),
                 metadata: None,
             };
-            self.publish(&mut guard, Reply::ArtifactUpdate(event)).await?;
+            self.publish(&mut guard, Reply::ArtifactUpdate(event))
+                .await?;
         }
         Ok(())
     }

@@ -86,10 +86,12 @@ impl Peers {
                 _ => {}
             }
         }
-        last_task.map(PeerAnswer::Task).ok_or_else(|| PeerError::Remote {
-            agent: agent.to_owned(),
-            error: A2aError::invalid_agent_response("the stream ended without an answer"),
-        })
+        last_task
+            .map(PeerAnswer::Task)
+            .ok_or_else(|| PeerError::Remote {
+                agent: agent.to_owned(),
+                error: A2aError::invalid_agent_response("the stream ended without an answer"),
+            })
     }
 
     /// Sends `message` to `agent` and streams every event of its task.

@@ -24,6 +24,9 @@ use tokio_util::sync::CancellationToken;
 /// How long a non-streaming request runs before the requester is told which instance has it.
 const PROGRESS_AFTER: Duration = Duration::from_millis(100);
 
+/// How long a canceled handler may go on cleaning up before it is aborted.
+const CANCEL_GRACE: Duration = Duration::from_secs(2);
+
 /// A task running on this instance, as the cancel listener sees it.
 pub(crate) struct Running {
     pub(crate) cancel: CancellationToken,
@@ -150,9 +153,22 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
             }
         }
     };
+    // A handler that returns once it sees the cancel still ends a canceled task.
+    let end = match end {
+        End::Joined(_) if cancel.is_cancelled() => End::Canceled,
+        end => end,
+    };
     if !matches!(end, End::Joined(_)) {
-        cancel.cancel(); // reaches the sub-tasks of peers too
-        handle.abort();
+        cancel.cancel(); // reaches the handler and the sub-tasks of its peer calls
+        // The handler may see the cancel and clean up for a moment; then it is aborted.
+        tokio::spawn(async move {
+            if tokio::time::timeout(CANCEL_GRACE, &mut handle)
+                .await
+                .is_err()
+            {
+                handle.abort();
+            }
+        });
     }
 
     let result = match end {
@@ -171,7 +187,9 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
             emitter
                 .status(
                     TaskState::Failed,
-                    Some(agent_text(format!("the agent's handler panicked: {reason}"))),
+                    Some(agent_text(format!(
+                        "the agent's handler panicked: {reason}"
+                    ))),
                 )
                 .await
         }
@@ -202,7 +220,8 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
     if !waiters.is_empty() {
         let task = emitter.task().await;
         for (topic, id, dialect) in waiters {
-            let payload = codec::encode_reply(dialect, &id, &mesh_core::rpc::Reply::Task(task.clone()));
+            let payload =
+                codec::encode_reply(dialect, &id, &mesh_core::rpc::Reply::Task(task.clone()));
             if let Err(error) = shared
                 .bus
                 .publish(&topic, payload, mesh_core::bus::QoS::AtLeastOnce, false)
@@ -214,6 +233,8 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
     }
 }
 
+/// How the race between handler, cancel and deadline ended (short-lived, on the stack).
+#[allow(clippy::large_enum_variant)]
 enum End {
     Joined(Result<Result<Outcome, crate::handler::HandlerError>, tokio::task::JoinError>),
     Canceled,
@@ -271,7 +292,12 @@ fn resolve_task(
         }
         message.task_id = Some(task.id.clone());
         message.context_id = Some(task.context_id.clone());
-        task.history.get_or_insert_with(Vec::new).push(message);
+        let history = task.history.get_or_insert_with(Vec::new);
+        // The question the task was waiting on becomes history, before the answer to it.
+        if let Some(question) = task.status.message.take() {
+            history.push(question);
+        }
+        history.push(message);
         task.status = TaskStatus {
             state: TaskState::Submitted,
             message: None,

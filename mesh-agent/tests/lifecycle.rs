@@ -40,7 +40,9 @@ fn replies(deliveries: Vec<mesh_core::requester::Delivery>) -> Vec<Reply> {
 async fn a_stream_is_task_then_working_then_artifact_then_final() {
     let mesh = Mesh::start().await;
     let echo = mesh.run(mesh_examples::echo::agent()).await;
-    let (task_id, stream) = mesh.send("echo", "hello", Method::SendStreamingMessage).await;
+    let (task_id, stream) = mesh
+        .send("echo", "hello", Method::SendStreamingMessage)
+        .await;
     let events = replies(collect(stream).await);
     assert_eq!(events.len(), 4, "{events:#?}");
     let Reply::Task(task) = &events[0] else {
@@ -80,7 +82,9 @@ async fn a_handler_may_answer_with_a_direct_message_and_no_task() {
     let mesh = Mesh::start().await;
     let agent = Agent::new(
         "direct",
-        handler_fn(|ctx: TaskContext| async move { Ok(Outcome::reply(format!("you said {}", ctx.text()))) }),
+        handler_fn(|ctx: TaskContext| async move {
+            Ok(Outcome::reply(format!("you said {}", ctx.text())))
+        }),
     );
     let running = mesh.run(agent).await;
     for method in [Method::SendStreamingMessage, Method::SendMessage] {
@@ -101,20 +105,32 @@ async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses
     let booker = mesh.run(mesh_examples::flight_booker::agent()).await;
 
     let (task_id, stream) = mesh
-        .send("flight-booker", "I'd like to book a flight.", Method::SendMessage)
+        .send(
+            "flight-booker",
+            "I'd like to book a flight.",
+            Method::SendMessage,
+        )
         .await;
     let events = replies(collect(stream).await);
     let Reply::Task(task) = events.last().unwrap().clone() else {
         panic!("a task")
     };
     assert_eq!(task.status.state, TaskState::InputRequired);
-    assert!(task.status.message.is_some(), "the question is in the status");
+    assert!(
+        task.status.message.is_some(),
+        "the question is in the status"
+    );
 
     let mut follow_up = user("From JFK to LHR on 2026-10-10");
     follow_up.task_id = Some(task_id.clone());
     follow_up.context_id = Some(task.context_id.clone());
     let (_, stream) = mesh
-        .send_message("flight-booker", follow_up, Method::SendMessage, Some(task.clone()))
+        .send_message(
+            "flight-booker",
+            follow_up,
+            Method::SendMessage,
+            Some(task.clone()),
+        )
         .await;
     let events = replies(collect(stream).await);
     let Reply::Task(done) = events.last().unwrap().clone() else {
@@ -122,7 +138,11 @@ async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses
     };
     assert_eq!(done.id, task_id);
     assert_eq!(done.status.state, TaskState::Completed);
-    assert_eq!(done.history.as_ref().unwrap().len(), 4, "user, agent, user, agent");
+    assert_eq!(
+        done.history.as_ref().unwrap().len(),
+        4,
+        "user, agent, user, agent"
+    );
     let itinerary = &done.artifacts.as_ref().unwrap()[0];
     assert_eq!(itinerary.name.as_deref(), Some("FlightItinerary.json"));
 
@@ -160,7 +180,11 @@ async fn a_message_for_an_unknown_task_is_task_not_found() {
         }),
     };
     let reply_topic = mesh.topics.gateway_response("probe", "t").unwrap();
-    let mut replies_sub = mesh.bus.subscribe(&reply_topic, QoS::AtLeastOnce).await.unwrap();
+    let mut replies_sub = mesh
+        .bus
+        .subscribe(&reply_topic, QoS::AtLeastOnce)
+        .await
+        .unwrap();
     if let Call::Send(params) = &mut request.call {
         MeshMeta {
             reply_to: Some(reply_topic.clone()),
@@ -178,7 +202,10 @@ async fn a_message_for_an_unknown_task_is_task_not_found() {
         )
         .await
         .unwrap();
-    let answer = tokio::time::timeout(WAIT, replies_sub.recv()).await.unwrap().unwrap();
+    let answer = tokio::time::timeout(WAIT, replies_sub.recv())
+        .await
+        .unwrap()
+        .unwrap();
     let (id, reply) = codec::decode_reply(&answer.payload, Dialect::V0_3).unwrap();
     assert_eq!(id, JsonRpcId::String("r1".into()));
     assert_eq!(reply.unwrap_err().code(), -32001);
@@ -206,7 +233,9 @@ async fn cancel_reaches_the_handler_and_the_task_ends_canceled() {
         }),
     );
     let running = mesh.run(agent).await;
-    let (task_id, mut stream) = mesh.send("slow", "work", Method::SendStreamingMessage).await;
+    let (task_id, mut stream) = mesh
+        .send("slow", "work", Method::SendStreamingMessage)
+        .await;
     // Wait until it runs (task, working, working+message).
     for _ in 0..3 {
         stream.next().await.unwrap().reply.unwrap();
@@ -221,7 +250,10 @@ async fn cancel_reaches_the_handler_and_the_task_ends_canceled() {
     assert_eq!(answer.status.state, TaskState::Canceled);
     let last = collect(stream).await.pop().unwrap().reply.unwrap();
     assert_eq!(state_of(&last), Some(TaskState::Canceled));
-    tokio::time::timeout(WAIT, saw_cancel_rx).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, saw_cancel_rx)
+        .await
+        .unwrap()
+        .unwrap();
 
     // A task nobody runs: silence, the requester decides.
     let nobody = mesh
@@ -255,7 +287,9 @@ async fn a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so() 
         panic!("a task: {events:?}")
     };
     assert_eq!(task.status.state, TaskState::Failed);
-    let why = task.status.message.as_ref().unwrap().parts[0].as_text().unwrap();
+    let why = task.status.message.as_ref().unwrap().parts[0]
+        .as_text()
+        .unwrap();
     assert!(why.contains("deadline"), "{why}");
     running.shutdown().await;
 }
@@ -278,7 +312,10 @@ async fn a_panicking_handler_fails_its_task_and_the_agent_keeps_serving() {
         panic!("a task")
     };
     assert_eq!(task.status.state, TaskState::Failed);
-    let why = task.status.message.as_ref().unwrap().parts[0].as_text().unwrap().to_owned();
+    let why = task.status.message.as_ref().unwrap().parts[0]
+        .as_text()
+        .unwrap()
+        .to_owned();
     assert!(why.contains("panicked") && why.contains("kaboom"), "{why}");
 
     let (_, stream) = mesh.send("fragile", "calm", Method::SendMessage).await;
@@ -297,7 +334,8 @@ fn counting_agent(name: &str, runs: Arc<AtomicUsize>) -> Agent {
             let runs = runs.clone();
             async move {
                 runs.fetch_add(1, Ordering::SeqCst);
-                ctx.artifact(new_artifact(None, vec![Part::text("ok")])).await?;
+                ctx.artifact(new_artifact(None, vec![Part::text("ok")]))
+                    .await?;
                 Ok(Outcome::completed())
             }
         }),
@@ -311,7 +349,11 @@ async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice() {
     let running = mesh.run(counting_agent("counter", runs.clone())).await;
 
     let reply_topic = mesh.topics.gateway_response("dup", "t").unwrap();
-    let mut answers = mesh.bus.subscribe(&reply_topic, QoS::AtLeastOnce).await.unwrap();
+    let mut answers = mesh
+        .bus
+        .subscribe(&reply_topic, QoS::AtLeastOnce)
+        .await
+        .unwrap();
     let publish = |request_id: &str, task_id: &str| {
         let mut message = user("same message id");
         message.message_id = "the-same-message-id".into();
@@ -340,11 +382,17 @@ async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice() {
     let first = publish("request-1", "task-1");
     // The same publish twice (a QoS 1 redelivery), then another task with the same messageId.
     for payload in [first.clone(), first, publish("request-2", "task-2")] {
-        mesh.bus.publish(&topic, payload, QoS::AtLeastOnce, false).await.unwrap();
+        mesh.bus
+            .publish(&topic, payload, QoS::AtLeastOnce, false)
+            .await
+            .unwrap();
     }
     let mut tasks = Vec::new();
     while tasks.len() < 2 {
-        let answer = tokio::time::timeout(WAIT, answers.recv()).await.unwrap().unwrap();
+        let answer = tokio::time::timeout(WAIT, answers.recv())
+            .await
+            .unwrap()
+            .unwrap();
         let (_, reply) = codec::decode_reply(&answer.payload, Dialect::V0_3).unwrap();
         if let Ok(Reply::Task(task)) = reply {
             tasks.push(task.id);
@@ -363,7 +411,9 @@ async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice() {
 async fn a_thousand_streamed_chunks_arrive_in_order() {
     let mesh = Mesh::start().await;
     let writer = mesh.run(mesh_examples::writer::agent()).await;
-    let (_, stream) = mesh.send("writer", "chunks: 1000", Method::SendStreamingMessage).await;
+    let (_, stream) = mesh
+        .send("writer", "chunks: 1000", Method::SendStreamingMessage)
+        .await;
     let events = replies(collect(stream).await);
     let chunks: Vec<String> = events
         .iter()
@@ -374,7 +424,10 @@ async fn a_thousand_streamed_chunks_arrive_in_order() {
         .collect();
     assert_eq!(chunks.len(), 1000);
     for (index, chunk) in chunks.iter().enumerate() {
-        assert!(chunk.starts_with(&format!("[{index}]")), "chunk {index}: {chunk}");
+        assert!(
+            chunk.starts_with(&format!("[{index}]")),
+            "chunk {index}: {chunk}"
+        );
     }
     let last_update = events
         .iter()
@@ -396,11 +449,17 @@ async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped() {
         let result = mesh_examples::echo::agent()
             .card(mesh_examples::echo::agent().agent_card().clone())
             .config(mesh.config());
-        let renamed = Agent::new(bad, handler_fn(|_c: TaskContext| async { Ok(Outcome::completed()) }))
-            .config(mesh.config());
+        let renamed = Agent::new(
+            bad,
+            handler_fn(|_c: TaskContext| async { Ok(Outcome::completed()) }),
+        )
+        .config(mesh.config());
         drop(result);
         let error = renamed.start(bus_config(&mesh.broker)).await.err();
-        assert!(matches!(error, Some(AgentError::Topic(_))), "{bad:?}: {error:?}");
+        assert!(
+            matches!(error, Some(AgentError::Topic(_))),
+            "{bad:?}: {error:?}"
+        );
     }
     let echo = mesh.run(mesh_examples::echo::agent()).await;
     let mut message = user("odd id");
@@ -409,7 +468,12 @@ async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped() {
         .requester
         .send(
             "echo",
-            SendMessageRequest { message, configuration: None, metadata: None, tenant: None },
+            SendMessageRequest {
+                message,
+                configuration: None,
+                metadata: None,
+                tenant: None,
+            },
             mesh_core::requester::SendOptions {
                 method: Method::SendMessage,
                 task_id: "a/b/#/+".into(),
@@ -425,7 +489,10 @@ async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped() {
     let Reply::Task(task) = replies(collect(stream).await).pop().unwrap() else {
         panic!("a task")
     };
-    assert_eq!(task.id, "a/b/#/+", "the id is mapped on the topic, never changed");
+    assert_eq!(
+        task.id, "a/b/#/+",
+        "the id is mapped on the topic, never changed"
+    );
     // The requester cannot widen a subscription with an agent name either.
     let refused = mesh.send_message_err("ec/ho").await;
     assert!(refused, "an unsafe agent name is refused before publishing");
@@ -441,7 +508,12 @@ impl SendErr for Mesh {
         self.requester
             .send(
                 agent,
-                SendMessageRequest { message: user("x"), configuration: None, metadata: None, tenant: None },
+                SendMessageRequest {
+                    message: user("x"),
+                    configuration: None,
+                    metadata: None,
+                    tenant: None,
+                },
                 mesh_core::requester::SendOptions {
                     method: Method::SendMessage,
                     task_id: "t".into(),

@@ -1,12 +1,143 @@
 //! `mesh`: bring up a local mesh with one command, run each part alone, and talk to it.
+//!
+//! Exit codes scripts can rely on: 0 success; 1 the task failed (or was rejected or
+//! canceled); 2 bad usage or configuration; 3 the broker or the gateway does not answer (or a
+//! port is taken); 4 the agent is unknown or offline.
 
-use clap::Parser;
+mod client;
+mod exit;
+mod serve;
+mod settings;
+mod tail;
 
-/// Agent meshes over MQTT: A2A agents on a broker, an HTTP gateway in front.
-#[derive(Parser)]
-#[command(name = "mesh", version)]
-struct Cli {}
+use clap::{Parser, Subcommand};
+use exit::Failure;
+use settings::{Common, LogFormat, Serve, Settings};
+use std::path::PathBuf;
+
+/// Agent meshes over MQTT: A2A agents on a broker, an HTTP gateway in front of them.
+#[derive(Parser, Debug)]
+#[command(name = "mesh", version, about, long_about = None)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Embedded broker, gateway and the example agents in one process (Ctrl-C stops all).
+    Up {
+        #[command(flatten)]
+        serve: Serve,
+    },
+    /// The embedded MQTT broker alone.
+    Broker {
+        #[command(flatten)]
+        serve: Serve,
+    },
+    /// The HTTP gateway alone, connected to --broker-url.
+    Gateway {
+        #[command(flatten)]
+        serve: Serve,
+    },
+    /// One example agent, connected to --broker-url.
+    Agent {
+        /// echo, writer, flight-booker, files or orchestrator.
+        name: String,
+    },
+    /// The live list of agents.
+    Agents,
+    /// An agent's card.
+    Card {
+        /// The agent.
+        agent: String,
+    },
+    /// Send a message to an agent and print its answer.
+    Send {
+        /// The agent.
+        agent: String,
+        /// The text of the message.
+        text: String,
+        /// Show status and artifacts as they arrive.
+        #[arg(long)]
+        stream: bool,
+        /// Continue this task (one that asked for input).
+        #[arg(long, value_name = "TASK_ID")]
+        task: Option<String>,
+        /// Attach a file (repeatable).
+        #[arg(long, value_name = "PATH")]
+        file: Vec<PathBuf>,
+    },
+    /// Watch the namespace's bus traffic, one line per message.
+    Tail {
+        /// Only traffic to or from this agent.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only traffic of this task.
+        #[arg(long)]
+        task: Option<String>,
+        /// Print each message as raw JSON: {"topic":…,"payload":…}.
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 fn main() {
-    let _cli = Cli::parse();
+    let cli = Cli::parse();
+    let serve = match &cli.command {
+        Command::Up { serve } | Command::Broker { serve } | Command::Gateway { serve } => {
+            serve.clone()
+        }
+        _ => Serve::default(),
+    };
+    let settings = match Settings::resolve(&cli.common, &serve) {
+        Ok(settings) => settings,
+        Err(reason) => Failure::Usage(reason).exit(),
+    };
+    let serving = matches!(
+        cli.command,
+        Command::Up { .. } | Command::Broker { .. } | Command::Gateway { .. } | Command::Agent { .. }
+    );
+    init_logging(settings.log_format, serving);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => Failure::Other(format!("cannot start the async runtime: {e}")).exit(),
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Up { .. } => serve::up(&settings).await,
+            Command::Broker { .. } => serve::broker(&settings).await,
+            Command::Gateway { .. } => serve::gateway(&settings).await,
+            Command::Agent { name } => serve::agent(&settings, &name).await,
+            Command::Agents => client::agents(&settings).await,
+            Command::Card { agent } => client::card(&settings, &agent).await,
+            Command::Send {
+                agent,
+                text,
+                stream,
+                task,
+                file,
+            } => client::send(&settings, &agent, &text, stream, task, &file).await,
+            Command::Tail { agent, task, json } => tail::tail(&settings, agent, task, json).await,
+        }
+    });
+    if let Err(failure) = result {
+        failure.exit();
+    }
+}
+
+/// Logs through tracing: RUST_LOG sets the filter (servers log `info`, clients `warn`).
+fn init_logging(format: LogFormat, serving: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = if serving { "info" } else { "warn" };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.with_target(false).init(),
+    }
 }

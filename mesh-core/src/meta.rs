@@ -11,8 +11,7 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The reserved metadata key.
-pub const MESH_KEY: &str = "_mesh";
+pub use crate::model::MESH_KEY;
 
 /// Who sent a request: a gateway (on behalf of an HTTP client) or an agent delegating.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,7 +158,10 @@ mod tests {
         let meta = MeshMeta::take(&mut metadata);
         assert_eq!(meta.seq, Some(3));
         assert_eq!(meta.instance.as_deref(), Some("i1"));
-        assert_eq!(metadata, Some(HashMap::from([("user".to_owned(), json!(1))])));
+        assert_eq!(
+            metadata,
+            Some(HashMap::from([("user".to_owned(), json!(1))]))
+        );
     }
 
     #[test]

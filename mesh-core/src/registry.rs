@@ -134,7 +134,9 @@ impl Registry {
             events,
             loaded: watch::channel(false).0,
         });
-        let mut cards = bus.subscribe(&topics.agent_cards_filter(), QoS::AtLeastOnce).await?;
+        let mut cards = bus
+            .subscribe(&topics.agent_cards_filter(), QoS::AtLeastOnce)
+            .await?;
         let mut presence = bus
             .subscribe(&topics.presence_filter(), QoS::AtLeastOnce)
             .await?;
@@ -220,6 +222,16 @@ impl Registry {
     /// Waits until the agent is online; false if `timeout` passes first.
     pub async fn wait_online(&self, name: &str, timeout: Duration) -> bool {
         self.wait_for(timeout, || self.is_online(name)).await
+    }
+
+    /// Waits until the agent has exactly `count` live instances; false if `timeout` passes.
+    pub async fn wait_for_instances(&self, name: &str, count: usize, timeout: Duration) -> bool {
+        self.wait_for(timeout, || {
+            self.read()
+                .get(name)
+                .is_some_and(|entry| entry.instances.len() == count)
+        })
+        .await
     }
 
     /// Waits until the agent is offline (no live instance); false if `timeout` passes first.

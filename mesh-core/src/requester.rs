@@ -15,7 +15,7 @@ use crate::dialect::{Dialect, Method};
 use crate::error::A2aError;
 use crate::jsonrpc::JsonRpcId;
 use crate::meta::{Caller, MeshMeta, deadline_in};
-use crate::model::{CancelTaskRequest, SendMessageRequest, Task, TaskState};
+use crate::model::{CancelTaskRequest, SendMessageRequest, Task};
 use crate::registry::{Registry, RegistryEvent};
 use crate::rpc::{Call, Reply, Request};
 use crate::topic::{TopicError, Topics};
@@ -254,6 +254,7 @@ impl Requester {
                 reply: Ok(Reply::Task(task)),
                 ..
             }) => Some(Ok(task)),
+            Some(Delivery { reply: Err(e), .. }) if is_deadline_error(&e) => None,
             Some(Delivery { reply: Err(e), .. }) => Some(Err(e)),
             Some(_) => Some(Err(A2aError::invalid_agent_response(
                 "the agent answered a cancel with something other than a task",
@@ -285,7 +286,12 @@ impl Requester {
         });
         let mut stream = self.register(rpc_id, timeout);
         self.bus
-            .publish(&topic, payload.to_string().into_bytes(), QoS::AtLeastOnce, false)
+            .publish(
+                &topic,
+                payload.to_string().into_bytes(),
+                QoS::AtLeastOnce,
+                false,
+            )
             .await?;
         Ok(match stream.next().await {
             Some(Delivery { reply: Err(e), .. }) if is_deadline_error(&e) => None,
@@ -303,13 +309,7 @@ impl Requester {
 
     fn register(&self, rpc_id: String, timeout: Duration) -> ReplyStream {
         let (tx, rx) = mpsc::channel(STREAM_CAPACITY);
-        lock(&self.pending).insert(
-            rpc_id.clone(),
-            PendingEntry {
-                tx,
-                instance: None,
-            },
-        );
+        lock(&self.pending).insert(rpc_id.clone(), PendingEntry { tx, instance: None });
         ReplyStream {
             rx,
             rpc_id,
@@ -365,7 +365,7 @@ impl ReplyStream {
                     self.last_seq = seq;
                 }
             }
-            self.finished = delivery.reply.as_ref().map(ends_stream).unwrap_or(true);
+            self.finished = delivery.reply.as_ref().map(Reply::is_final).unwrap_or(true);
             return Some(delivery);
         }
     }
@@ -380,23 +380,6 @@ impl Drop for ReplyStream {
     fn drop(&mut self) {
         lock(&self.pending).remove(&self.rpc_id);
     }
-}
-
-/// True for the reply after which no more come: a terminal or interrupted state, a direct
-/// message, or anything that is not a task event.
-pub fn ends_stream(reply: &Reply) -> bool {
-    match reply {
-        Reply::StatusUpdate(event) => is_final_state(&event.status.state),
-        Reply::Task(task) => is_final_state(&task.status.state),
-        Reply::ArtifactUpdate(_) => false,
-        _ => true,
-    }
-}
-
-/// Terminal (completed, failed, canceled, rejected) or interrupted (input or auth required):
-/// the states after which a reply stream ends.
-pub fn is_final_state(state: &TaskState) -> bool {
-    state.is_terminal() || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
 }
 
 /// The `_mesh` metadata of a reply, without removing it.
@@ -464,5 +447,7 @@ fn fail_instance(pending: &Pending, agent: &str, instance: &str) {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

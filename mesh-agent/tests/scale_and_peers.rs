@@ -1,0 +1,318 @@
+//! Scale-out, presence and peer calls, against a real Mosquitto: instances sharing load, an
+//! instance crashing mid-task, the last instance crashing, delegation and its cancellation.
+
+mod support;
+
+use mesh_agent::{Agent, Outcome, PeerError, TaskContext, handler_fn};
+use mesh_core::dialect::Method;
+use mesh_core::model::TaskState;
+use mesh_core::requester::strip_reply_meta;
+use mesh_core::rpc::Reply;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// An agent whose handler answers with the instance-independent text, after `delay`.
+fn slow_echo(name: &str, delay: Duration) -> Agent {
+    Agent::new(
+        name,
+        handler_fn(move |ctx: TaskContext| async move {
+            ctx.working("on it").await?;
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => Ok(Outcome::completed_with(ctx.text())),
+                _ = ctx.cancelled() => Ok(Outcome::completed()),
+            }
+        }),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_the_load_each_request_handled_once() {
+    let mesh = Mesh::start().await;
+    let a = mesh.run(slow_echo("pair", Duration::ZERO)).await;
+    let b = mesh.run(slow_echo("pair", Duration::ZERO)).await;
+    assert!(
+        mesh.registry.wait_for_instances("pair", 2, WAIT).await,
+        "both instances are registered"
+    );
+    let mut streams = Vec::new();
+    for i in 0..40 {
+        streams.push(
+            mesh.send("pair", &format!("n{i}"), Method::SendStreamingMessage)
+                .await,
+        );
+    }
+    let mut per_instance: HashMap<String, usize> = HashMap::new();
+    for (_, stream) in streams {
+        let deliveries = collect(stream).await;
+        let last = deliveries.last().unwrap();
+        let mut instances: Vec<String> = deliveries
+            .iter()
+            .filter_map(|d| d.instance.clone())
+            .collect();
+        instances.dedup();
+        assert_eq!(instances.len(), 1, "one instance handled the whole task");
+        *per_instance.entry(instances[0].clone()).or_default() += 1;
+        let Ok(Reply::StatusUpdate(end)) = &last.reply else {
+            panic!("ends with a status: {last:?}")
+        };
+        assert_eq!(end.status.state, TaskState::Completed);
+    }
+    assert_eq!(per_instance.values().sum::<usize>(), 40);
+    assert_eq!(
+        per_instance.len(),
+        2,
+        "both instances served: {per_instance:?}"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_instance_fails_its_task_at_once_and_the_survivor_serves() {
+    let mesh = Mesh::start().await;
+    let first = mesh.run(slow_echo("crashy", Duration::from_secs(30))).await;
+    let second = mesh.run(slow_echo("crashy", Duration::from_secs(30))).await;
+    assert!(mesh.registry.wait_for_instances("crashy", 2, WAIT).await);
+
+    // Start tasks until one runs on the instance we are going to kill.
+    let victim = first.instance_id().to_owned();
+    let mut doomed = None;
+    for i in 0..20 {
+        let (_, mut stream) = mesh
+            .send("crashy", &format!("t{i}"), Method::SendStreamingMessage)
+            .await;
+        let announced = stream.next().await.unwrap();
+        if announced.instance.as_deref() == Some(victim.as_str()) {
+            doomed = Some(stream);
+            break;
+        }
+    }
+    let mut doomed = doomed.expect("a task landed on the first instance");
+    let killed_at = Instant::now();
+    first.abort();
+
+    // The task fails at once (the broker publishes the will; the requester watches presence),
+    // not at its deadline, and says which instance went away.
+    let error = loop {
+        let delivery = doomed.next().await.expect("the stream ends with an error");
+        if let Err(error) = delivery.reply {
+            break error;
+        }
+    };
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        killed_at.elapsed()
+    );
+    assert!(
+        error.message.contains(&victim) && error.message.contains("offline"),
+        "{error}"
+    );
+
+    // The agent stays online through its other instance, which takes new requests.
+    assert!(mesh.registry.wait_for_instances("crashy", 1, WAIT).await);
+    assert!(mesh.registry.is_online("crashy"));
+    let (_, mut stream) = mesh
+        .send("crashy", "still there?", Method::SendStreamingMessage)
+        .await;
+    let first_event = stream.next().await.unwrap();
+    assert_eq!(first_event.instance.as_deref(), Some(second.instance_id()));
+    second.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_instance_crashing_takes_the_agent_offline_within_the_keep_alive() {
+    let mesh = Mesh::start().await;
+    let only = mesh.run(slow_echo("lonely", Duration::ZERO)).await;
+    assert!(mesh.registry.is_online("lonely"));
+    let killed_at = Instant::now();
+    only.abort();
+    // Keep-alive is 2 s in these tests; the broker sees the socket close at once.
+    assert!(
+        mesh.registry
+            .wait_offline("lonely", Duration::from_secs(3))
+            .await
+    );
+    let took = killed_at.elapsed();
+    assert!(took <= Duration::from_secs(3), "offline after {took:?}");
+    // The card stays: the agent is known, and offline.
+    let view = mesh.registry.agent("lonely").unwrap();
+    assert!(view.card.is_some() && !view.online());
+    clear_retained(&mesh, "lonely").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_shutdown_announces_offline_and_clears_presence() {
+    let mesh = Mesh::start().await;
+    let agent = mesh.run(slow_echo("polite", Duration::ZERO)).await;
+    agent.shutdown().await;
+    assert!(mesh.registry.wait_offline("polite", WAIT).await);
+    clear_retained(&mesh, "polite").await;
+}
+
+/// A parent that delegates to `child` and waits; the child records that it saw the cancel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canceling_a_parent_cancels_the_child_it_called() {
+    let mesh = Mesh::start().await;
+    let (child_canceled_tx, child_canceled_rx) = tokio::sync::oneshot::channel::<()>();
+    let child_canceled_tx = Arc::new(Mutex::new(Some(child_canceled_tx)));
+    let child = Agent::new(
+        "child",
+        handler_fn(move |ctx: TaskContext| {
+            let tx = child_canceled_tx.clone();
+            async move {
+                ctx.working("child working").await?;
+                ctx.cancelled().await;
+                if let Some(tx) = tx.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+                Ok(Outcome::completed())
+            }
+        }),
+    );
+    let parent = Agent::new(
+        "parent",
+        handler_fn(|ctx: TaskContext| async move {
+            ctx.working("asking the child").await?;
+            let mut stream = ctx.peers().stream("child", user("work")).await?;
+            while let Some(event) = stream.next().await {
+                if let Err(PeerError::Canceled) = event {
+                    break;
+                }
+                event?;
+            }
+            Ok(Outcome::completed())
+        }),
+    );
+    let child = mesh.run(child).await;
+    let parent = mesh.run(parent).await;
+    let (task_id, mut stream) = mesh
+        .send("parent", "go", Method::SendStreamingMessage)
+        .await;
+    for _ in 0..3 {
+        stream.next().await.unwrap().reply.unwrap(); // task, working, working "asking"
+    }
+    // Give the child call a moment to start: wait until the child runs a task.
+    let started = Instant::now();
+    while child.running_tasks() == 0 {
+        assert!(started.elapsed() < WAIT, "the child never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let canceled = mesh
+        .requester
+        .cancel("parent", &task_id, WAIT)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(canceled.status.state, TaskState::Canceled);
+    tokio::time::timeout(WAIT, child_canceled_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    parent.shutdown().await;
+    child.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth_limit() {
+    let mesh = Mesh::start().await;
+    let caller = Agent::new(
+        "caller",
+        handler_fn(|ctx: TaskContext| async move {
+            let started = Instant::now();
+            let result = ctx.peers().ask("nobody-home", "hello").await;
+            let Err(PeerError::NotOnline(name)) = result else {
+                return Ok(Outcome::failed(format!(
+                    "expected NotOnline, got {result:?}"
+                )));
+            };
+            assert!(started.elapsed() < Duration::from_millis(100));
+            Ok(Outcome::completed_with(format!("{name} is offline")))
+        }),
+    );
+    // An agent that calls itself: the depth limit ends the loop with a clear error.
+    let looper = Agent::new(
+        "looper",
+        handler_fn(|ctx: TaskContext| async move {
+            match ctx.peers().ask("looper", "again").await {
+                Err(PeerError::DepthExceeded { depth, limit }) => Ok(Outcome::completed_with(
+                    format!("stopped at depth {depth} (limit {limit})"),
+                )),
+                Ok(mesh_agent::PeerAnswer::Task(task)) => {
+                    Ok(Outcome::Completed(task.status.message))
+                }
+                other => Ok(Outcome::failed(format!("{other:?}"))),
+            }
+        }),
+    );
+    let caller = mesh.run(caller).await;
+    let looper = mesh.run(looper).await;
+
+    let (_, stream) = mesh.send("caller", "x", Method::SendMessage).await;
+    let Ok(Reply::Task(task)) = collect(stream).await.pop().unwrap().reply else {
+        panic!("a task")
+    };
+    assert_eq!(task.status.state, TaskState::Completed, "{task:?}");
+
+    let (_, stream) = mesh.send("looper", "x", Method::SendMessage).await;
+    let Ok(Reply::Task(mut task)) = collect(stream).await.pop().unwrap().reply.map(|mut r| {
+        strip_reply_meta(&mut r);
+        r
+    }) else {
+        panic!("a task")
+    };
+    assert_eq!(task.status.state, TaskState::Completed);
+    let text = task.status.message.take().unwrap().parts[0]
+        .as_text()
+        .unwrap()
+        .to_owned();
+    assert!(text.contains("stopped at depth 9 (limit 8)"), "{text}");
+    caller.shutdown().await;
+    looper.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_orchestrator_streams_a_peers_progress_and_result() {
+    let mesh = Mesh::start().await;
+    let writer = mesh.run(mesh_examples::writer::agent()).await;
+    let orchestrator = mesh.run(mesh_examples::orchestrator::agent()).await;
+    let (_, stream) = mesh
+        .send(
+            "orchestrator",
+            "write about brokers chunks: 3",
+            Method::SendStreamingMessage,
+        )
+        .await;
+    let events: Vec<Reply> = collect(stream)
+        .await
+        .into_iter()
+        .map(|d| d.reply.unwrap())
+        .collect();
+    let chunks = events
+        .iter()
+        .filter(|e| matches!(e, Reply::ArtifactUpdate(_)))
+        .count();
+    assert_eq!(chunks, 3, "the writer's chunks are relayed: {events:#?}");
+    let Reply::StatusUpdate(end) = events.last().unwrap() else {
+        panic!("ends with a status")
+    };
+    assert_eq!(end.status.state, TaskState::Completed);
+    let text = end.status.message.as_ref().unwrap().parts[0]
+        .as_text()
+        .unwrap();
+    assert!(text.starts_with("[writer]"), "{text}");
+    writer.shutdown().await;
+    orchestrator.shutdown().await;
+}
+
+/// Leaves no retained card behind.
+async fn clear_retained(mesh: &Mesh, agent: &str) {
+    let topic = mesh.topics.agent_card(agent).unwrap();
+    mesh.bus
+        .publish(&topic, Vec::new(), mesh_core::bus::QoS::AtLeastOnce, true)
+        .await
+        .unwrap();
+}

@@ -1,0 +1,177 @@
+//! Starting and stopping a broker: an rmqtt server with one TCP listener.
+
+use std::io;
+use std::net::SocketAddr;
+use std::num::NonZeroU16;
+
+use rmqtt::context::ServerContext;
+use rmqtt::net::Builder;
+use rmqtt::server::MqttServer;
+use rmqtt::types::Id;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::retain::MemoryRetainStorage;
+use crate::shared::RoundRobinShared;
+use crate::{BrokerConfig, BrokerError};
+
+/// An MQTT broker (MQTT 3.1.1 and 5) running in this process, listening on one TCP
+/// address.
+///
+/// It supports QoS 0, 1 and 2, retained messages, last wills and shared
+/// subscriptions (`$share/{group}/{filter}`), and accepts every client (no
+/// authentication: bind it to loopback unless the network is trusted).
+///
+/// Several brokers can run in one process at once, each with its own sessions and
+/// retained messages. Dropping a `Broker` without calling [`Broker::stop`] leaves it
+/// running until the Tokio runtime shuts down.
+pub struct Broker {
+    local_addr: SocketAddr,
+    scx: ServerContext,
+    server: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Broker {
+    /// Starts a broker on `addr` with every limit at its default; see
+    /// [`Broker::start_with`].
+    pub async fn start(addr: SocketAddr) -> Result<Broker, BrokerError> {
+        Self::start_with(BrokerConfig::new(addr)).await
+    }
+
+    /// Starts a broker as `config` says and returns once it listens.
+    ///
+    /// Must be called within a Tokio runtime (either flavour); the broker's tasks run
+    /// on it. Port 0 in `config.addr` binds a free port: [`Broker::local_addr`] tells
+    /// which.
+    ///
+    /// # Errors
+    /// [`BrokerError::AddrInUse`] when another socket listens on the address, other
+    /// [`BrokerError`] variants when the address cannot be bound or `config` is not
+    /// valid.
+    pub async fn start_with(config: BrokerConfig) -> Result<Broker, BrokerError> {
+        let addr = config.addr;
+        let max_inflight = NonZeroU16::new(config.max_inflight)
+            .ok_or_else(|| BrokerError::Config("max_inflight must be at least 1".into()))?;
+        if config.max_connections == 0 {
+            return Err(BrokerError::Config(
+                "max_connections must be at least 1".into(),
+            ));
+        }
+
+        let listener = Builder::new()
+            .name("mesh/tcp")
+            .laddr(addr)
+            // Accepted sockets get TCP_NODELAY: with Nagle on, every small reply
+            // waits for the peer's delayed ACK (about 40 ms on Linux).
+            .nodelay(true)
+            // Lets a restarted broker bind while connections of the previous one
+            // linger in TIME_WAIT; a port someone still listens on stays refused.
+            .reuseaddr(Some(true))
+            .max_connections(config.max_connections)
+            .max_packet_size(config.max_packet_size)
+            .max_inflight(max_inflight)
+            .max_mqueue_len(config.max_queued_messages)
+            .handshake_timeout(config.handshake_timeout)
+            .session_expiry_interval(config.session_expiry)
+            .bind()
+            .map_err(|e| bind_error(addr, e))?
+            .tcp()
+            .map_err(|e| bind_error(addr, e))?;
+        let local_addr = listener.local_addr().map_err(|e| bind_error(addr, e))?;
+
+        // The busy check spawns a load monitor that outlives the broker; a broker
+        // for local use and tests has no need of it.
+        let scx = ServerContext::new()
+            .busy_check_enable(false)
+            .mqtt_max_sessions(0)
+            .build()
+            .await;
+        *scx.extends.retain_mut().await =
+            Box::new(MemoryRetainStorage::new(config.max_retained_messages));
+        *scx.extends.shared_subscription_mut().await = Box::new(RoundRobinShared::default());
+
+        // `MqttServer::start` exits the process when serving fails: run it ourselves.
+        let server = MqttServer::new(scx.clone())
+            .listener_by_id(listener, local_addr.port())
+            .build();
+        let server = tokio::spawn(async move {
+            if let Err(e) = server.run().await {
+                tracing::error!(error = %e, "MQTT broker stopped serving");
+            }
+        });
+        tracing::info!(addr = %local_addr, "MQTT broker listening");
+        Ok(Broker {
+            local_addr,
+            scx,
+            server,
+        })
+    }
+
+    /// The address the broker listens on, with the port really bound when it was
+    /// started on port 0.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// How many clients are connected now.
+    pub fn connection_count(&self) -> usize {
+        usize::try_from(self.scx.connections.count()).unwrap_or(0)
+    }
+
+    /// How many sessions the broker holds: those of connected clients, plus those kept
+    /// for clients that connected with `clean_session = false` and went away. A
+    /// session is released only after its will, if any, has been handled.
+    pub fn session_count(&self) -> usize {
+        usize::try_from(self.scx.sessions.count()).unwrap_or(0)
+    }
+
+    /// Stops the broker: closes the listening socket, then disconnects every client
+    /// and drops its session. The port is free again when this returns.
+    ///
+    /// Clients are disconnected as by an administrator: no will is published for
+    /// them. A connection accepted but still before its CONNECT packet is closed at
+    /// the latest when its handshake timeout runs out.
+    pub async fn stop(self) {
+        self.server.abort();
+        // Waiting for the aborted task drops the listener, freeing the port.
+        let _ = self.server.await;
+
+        let ids: Vec<Id> = self
+            .scx
+            .extends
+            .shared()
+            .await
+            .iter()
+            .map(|e| e.id())
+            .collect();
+        let mut kicks = JoinSet::new();
+        for id in ids {
+            let mut entry = self.scx.extends.shared().await.entry(id);
+            kicks.spawn(async move {
+                if let Err(e) = entry.kick(true, true, true).await {
+                    tracing::debug!(error = %e, "kicking a session at broker stop failed");
+                }
+            });
+        }
+        while kicks.join_next().await.is_some() {}
+        tracing::info!(addr = %self.local_addr, "MQTT broker stopped");
+    }
+}
+
+/// Turns rmqtt's error from binding `addr` into a [`BrokerError`].
+fn bind_error(addr: SocketAddr, error: rmqtt::Error) -> BrokerError {
+    match error.downcast::<io::Error>() {
+        Ok(io_error) => BrokerError::from_bind(addr, io_error),
+        Err(other) => BrokerError::Bind {
+            addr,
+            source: io::Error::other(other.to_string()),
+        },
+    }
+}

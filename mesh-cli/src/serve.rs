@@ -1,0 +1,204 @@
+//! The commands that serve: `mesh up` (everything in one process), `mesh broker`,
+//! `mesh gateway` and `mesh agent <name>` (each part alone). Each runs until Ctrl-C or SIGTERM
+//! and then shuts down cleanly: agents announce themselves offline before they leave.
+
+use crate::exit::{Failure, Outcome};
+use crate::settings::Settings;
+use mesh_agent::{AgentConfig, AgentError, RunningAgent};
+use mesh_broker::{Broker, BrokerError};
+use mesh_core::bus::{Bus, BusConfig, BusError};
+use mesh_gateway::{Gateway, GatewayConfig, GatewayError, RunningGateway};
+use std::time::Instant;
+
+/// `mesh up`: the embedded broker (unless --broker-url names one), the example agents and the
+/// gateway, with `echo` as the default agent.
+pub async fn up(settings: &Settings) -> Outcome {
+    let started = Instant::now();
+    let broker = match &settings.broker_url {
+        Some(_) => None,
+        None => Some(start_broker(settings).await?),
+    };
+    let url = match &broker {
+        Some(broker) => format!("mqtt://{}", broker.local_addr()),
+        None => settings.broker_url_or_default(),
+    };
+    let starts = mesh_examples::NAMES
+        .iter()
+        .map(|name| start_agent(settings, &url, name));
+    let mut agents = Vec::new();
+    let mut failure = None;
+    for result in futures_util::future::join_all(starts).await {
+        match result {
+            Ok(agent) => agents.push(agent),
+            Err(e) => failure = Some(e),
+        }
+    }
+    if let Some(failure) = failure {
+        stop_all(agents, None, broker).await;
+        return Err(failure);
+    }
+    let mut settings = settings.clone();
+    settings.default_agent.get_or_insert_with(|| "echo".into());
+    let gateway = match start_gateway(&settings, &url).await {
+        Ok(gateway) => gateway,
+        Err(e) => {
+            stop_all(agents, None, broker).await;
+            return Err(e);
+        }
+    };
+    let ready = started.elapsed();
+    let names: Vec<&str> = agents.iter().map(RunningAgent::name).collect();
+    let broker_line = match &broker {
+        Some(_) => format!("{url} (embedded)"),
+        None => url.clone(),
+    };
+    println!("mesh is up in {:.0} ms", ready.as_secs_f64() * 1000.0);
+    println!("  gateway   {}", gateway.url());
+    println!("  broker    {broker_line}");
+    println!("  namespace {}", settings.namespace);
+    println!("  agents    {}", names.join(", "));
+    println!();
+    println!("try:  mesh send echo \"hello\"");
+    println!(
+        "      curl -s {}/ -H 'content-type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"message/send\",\"params\":{{\"message\":{{\"role\":\"user\",\"messageId\":\"m1\",\"parts\":[{{\"kind\":\"text\",\"text\":\"hello\"}}]}}}}}}'",
+        gateway.url()
+    );
+    println!("Ctrl-C stops the mesh.");
+    wait_for_stop().await;
+    eprintln!("mesh: stopping");
+    stop_all(agents, Some(gateway), broker).await;
+    Ok(())
+}
+
+/// `mesh broker`: the embedded broker alone.
+pub async fn broker(settings: &Settings) -> Outcome {
+    let broker = start_broker(settings).await?;
+    println!("broker listening on mqtt://{}", broker.local_addr());
+    wait_for_stop().await;
+    broker.stop().await;
+    Ok(())
+}
+
+/// `mesh gateway`: the gateway alone, on --broker-url.
+pub async fn gateway(settings: &Settings) -> Outcome {
+    let url = settings.broker_url_or_default();
+    let gateway = start_gateway(settings, &url).await?;
+    println!("gateway listening on {} (broker {url})", gateway.url());
+    wait_for_stop().await;
+    gateway.shutdown().await;
+    Ok(())
+}
+
+/// `mesh agent <name>`: one example agent, on --broker-url.
+pub async fn agent(settings: &Settings, name: &str) -> Outcome {
+    let url = settings.broker_url_or_default();
+    let agent = start_agent(settings, &url, name).await?;
+    println!(
+        "agent {name} online (instance {}, broker {url})",
+        agent.instance_id()
+    );
+    wait_for_stop().await;
+    agent.shutdown().await;
+    Ok(())
+}
+
+async fn start_broker(settings: &Settings) -> Result<Broker, Failure> {
+    Broker::start(settings.broker_addr)
+        .await
+        .map_err(|e| match e {
+            BrokerError::AddrInUse { .. } => Failure::Unreachable(format!(
+                "{e}: the embedded broker's port is taken; choose another with --broker-addr \
+                 (or use the running broker with --broker-url)"
+            )),
+            other => Failure::Unreachable(format!("{other} (--broker-addr)")),
+        })
+}
+
+async fn start_agent(settings: &Settings, url: &str, name: &str) -> Result<RunningAgent, Failure> {
+    let Some(agent) = mesh_examples::by_name(name) else {
+        return Err(Failure::UnknownAgent(format!(
+            "no example agent named {name:?}; there are: {}",
+            mesh_examples::NAMES.join(", ")
+        )));
+    };
+    let config = AgentConfig {
+        namespace: settings.namespace.clone(),
+        ..AgentConfig::default()
+    };
+    agent
+        .config(config)
+        .start(bus_config(url)?)
+        .await
+        .map_err(|e| match e {
+            AgentError::Bus(bus) => unreachable_broker(url, bus),
+            AgentError::Topic(topic) => Failure::Usage(topic.to_string()),
+            other => Failure::Other(other.to_string()),
+        })
+}
+
+async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway, Failure> {
+    let bus = Bus::connect(bus_config(url)?.with_client_id(format!(
+        "mesh-gateway-{}",
+        uuid::Uuid::new_v4().simple()
+    )))
+    .await
+    .map_err(|e| unreachable_broker(url, e))?;
+    let config = GatewayConfig {
+        listen: settings.http_addr,
+        public_url: settings.public_url.clone(),
+        namespace: settings.namespace.clone(),
+        default_agent: settings.default_agent.clone(),
+        ..GatewayConfig::default()
+    };
+    Gateway::start(config, bus).await.map_err(|e| match e {
+        GatewayError::Bind { addr, source } => Failure::Unreachable(format!(
+            "cannot listen on {addr}: {source}; choose another address with --http-addr"
+        )),
+        GatewayError::Bus(bus) => unreachable_broker(url, bus),
+        other => Failure::Other(other.to_string()),
+    })
+}
+
+/// The bus settings of a connection to `url`.
+pub fn bus_config(url: &str) -> Result<BusConfig, Failure> {
+    BusConfig::new(url).map_err(|e| Failure::Usage(format!("{e} (--broker-url)")))
+}
+
+/// A bus error, said as "the broker does not answer".
+pub fn unreachable_broker(url: &str, error: BusError) -> Failure {
+    Failure::Unreachable(format!(
+        "the broker at {url} does not answer: {error} (start one with `mesh broker`, or set --broker-url)"
+    ))
+}
+
+async fn stop_all(agents: Vec<RunningAgent>, gateway: Option<RunningGateway>, broker: Option<Broker>) {
+    futures_util::future::join_all(agents.into_iter().map(RunningAgent::shutdown)).await;
+    if let Some(gateway) = gateway {
+        gateway.shutdown().await;
+    }
+    if let Some(broker) = broker {
+        broker.stop().await;
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn wait_for_stop() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
