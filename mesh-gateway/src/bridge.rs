@@ -15,7 +15,8 @@ use mesh_core::model::{
     Artifact, Message, Part, Role, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
     TaskStatusUpdateEvent,
 };
-use mesh_core::requester::{ReplyStream, is_deadline_error, is_final_state, strip_reply_meta};
+use mesh_core::model::is_final_state;
+use mesh_core::requester::{ReplyStream, is_deadline_error, strip_reply_meta};
 use mesh_core::rpc::Reply;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

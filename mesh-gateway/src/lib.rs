@@ -16,7 +16,7 @@
 //! };
 //! let gateway = Gateway::start(config, bus).await?;
 //! println!("A2A clients: {}/agents/echo", gateway.url());
-//! tokio::signal::ctrl_c().await?;
+//! // … serve until it is time to stop:
 //! gateway.shutdown().await;
 //! # Ok(()) }
 //! ```

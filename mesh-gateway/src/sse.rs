@@ -18,7 +18,7 @@ use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
 use mesh_core::model::{Task, TaskState};
-use mesh_core::requester::is_final_state;
+use mesh_core::model::is_final_state;
 use mesh_core::rpc::Reply;
 use std::collections::VecDeque;
 use std::convert::Infallible;

@@ -2,7 +2,7 @@
 //! go first) and finished tasks forgotten `max_age` after their last change.
 
 use super::{StoreError, TaskPage, TaskQuery, TaskRecord, TaskStore};
-use mesh_core::requester::is_final_state;
+use mesh_core::model::is_final_state;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime};
