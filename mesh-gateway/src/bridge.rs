@@ -11,11 +11,11 @@
 
 use crate::store::{TaskRecord, TaskStore};
 use mesh_core::error::A2aError;
+use mesh_core::model::is_final_state;
 use mesh_core::model::{
     Artifact, Message, Part, Role, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
     TaskStatusUpdateEvent,
 };
-use mesh_core::model::is_final_state;
 use mesh_core::requester::{ReplyStream, is_deadline_error, strip_reply_meta};
 use mesh_core::rpc::Reply;
 use std::collections::HashMap;
