@@ -264,19 +264,15 @@ pub(crate) fn apply(task: &mut Task, reply: &Reply) {
         Reply::Task(new) => *task = new.clone(),
         Reply::StatusUpdate(event) => set_status(task, event.status.clone()),
         Reply::ArtifactUpdate(event) => apply_artifact(task, event),
-        Reply::Message(message) => {
-            // A direct answer with no task: the task the gateway opened for it is done.
-            if !task.status.state.is_terminal() {
-                set_status(
-                    task,
-                    TaskStatus {
-                        state: TaskState::Completed,
-                        message: Some(message.clone()),
-                        timestamp: Some(chrono::Utc::now()),
-                    },
-                );
-            }
-        }
+        // A direct answer with no task: the task the gateway opened for it is done.
+        Reply::Message(message) if !task.status.state.is_terminal() => set_status(
+            task,
+            TaskStatus {
+                state: TaskState::Completed,
+                message: Some(message.clone()),
+                timestamp: Some(chrono::Utc::now()),
+            },
+        ),
         _ => {}
     }
 }

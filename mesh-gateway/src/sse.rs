@@ -90,9 +90,7 @@ fn events(state: State) -> impl Stream<Item = Result<Event, Infallible>> + Send 
             if state.done {
                 return None;
             }
-            let Some(live) = state.s.live.as_mut() else {
-                return None;
-            };
+            let live = state.s.live.as_mut()?;
             let received = tokio::select! {
                 _ = state.s.shutdown.cancelled() => return None,
                 received = live.recv() => received,

@@ -140,16 +140,14 @@ impl Mesh {
 
     /// Opens an SSE request and returns the response (to read with [`read_sse`]).
     pub async fn open_sse(&self, agent: &str, method: &str, params: Value) -> reqwest::Response {
-        let response = self
-            .http
+        self.http
             .post(self.url(&format!("/agents/{agent}")))
             .header("content-type", "application/json")
             .header("accept", "text/event-stream")
             .body(rpc(method, params).to_string())
             .send()
             .await
-            .expect("request");
-        response
+            .expect("request")
     }
 
     /// A streaming call: every `data:` event as JSON, read until the server closes the stream.
