@@ -1,4 +1,40 @@
 //! # mesh-gateway
 //!
-//! The HTTP face of the mesh: every A2A client, of every protocol generation, reaches every
-//! agent on the bus through JSON-RPC over HTTP and SSE.
+//! The HTTP face of the mesh: any A2A client (protocol 0.1, 0.3 or 1.0, JSON-RPC and SSE)
+//! talks to any agent on the bus as if it were a plain A2A server.
+//!
+//! ```no_run
+//! use mesh_core::bus::{Bus, BusConfig};
+//! use mesh_gateway::{Gateway, GatewayConfig};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let bus = Bus::connect(BusConfig::new("mqtt://127.0.0.1:1883")?).await?;
+//! let config = GatewayConfig {
+//!     listen: "127.0.0.1:8080".parse()?,
+//!     default_agent: Some("echo".into()),
+//!     ..GatewayConfig::default()
+//! };
+//! let gateway = Gateway::start(config, bus).await?;
+//! println!("A2A clients: {}/agents/echo", gateway.url());
+//! // … serve until it is time to stop:
+//! gateway.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Modules: [`config`] (settings), [`server`] (router, start, shutdown), `jsonrpc` (the POST
+//! dispatch), `bridge` (the pump from the bus to the store and the live subscribers), `sse`,
+//! `cards`, `health`, and [`store`] (the [`TaskStore`](store::TaskStore) trait and the
+//! in-memory store).
+
+mod bridge;
+mod cards;
+pub mod config;
+mod health;
+mod jsonrpc;
+pub mod server;
+mod sse;
+pub mod store;
+
+pub use config::GatewayConfig;
+pub use server::{Gateway, GatewayError, RunningGateway};
+pub use store::{MemoryStore, TaskPage, TaskQuery, TaskRecord, TaskStore};

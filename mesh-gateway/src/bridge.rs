@@ -1,0 +1,315 @@
+//! The pump between the bus and HTTP: a task's [`ReplyStream`] feeds the task store and a
+//! broadcast that every live subscriber (the client that started the task, resubscribers)
+//! reads.
+//!
+//! Each running task has one [`LiveTask`]: a broadcast sender and a small gate (a mutex held
+//! only while one event is applied to the store and sent, never across an await), so that a
+//! subscriber that takes a snapshot and subscribes under the same gate sees every event
+//! exactly once after its snapshot. The pump runs in its own tokio task, independent of any
+//! HTTP connection: a client that goes away does not cancel the task. `_mesh` metadata is
+//! stripped before an event reaches the store or a subscriber.
+
+use crate::store::{TaskRecord, TaskStore};
+use mesh_core::error::A2aError;
+use mesh_core::model::is_final_state;
+use mesh_core::model::{
+    Artifact, Message, Part, Role, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent,
+};
+use mesh_core::requester::{ReplyStream, is_deadline_error, strip_reply_meta};
+use mesh_core::rpc::Reply;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+/// How many events a slow subscriber may fall behind before it is resynchronised from the
+/// store.
+const LIVE_CAPACITY: usize = 256;
+
+/// One event of a live task: a (stripped) reply, or the error that rejected the request.
+pub(crate) type LiveEvent = Arc<Result<Reply, A2aError>>;
+
+/// A task whose reply stream is being pumped.
+pub(crate) struct LiveTask {
+    sender: broadcast::Sender<LiveEvent>,
+    gate: Mutex<()>,
+    stop: CancellationToken,
+}
+
+/// What the pump needs to undo when the agent rejects the request before the task started.
+pub(crate) enum Undo {
+    /// A new task: forget it.
+    Remove,
+    /// A follow-up message: put the task back as it was.
+    Restore(Arc<TaskRecord>),
+}
+
+/// The live tasks and the store they update.
+pub(crate) struct Bridge {
+    store: Arc<dyn TaskStore>,
+    live: Mutex<HashMap<String, Arc<LiveTask>>>,
+}
+
+impl Bridge {
+    pub(crate) fn new(store: Arc<dyn TaskStore>) -> Bridge {
+        Bridge {
+            store,
+            live: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn TaskStore> {
+        &self.store
+    }
+
+    fn live_map(&self) -> MutexGuard<'_, HashMap<String, Arc<LiveTask>>> {
+        lock(&self.live)
+    }
+
+    /// True while a pump runs for the task.
+    pub(crate) fn is_live(&self, id: &str) -> bool {
+        self.live_map().contains_key(id)
+    }
+
+    /// The live task, if a pump runs for it.
+    pub(crate) fn live(&self, id: &str) -> Option<Arc<LiveTask>> {
+        self.live_map().get(id).cloned()
+    }
+
+    /// Marks a task live and subscribes its originator; `None` when it already is (a second
+    /// message to a running task).
+    pub(crate) fn begin(
+        &self,
+        id: &str,
+    ) -> Option<(Arc<LiveTask>, broadcast::Receiver<LiveEvent>)> {
+        let mut live = self.live_map();
+        if live.contains_key(id) {
+            return None;
+        }
+        let (sender, receiver) = broadcast::channel(LIVE_CAPACITY);
+        let task = Arc::new(LiveTask {
+            sender,
+            gate: Mutex::new(()),
+            stop: CancellationToken::new(),
+        });
+        live.insert(id.to_owned(), task.clone());
+        Some((task, receiver))
+    }
+
+    /// Forgets a live task (its pump ended, or it never started).
+    pub(crate) fn end(&self, id: &str, task: &Arc<LiveTask>) {
+        let mut live = self.live_map();
+        if live.get(id).is_some_and(|t| Arc::ptr_eq(t, task)) {
+            live.remove(id);
+        }
+    }
+
+    /// The task as it stands and, while it is live, a receiver of every event after that
+    /// snapshot.
+    pub(crate) fn attach(
+        &self,
+        id: &str,
+    ) -> Option<(Arc<TaskRecord>, Option<broadcast::Receiver<LiveEvent>>)> {
+        match self.live(id) {
+            Some(live) => {
+                let _gate = lock(&live.gate);
+                let record = self.store.get(id)?;
+                Some((record, Some(live.sender.subscribe())))
+            }
+            None => self.store.get(id).map(|record| (record, None)),
+        }
+    }
+
+    /// Starts pumping `stream` (the replies to the message that started or resumed task `id`).
+    pub(crate) fn spawn_pump(
+        self: &Arc<Self>,
+        id: String,
+        live: Arc<LiveTask>,
+        stream: ReplyStream,
+        undo: Undo,
+    ) {
+        let bridge = self.clone();
+        tokio::spawn(async move {
+            bridge.pump(&id, &live, stream, undo).await;
+            bridge.end(&id, &live);
+        });
+    }
+
+    async fn pump(&self, id: &str, live: &Arc<LiveTask>, mut stream: ReplyStream, undo: Undo) {
+        let mut started = false;
+        loop {
+            let delivery = tokio::select! {
+                biased;
+                _ = live.stop.cancelled() => return,
+                delivery = stream.next() => delivery,
+            };
+            let Some(delivery) = delivery else { return };
+            match delivery.reply {
+                Ok(mut reply) => {
+                    strip_reply_meta(&mut reply);
+                    started = true;
+                    let ends = ends_task(&reply);
+                    if !self.publish(id, live, reply) || ends {
+                        return;
+                    }
+                }
+                Err(error) if !started && !is_deadline_error(&error) => {
+                    // The agent refused the message (bad params, a task it cannot resume, …):
+                    // the task did not change, the request failed.
+                    let _gate = lock(&live.gate);
+                    match &undo {
+                        Undo::Remove => self.store.remove(id),
+                        Undo::Restore(previous) => self.store.insert(TaskRecord::clone(previous)),
+                    }
+                    let _ = live.sender.send(Arc::new(Err(error)));
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(task = %id, error = %error.message, "task failed on the bus");
+                    let Some(record) = self.store.get(id) else {
+                        return;
+                    };
+                    let event = status_event(&record.task, TaskState::Failed, Some(&error.message));
+                    self.publish(id, live, Reply::StatusUpdate(event));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Applies one event to the store and sends it to the subscribers, under the task's gate.
+    /// False when the task was stopped meanwhile (the event is dropped).
+    fn publish(&self, id: &str, live: &LiveTask, reply: Reply) -> bool {
+        let _gate = lock(&live.gate);
+        if live.stop.is_cancelled() {
+            return false;
+        }
+        self.store
+            .update(id, &mut |record| apply(&mut record.task, &reply));
+        let _ = live.sender.send(Arc::new(Ok(reply)));
+        true
+    }
+
+    /// Ends a live task here, without its agent: the task is canceled in the store, the
+    /// subscribers get the final canceled status, and the pump stops.
+    pub(crate) fn cancel_locally(&self, id: &str, live: &LiveTask) -> Option<Arc<TaskRecord>> {
+        let record = {
+            let _gate = lock(&live.gate);
+            if live.stop.is_cancelled() {
+                return self.store.get(id);
+            }
+            let current = self.store.get(id)?;
+            if current.task.status.state.is_terminal() {
+                return Some(current);
+            }
+            let event = status_event(&current.task, TaskState::Canceled, None);
+            let record = self.store.update(id, &mut |r| {
+                apply(&mut r.task, &Reply::StatusUpdate(event.clone()))
+            });
+            let _ = live.sender.send(Arc::new(Ok(Reply::StatusUpdate(event))));
+            live.stop.cancel();
+            record
+        };
+        // The pump sees `stop` at once and leaves the live map.
+        record
+    }
+}
+
+/// True for the reply after which a task's stream ends.
+pub(crate) fn ends_task(reply: &Reply) -> bool {
+    match reply {
+        Reply::Task(task) => is_final_state(&task.status.state),
+        Reply::StatusUpdate(event) => is_final_state(&event.status.state),
+        Reply::ArtifactUpdate(_) => false,
+        _ => true,
+    }
+}
+
+/// A status update for `task`, now, with an optional agent text message.
+pub(crate) fn status_event(
+    task: &Task,
+    state: TaskState,
+    text: Option<&str>,
+) -> TaskStatusUpdateEvent {
+    let message = text.map(|text| {
+        let mut message = Message::new(Role::Agent, vec![Part::text(text)]);
+        message.task_id = Some(task.id.clone());
+        message.context_id = Some(task.context_id.clone());
+        message
+    });
+    TaskStatusUpdateEvent {
+        task_id: task.id.clone(),
+        context_id: task.context_id.clone(),
+        status: TaskStatus {
+            state,
+            message,
+            timestamp: Some(chrono::Utc::now()),
+        },
+        metadata: None,
+    }
+}
+
+/// Sets a task's status, moving the previous status message into the history.
+pub(crate) fn set_status(task: &mut Task, status: TaskStatus) {
+    if let Some(previous) = task.status.message.take() {
+        task.history.get_or_insert_with(Vec::new).push(previous);
+    }
+    task.status = status;
+}
+
+/// Applies one event to a task.
+pub(crate) fn apply(task: &mut Task, reply: &Reply) {
+    match reply {
+        Reply::Task(new) => *task = new.clone(),
+        Reply::StatusUpdate(event) => set_status(task, event.status.clone()),
+        Reply::ArtifactUpdate(event) => apply_artifact(task, event),
+        // A direct answer with no task: the task the gateway opened for it is done.
+        Reply::Message(message) if !task.status.state.is_terminal() => set_status(
+            task,
+            TaskStatus {
+                state: TaskState::Completed,
+                message: Some(message.clone()),
+                timestamp: Some(chrono::Utc::now()),
+            },
+        ),
+        _ => {}
+    }
+}
+
+fn apply_artifact(task: &mut Task, event: &TaskArtifactUpdateEvent) {
+    let artifacts = task.artifacts.get_or_insert_with(Vec::new);
+    let existing = artifacts
+        .iter_mut()
+        .find(|a| a.artifact_id == event.artifact.artifact_id);
+    match existing {
+        Some(artifact) if event.append == Some(true) => {
+            artifact.parts.extend(event.artifact.parts.iter().cloned());
+            if event.artifact.metadata.is_some() {
+                artifact.metadata.clone_from(&event.artifact.metadata);
+            }
+        }
+        Some(artifact) => *artifact = event.artifact.clone(),
+        None => artifacts.push(event.artifact.clone()),
+    }
+}
+
+/// The artifact-update events that carry a task's artifacts whole (for 0.1 streams, which
+/// have no Task event).
+pub(crate) fn artifact_events(task: &Task) -> impl Iterator<Item = TaskArtifactUpdateEvent> + '_ {
+    task.artifacts
+        .iter()
+        .flatten()
+        .map(|artifact: &Artifact| TaskArtifactUpdateEvent {
+            task_id: task.id.clone(),
+            context_id: task.context_id.clone(),
+            artifact: artifact.clone(),
+            append: Some(false),
+            last_chunk: Some(true),
+            metadata: None,
+        })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,128 @@
+//! Agent cards over HTTP: each agent's card as its instances published it on the bus, with
+//! the gateway's URL in it, in the combined shape both client generations read (the 1.0 card
+//! plus the 0.3 members `url`, `preferredTransport`, `protocolVersion`; `supportedInterfaces`
+//! lists a JSONRPC entry for 1.0 and one for 0.3 at the same URL). Cards carry an `ETag`,
+//! `Last-Modified` (when the gateway first served this version) and `Cache-Control`; a
+//! matching `If-None-Match` gets 304.
+
+use crate::server::{Shared, json_status};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use mesh_core::codec;
+use mesh_core::model::{AgentInterface, TRANSPORT_PROTOCOL_JSONRPC};
+use serde_json::json;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+/// How long clients may cache a card.
+const CACHE_CONTROL: &str = "public, max-age=30";
+
+/// When each served card version was first seen: `(agent, url) → (etag, time)`.
+#[derive(Default)]
+pub(crate) struct CardCache {
+    seen: Mutex<HashMap<(String, String), (String, SystemTime)>>,
+}
+
+impl CardCache {
+    fn last_modified(&self, agent: &str, url: &str, etag: &str) -> SystemTime {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = seen
+            .entry((agent.to_owned(), url.to_owned()))
+            .or_insert_with(|| (etag.to_owned(), SystemTime::now()));
+        if entry.0 != etag {
+            *entry = (etag.to_owned(), SystemTime::now());
+        }
+        entry.1
+    }
+}
+
+/// `GET /.well-known/agent-card.json` (and the older paths): the default agent's card.
+pub(crate) async fn default_card(State(gw): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let Some(agent) = gw.config.default_agent.clone() else {
+        let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
+        return json_status(
+            StatusCode::NOT_FOUND,
+            json!({
+                "error": "this gateway has no default agent; ask for /agents/{name}/.well-known/agent-card.json",
+                "agents": agents,
+            }),
+        );
+    };
+    let url = format!("{}/", gw.base_url);
+    serve_card(&gw, &agent, &url, &headers)
+}
+
+/// `GET /agents/{name}/.well-known/agent-card.json` (and the older paths).
+pub(crate) async fn agent_card(
+    State(gw): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let url = format!("{}/agents/{name}", gw.base_url);
+    serve_card(&gw, &name, &url, &headers)
+}
+
+fn serve_card(gw: &Shared, agent: &str, url: &str, headers: &HeaderMap) -> Response {
+    let Some(view) = gw.registry.agent(agent) else {
+        let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
+        return json_status(
+            StatusCode::NOT_FOUND,
+            json!({"error": format!("no agent named {agent:?} on the mesh"), "agents": agents}),
+        );
+    };
+    let Some(mut card) = view.card else {
+        return json_status(
+            StatusCode::NOT_FOUND,
+            json!({"error": format!("agent {agent:?} has not published a card yet")}),
+        );
+    };
+    card.supported_interfaces = vec![AgentInterface::new(
+        url.to_owned(),
+        TRANSPORT_PROTOCOL_JSONRPC,
+    )];
+    let body = serde_json::to_vec(&codec::card::write_card_combined(&card)).unwrap_or_default();
+    let etag = {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        body.hash(&mut hasher);
+        format!("\"{:016x}\"", hasher.finish())
+    };
+    let modified = gw.cards.last_modified(agent, url, &etag);
+    let last_modified = chrono::DateTime::<chrono::Utc>::from(modified)
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    let matches = headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|tag| {
+            let tag = tag.trim();
+            tag == "*" || tag.trim_start_matches("W/") == etag
+        });
+    let mut response = if matches {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        let mut r = Response::new(Body::from(body));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        r
+    };
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    if let Ok(v) = HeaderValue::from_str(&last_modified) {
+        h.insert(header::LAST_MODIFIED, v);
+    }
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(CACHE_CONTROL),
+    );
+    response
+}

@@ -1,0 +1,63 @@
+//! The gateway's settings: where it listens, how it names itself on the bus and in agent
+//! cards, which agent `POST /` reaches, and the limits that keep every request bounded.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// How a gateway runs. `Default` listens on 127.0.0.1:8080 in the namespace `mesh`.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// The address the HTTP server binds (port 0: any free port).
+    pub listen: SocketAddr,
+    /// The URL clients reach the gateway at (`MESH_PUBLIC_URL` in the CLI), written into agent
+    /// cards. `None`: `http://<bound address>`.
+    pub public_url: Option<String>,
+    /// The namespace (first topic segment) of the mesh.
+    pub namespace: String,
+    /// The gateway's id on the bus: it names the response topics it subscribes to. Two gateways
+    /// on one broker need two ids.
+    pub gateway_id: String,
+    /// The agent `POST /` and the root agent-card paths serve (`--default-agent`).
+    pub default_agent: Option<String>,
+    /// The largest request body accepted, in bytes.
+    pub body_limit: usize,
+    /// How long a blocking `SendMessage` waits for the task to finish before answering with
+    /// the task as it stands (the client then polls or resubscribes).
+    pub blocking_wait: Duration,
+    /// How long an agent has to finish a task the gateway sends it (the bus deadline).
+    pub task_timeout: Duration,
+    /// How long a cancel waits for the instance running the task to answer before the
+    /// gateway cancels the task in its store itself.
+    pub cancel_wait: Duration,
+    /// The interval of SSE keep-alive comments on an idle stream.
+    pub sse_keep_alive: Duration,
+    /// How long to wait for the registry's retained state at start.
+    pub registry_wait: Duration,
+    /// How long a finished task stays in the store.
+    pub retention_age: Duration,
+    /// How many tasks the store keeps at most (the oldest go first).
+    pub retention_count: usize,
+    /// The longest graceful shutdown waits for open connections.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            public_url: None,
+            namespace: "mesh".into(),
+            gateway_id: format!("gw-{}", uuid::Uuid::new_v4().simple()),
+            default_agent: None,
+            body_limit: 4 * 1024 * 1024,
+            blocking_wait: Duration::from_secs(30),
+            task_timeout: Duration::from_secs(300),
+            cancel_wait: Duration::from_secs(3),
+            sse_keep_alive: Duration::from_secs(15),
+            registry_wait: Duration::from_secs(5),
+            retention_age: Duration::from_secs(3600),
+            retention_count: 100_000,
+            shutdown_grace: Duration::from_secs(5),
+        }
+    }
+}

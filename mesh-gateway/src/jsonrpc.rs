@@ -1,0 +1,841 @@
+//! JSON-RPC over `POST`: read the body (bounded), check the content type and the
+//! `A2A-Version`, decode the request in whichever dialect it speaks, dispatch it, and answer
+//! in the request's dialect with its exact id — a JSON response, an SSE stream, or nothing
+//! (204) for a notification. Batches get an array of responses (streaming methods cannot be
+//! batched).
+//!
+//! Sending starts a task on the bus and hands its reply stream to the
+//! [`bridge`](crate::bridge); everything else (get, list, cancel, resubscribe) answers from
+//! the task store. Methods 0.1 and 0.3 share (`tasks/get`, `tasks/cancel`,
+//! `tasks/resubscribe`, `tasks/list`) answer in the dialect that created the task.
+
+use crate::bridge::{LiveEvent, Undo, set_status};
+use crate::server::Shared;
+use crate::sse::EventStream;
+use crate::store::{TaskQuery, TaskRecord};
+use axum::body::Body;
+use axum::extract::{Path, Request as HttpRequest, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures_util::future::join_all;
+use mesh_core::codec::{self, Decoded};
+use mesh_core::dialect::{Dialect, Method};
+use mesh_core::error::A2aError;
+use mesh_core::jsonrpc::{self, JsonRpcId};
+use mesh_core::model::{
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest,
+    SubscribeToTaskRequest, Task, TaskState, TaskStatus,
+};
+use mesh_core::requester::{SendError, SendOptions};
+use mesh_core::rpc::{Call, Reply, Request, RequestError};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use tokio::sync::broadcast;
+use tokio::time::Instant;
+
+/// The default and largest page of `ListTasks`.
+const DEFAULT_PAGE_SIZE: usize = 50;
+const MAX_PAGE_SIZE: usize = 100;
+
+/// What a request is answered with.
+enum Answer {
+    /// A JSON-RPC response body.
+    Json(Vec<u8>),
+    /// An event stream.
+    Stream(EventStream),
+    /// Nothing (a notification).
+    Nothing,
+}
+
+/// The request's HTTP context that matters to the dispatch.
+struct Http {
+    /// The `A2A-Version` asked for, when it is one we do not serve.
+    bad_version: Option<String>,
+    traceparent: Option<String>,
+}
+
+/// `POST /`: the default agent.
+pub(crate) async fn post_default(State(gw): State<Arc<Shared>>, request: HttpRequest) -> Response {
+    let agent = gw.config.default_agent.clone();
+    handle(gw, agent, request).await
+}
+
+/// `POST /agents/{name}`.
+pub(crate) async fn post_agent(
+    State(gw): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    request: HttpRequest,
+) -> Response {
+    handle(gw, Some(name), request).await
+}
+
+async fn handle(gw: Arc<Shared>, agent: Option<String>, request: HttpRequest) -> Response {
+    let (parts, body) = request.into_parts();
+    let http = Http {
+        bad_version: bad_version(&parts.headers, parts.uri.query()),
+        traceparent: parts
+            .headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+    };
+    // The dialect of answers written before the request is read.
+    let fallback = match version_asked(&parts.headers, parts.uri.query()).as_deref() {
+        Some(v) if Dialect::from_version(v) == Some(Dialect::V1_0) => Dialect::V1_0,
+        _ => Dialect::V0_3,
+    };
+    let limit = gw.config.body_limit;
+    let too_large = || {
+        json_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            codec::encode_error(
+                fallback,
+                None,
+                &A2aError::invalid_request(format!(
+                    "the request body is larger than this gateway accepts ({limit} bytes)"
+                )),
+            ),
+        )
+    };
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return too_large();
+    }
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => bytes,
+        Err(_) => return too_large(),
+    };
+    if let Some(content_type) = bad_content_type(&parts.headers) {
+        let id = request_id(&bytes);
+        return json_response(
+            StatusCode::OK,
+            codec::encode_error(
+                fallback,
+                id.as_ref(),
+                &A2aError::content_type_not_supported(&content_type),
+            ),
+        );
+    }
+    let Some(agent) = agent else {
+        let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
+        let error = A2aError::invalid_request(format!(
+            "this gateway has no default agent: POST to /agents/{{name}} (agents on the mesh: {})",
+            if agents.is_empty() {
+                "none".to_owned()
+            } else {
+                agents.join(", ")
+            }
+        ))
+        .with_data(serde_json::json!({ "agents": agents }));
+        let id = request_id(&bytes).unwrap_or(JsonRpcId::Null);
+        return json_response(
+            StatusCode::OK,
+            codec::encode_error(fallback, Some(&id), &error),
+        );
+    };
+    match codec::decode(&bytes) {
+        Decoded::Single(request) => {
+            match answer(&gw, &agent, &http, request, false, fallback).await {
+                Answer::Json(body) => json_response(StatusCode::OK, body),
+                Answer::Stream(stream) => stream.into_response(),
+                Answer::Nothing => StatusCode::NO_CONTENT.into_response(),
+            }
+        }
+        Decoded::Batch(requests) => {
+            let answers = join_all(
+                requests
+                    .into_iter()
+                    .map(|r| answer(&gw, &agent, &http, r, true, fallback)),
+            )
+            .await;
+            let bodies: Vec<Vec<u8>> = answers
+                .into_iter()
+                .filter_map(|a| match a {
+                    Answer::Json(body) => Some(body),
+                    _ => None,
+                })
+                .collect();
+            if bodies.is_empty() {
+                return StatusCode::NO_CONTENT.into_response();
+            }
+            let mut out = Vec::with_capacity(bodies.iter().map(|b| b.len() + 1).sum::<usize>() + 2);
+            out.push(b'[');
+            for (i, body) in bodies.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(body);
+            }
+            out.push(b']');
+            json_response(StatusCode::OK, out)
+        }
+    }
+}
+
+async fn answer(
+    gw: &Arc<Shared>,
+    agent: &str,
+    http: &Http,
+    request: Result<Request, RequestError>,
+    in_batch: bool,
+    fallback: Dialect,
+) -> Answer {
+    let request = match request {
+        Ok(request) => request,
+        Err(e) if e.notification => return Answer::Nothing,
+        Err(e) => {
+            let dialect = e.dialect.unwrap_or(fallback);
+            let id = e.id.unwrap_or(JsonRpcId::Null);
+            return Answer::Json(codec::encode_error(dialect, Some(&id), &e.error));
+        }
+    };
+    let Some(id) = request.id.clone() else {
+        // A notification: no answer is due. Work that changes something still happens.
+        if matches!(request.call, Call::Send(_) | Call::CancelTask(_))
+            && !request.method.is_streaming()
+            && http.bad_version.is_none()
+        {
+            let gw = gw.clone();
+            let agent = agent.to_owned();
+            let mut request = request;
+            request.id = Some(JsonRpcId::Null);
+            let http = Http {
+                bad_version: None,
+                traceparent: http.traceparent.clone(),
+            };
+            tokio::spawn(async move {
+                let _ = dispatch(&gw, &agent, &http, request, JsonRpcId::Null).await;
+            });
+        }
+        return Answer::Nothing;
+    };
+    if let Some(version) = &http.bad_version {
+        return error(
+            request.dialect,
+            &id,
+            A2aError::version_not_supported(version),
+        );
+    }
+    if in_batch && request.method.is_streaming() {
+        return error(
+            request.dialect,
+            &id,
+            A2aError::invalid_request("streaming methods cannot be sent in a batch"),
+        );
+    }
+    dispatch(gw, agent, http, request, id).await
+}
+
+async fn dispatch(
+    gw: &Arc<Shared>,
+    agent: &str,
+    http: &Http,
+    request: Request,
+    id: JsonRpcId,
+) -> Answer {
+    let dialect = request.dialect;
+    let shared = request.shared_method;
+    let result = match request.call {
+        Call::Send(params) if request.method == Method::SendStreamingMessage => {
+            stream_message(gw, agent, http, dialect, &id, params).await
+        }
+        Call::Send(params) => send_message(gw, agent, http, dialect, &id, params).await,
+        Call::GetTask(params) => get_task(gw, agent, dialect, shared, &id, params),
+        Call::ListTasks(params) => list_tasks(gw, agent, dialect, &id, params),
+        Call::CancelTask(params) => cancel_task(gw, agent, dialect, shared, &id, params).await,
+        Call::Subscribe(params) => subscribe(gw, agent, dialect, shared, &id, params),
+        Call::SetPushConfig(_)
+        | Call::GetPushConfig(_)
+        | Call::ListPushConfigs(_)
+        | Call::DeletePushConfig(_) => Err((dialect, A2aError::push_notification_not_supported())),
+        Call::GetExtendedCard => Err((dialect, A2aError::extended_card_not_configured())),
+    };
+    match result {
+        Ok(answer) => answer,
+        Err((dialect, e)) => error(dialect, &id, e),
+    }
+}
+
+/// A failed dispatch: the dialect to answer in and the error.
+type Failed = (Dialect, A2aError);
+
+fn error(dialect: Dialect, id: &JsonRpcId, error: A2aError) -> Answer {
+    Answer::Json(codec::encode_error(dialect, Some(id), &error))
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+// ---------------------------------------------------------------------------------------
+// Sending
+
+/// A task the gateway just handed to the bus.
+struct Started {
+    task_id: String,
+    events: broadcast::Receiver<LiveEvent>,
+}
+
+/// Checks the agent can take a message now: known, online, the bus up.
+fn check_agent(gw: &Shared, agent: &str, streaming: bool) -> Result<(), A2aError> {
+    let Some(view) = gw.registry.agent(agent) else {
+        let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
+        return Err(A2aError::invalid_params(format!(
+            "no agent named {agent:?} on the mesh (agents: {})",
+            if agents.is_empty() {
+                "none".to_owned()
+            } else {
+                agents.join(", ")
+            }
+        )));
+    };
+    if !view.online() {
+        return Err(A2aError::internal(format!(
+            "agent {agent:?} is offline: no instance of it is running"
+        )));
+    }
+    if !gw.bus.is_connected() {
+        return Err(A2aError::internal(
+            "the gateway has lost its connection to the message bus; try again when it recovers",
+        ));
+    }
+    if streaming
+        && view
+            .card
+            .as_ref()
+            .is_some_and(|card| card.capabilities.streaming == Some(false))
+    {
+        return Err(A2aError::unsupported_operation(format!(
+            "agent {agent:?} does not stream (its card says capabilities.streaming: false); use SendMessage"
+        )));
+    }
+    Ok(())
+}
+
+/// Starts (or resumes) the task a message is for: the store record, the live broadcast, the
+/// publish on the bus and the pump.
+async fn start(
+    gw: &Arc<Shared>,
+    agent: &str,
+    http: &Http,
+    dialect: Dialect,
+    mut params: SendMessageRequest,
+    streaming: bool,
+) -> Result<Started, A2aError> {
+    check_agent(gw, agent, streaming)?;
+    let store = gw.store();
+    let previous = match params.message.task_id.as_deref() {
+        Some(task_id) => match store.get(task_id) {
+            Some(record) if record.agent != agent => {
+                return Err(A2aError::task_not_found(task_id));
+            }
+            Some(record) => {
+                let state = &record.task.status.state;
+                if state.is_terminal() {
+                    return Err(A2aError::unsupported_operation(format!(
+                        "task {task_id} is {}: it takes no more messages",
+                        state_name(state)
+                    )));
+                }
+                if gw.bridge.is_live(task_id) {
+                    return Err(A2aError::unsupported_operation(format!(
+                        "task {task_id} is still running: send the next message when it asks for input"
+                    )));
+                }
+                Some(record)
+            }
+            // 0.1 clients choose the id of a new task.
+            None if dialect == Dialect::V0_1 => None,
+            None => return Err(A2aError::task_not_found(task_id)),
+        },
+        None => None,
+    };
+    let task_id = params
+        .message
+        .task_id
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let context_id = match &previous {
+        Some(record) => record.task.context_id.clone(),
+        None => params
+            .message
+            .context_id
+            .clone()
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+    };
+    params.message.task_id = Some(task_id.clone());
+    params.message.context_id = Some(context_id.clone());
+
+    let Some((live, events)) = gw.bridge.begin(&task_id) else {
+        return Err(A2aError::unsupported_operation(format!(
+            "task {task_id} is still running: send the next message when it asks for input"
+        )));
+    };
+    let submitted = TaskStatus {
+        state: TaskState::Submitted,
+        message: None,
+        timestamp: Some(chrono::Utc::now()),
+    };
+    let (snapshot, undo) = match &previous {
+        Some(record) => {
+            let snapshot = record.task.clone();
+            let mut updated = TaskRecord::clone(record);
+            set_status(&mut updated.task, submitted);
+            updated
+                .task
+                .history
+                .get_or_insert_with(Vec::new)
+                .push(params.message.clone());
+            store.insert(updated);
+            (Some(snapshot), Undo::Restore(record.clone()))
+        }
+        None => {
+            let task = Task {
+                id: task_id.clone(),
+                context_id,
+                status: submitted,
+                artifacts: None,
+                history: Some(vec![params.message.clone()]),
+                metadata: None,
+            };
+            store.insert(TaskRecord::new(task, agent, dialect));
+            (None, Undo::Remove)
+        }
+    };
+    let options = SendOptions {
+        method: if streaming {
+            Method::SendStreamingMessage
+        } else {
+            Method::SendMessage
+        },
+        task_id: task_id.clone(),
+        snapshot,
+        timeout: gw.config.task_timeout,
+        principal: None,
+        depth: 0,
+        traceparent: http.traceparent.clone(),
+    };
+    match gw.requester.send(agent, params, options).await {
+        Ok(stream) => {
+            gw.bridge.spawn_pump(task_id.clone(), live, stream, undo);
+            Ok(Started { task_id, events })
+        }
+        Err(e) => {
+            match undo {
+                Undo::Remove => store.remove(&task_id),
+                Undo::Restore(record) => store.insert(TaskRecord::clone(&record)),
+            }
+            gw.bridge.end(&task_id, &live);
+            Err(match e {
+                SendError::Topic(e) => {
+                    A2aError::invalid_params(format!("task id {task_id:?}: {e}"))
+                }
+                SendError::Bus(e) => A2aError::internal(format!(
+                    "could not publish to agent {agent:?} on the message bus: {e}"
+                )),
+            })
+        }
+    }
+}
+
+async fn send_message(
+    gw: &Arc<Shared>,
+    agent: &str,
+    http: &Http,
+    dialect: Dialect,
+    id: &JsonRpcId,
+    params: SendMessageRequest,
+) -> Result<Answer, Failed> {
+    let config = params.configuration.as_ref();
+    let immediately = config.and_then(|c| c.return_immediately).unwrap_or(false);
+    let history_length = config.and_then(|c| c.history_length);
+    let mut started = start(gw, agent, http, dialect, params, false)
+        .await
+        .map_err(|e| (dialect, e))?;
+    let task_answer = |gw: &Shared| -> Result<Answer, Failed> {
+        match gw.store().get(&started.task_id) {
+            Some(record) => Ok(task_answer(
+                Method::SendMessage,
+                dialect,
+                id,
+                &record.task,
+                history_length,
+            )),
+            None => Err((dialect, A2aError::task_not_found(&started.task_id))),
+        }
+    };
+    if immediately {
+        return task_answer(gw);
+    }
+    let deadline = Instant::now() + gw.config.blocking_wait;
+    loop {
+        match tokio::time::timeout_at(deadline, started.events.recv()).await {
+            // The wait is over: the task as it stands, for the client to poll or resubscribe.
+            Err(_) => return task_answer(gw),
+            Ok(Err(broadcast::error::RecvError::Closed)) => return task_answer(gw),
+            Ok(Err(broadcast::error::RecvError::Lagged(_))) => continue,
+            Ok(Ok(event)) => match &*event {
+                Err(e) => return Err((dialect, e.clone())),
+                Ok(Reply::Message(message)) => {
+                    return Ok(Answer::Json(codec::encode_reply(
+                        dialect,
+                        id,
+                        &Reply::Message(message.clone()),
+                    )));
+                }
+                Ok(reply) if crate::bridge::ends_task(reply) => return task_answer(gw),
+                Ok(_) => {}
+            },
+        }
+    }
+}
+
+async fn stream_message(
+    gw: &Arc<Shared>,
+    agent: &str,
+    http: &Http,
+    dialect: Dialect,
+    id: &JsonRpcId,
+    params: SendMessageRequest,
+) -> Result<Answer, Failed> {
+    let mut started = start(gw, agent, http, dialect, params, true)
+        .await
+        .map_err(|e| (dialect, e))?;
+    // Wait for the first event (bounded: the pump fails the task at its deadline), so that an
+    // agent's refusal is a plain JSON-RPC error rather than a stream.
+    let first = loop {
+        tokio::select! {
+            _ = gw.shutdown.cancelled() => {
+                return Err((dialect, A2aError::internal("the gateway is shutting down")));
+            }
+            received = started.events.recv() => match received {
+                Ok(event) => break event,
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => {
+                    return Err((dialect, A2aError::internal("the task's event stream ended before its first event")));
+                }
+            },
+        }
+    };
+    if let Err(e) = &*first {
+        return Err((dialect, e.clone()));
+    }
+    Ok(Answer::Stream(EventStream {
+        dialect,
+        id: id.clone(),
+        first: vec![first],
+        live: Some(started.events),
+        store: gw.store().clone(),
+        task_id: started.task_id,
+        shutdown: gw.shutdown.clone(),
+        keep_alive: gw.config.sse_keep_alive,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading, listing, canceling, resubscribing
+
+/// The stored task of `agent`, and the dialect to answer a method about it in.
+fn find(
+    gw: &Shared,
+    agent: &str,
+    dialect: Dialect,
+    shared: bool,
+    task_id: &str,
+) -> Result<(Arc<TaskRecord>, Dialect), Failed> {
+    match gw.store().get(task_id) {
+        Some(record) if record.agent == agent => {
+            let answer_in = if shared && record.dialect == Dialect::V0_1 {
+                Dialect::V0_1
+            } else {
+                dialect
+            };
+            Ok((record, answer_in))
+        }
+        _ => Err((dialect, A2aError::task_not_found(task_id))),
+    }
+}
+
+fn get_task(
+    gw: &Shared,
+    agent: &str,
+    dialect: Dialect,
+    shared: bool,
+    id: &JsonRpcId,
+    params: GetTaskRequest,
+) -> Result<Answer, Failed> {
+    let (record, dialect) = find(gw, agent, dialect, shared, &params.id)?;
+    Ok(task_answer(
+        Method::GetTask,
+        dialect,
+        id,
+        &record.task,
+        params.history_length,
+    ))
+}
+
+fn list_tasks(
+    gw: &Shared,
+    agent: &str,
+    dialect: Dialect,
+    id: &JsonRpcId,
+    params: ListTasksRequest,
+) -> Result<Answer, Failed> {
+    let page_size = match params.page_size {
+        None | Some(0) => DEFAULT_PAGE_SIZE,
+        Some(n) if n < 0 || n as usize > MAX_PAGE_SIZE => {
+            return Err((
+                dialect,
+                A2aError::invalid_params_at(
+                    "pageSize",
+                    format!("must be between 1 and {MAX_PAGE_SIZE}"),
+                ),
+            ));
+        }
+        Some(n) => n as usize,
+    };
+    let query = TaskQuery {
+        agent: Some(agent.to_owned()),
+        context_id: params.context_id.filter(|c| !c.is_empty()),
+        state: params.status.filter(|s| *s != TaskState::Unspecified),
+        page_size,
+        page_token: params.page_token,
+    };
+    let page = gw
+        .store()
+        .list(&query)
+        .map_err(|e| (dialect, A2aError::invalid_params_at("pageToken", e)))?;
+    let include_artifacts = params.include_artifacts.unwrap_or(dialect != Dialect::V1_0);
+    let tasks: Vec<Value> = page
+        .records
+        .iter()
+        .map(|record| {
+            let mut task = task_value(&record.task, dialect, params.history_length);
+            if !include_artifacts {
+                if let Some(o) = task.as_object_mut() {
+                    o.remove("artifacts");
+                }
+            }
+            task
+        })
+        .collect();
+    let mut result = Map::new();
+    result.insert("tasks".into(), Value::Array(tasks));
+    result.insert(
+        "nextPageToken".into(),
+        page.next_page_token.unwrap_or_default().into(),
+    );
+    result.insert("pageSize".into(), page_size.into());
+    result.insert("totalSize".into(), page.total_size.into());
+    Ok(Answer::Json(jsonrpc::write_result(
+        id,
+        Value::Object(result),
+    )))
+}
+
+async fn cancel_task(
+    gw: &Arc<Shared>,
+    agent: &str,
+    dialect: Dialect,
+    shared: bool,
+    id: &JsonRpcId,
+    params: CancelTaskRequest,
+) -> Result<Answer, Failed> {
+    let (record, dialect) = find(gw, agent, dialect, shared, &params.id)?;
+    if record.task.status.state.is_terminal() {
+        return Err((dialect, A2aError::task_not_cancelable(&params.id)));
+    }
+    let answer =
+        |record: &TaskRecord| task_answer(Method::CancelTask, dialect, id, &record.task, None);
+    let Some(live) = gw.bridge.live(&params.id) else {
+        // No instance runs it (it waits for input at the gateway): cancel it here.
+        let canceled = gw.store().update(&params.id, &mut |r| {
+            if !r.task.status.state.is_terminal() {
+                set_status(
+                    &mut r.task,
+                    TaskStatus {
+                        state: TaskState::Canceled,
+                        message: None,
+                        timestamp: Some(chrono::Utc::now()),
+                    },
+                );
+            }
+        });
+        return match canceled {
+            Some(record) => Ok(answer(&record)),
+            None => Err((dialect, A2aError::task_not_found(&params.id))),
+        };
+    };
+    let asked = if gw.bus.is_connected() {
+        gw.requester
+            .cancel(agent, &params.id, gw.config.cancel_wait)
+            .await
+    } else {
+        Ok(None)
+    };
+    match asked {
+        Ok(Some(Ok(mut task))) => {
+            mesh_core::meta::MeshMeta::take(&mut task.metadata);
+            let updated = gw.store().update(&params.id, &mut |r| {
+                if !r.task.status.state.is_terminal() {
+                    set_status(&mut r.task, task.status.clone());
+                }
+            });
+            Ok(answer(updated.as_deref().unwrap_or(&TaskRecord::new(
+                task.clone(),
+                agent,
+                dialect,
+            ))))
+        }
+        Ok(Some(Err(e))) => Err((dialect, e)),
+        // No instance answered in time (or the bus is down): the gateway cancels it itself.
+        Ok(None) | Err(_) => match gw.bridge.cancel_locally(&params.id, &live) {
+            Some(record) => Ok(answer(&record)),
+            None => Err((dialect, A2aError::task_not_found(&params.id))),
+        },
+    }
+}
+
+fn subscribe(
+    gw: &Shared,
+    agent: &str,
+    dialect: Dialect,
+    shared: bool,
+    id: &JsonRpcId,
+    params: SubscribeToTaskRequest,
+) -> Result<Answer, Failed> {
+    let (record, dialect) = find(gw, agent, dialect, shared, &params.id)?;
+    if record.task.status.state.is_terminal() {
+        return Err((
+            dialect,
+            A2aError::unsupported_operation(format!(
+                "task {} is {}: there is nothing to subscribe to",
+                params.id,
+                state_name(&record.task.status.state)
+            )),
+        ));
+    }
+    let Some((snapshot, live)) = gw.bridge.attach(&params.id) else {
+        return Err((dialect, A2aError::task_not_found(&params.id)));
+    };
+    Ok(Answer::Stream(EventStream {
+        dialect,
+        id: id.clone(),
+        first: vec![Arc::new(Ok(Reply::Task(snapshot.task.clone())))],
+        live,
+        store: gw.store().clone(),
+        task_id: params.id,
+        shutdown: gw.shutdown.clone(),
+        keep_alive: gw.config.sse_keep_alive,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------
+// Writing tasks
+
+/// A task in `dialect` with at most `history_length` of its latest messages.
+fn task_value(task: &Task, dialect: Dialect, history_length: Option<i32>) -> Value {
+    let mut value = codec::write_task(task, dialect);
+    if let (Some(n), Some(Value::Array(history))) = (
+        history_length,
+        value.as_object_mut().and_then(|o| o.get_mut("history")),
+    ) {
+        let keep = usize::try_from(n).unwrap_or(0);
+        if history.len() > keep {
+            history.drain(..history.len() - keep);
+        }
+    }
+    value
+}
+
+/// The response carrying a task: bare, except SendMessage in 1.0 (`{"task": …}`).
+fn task_answer(
+    method: Method,
+    dialect: Dialect,
+    id: &JsonRpcId,
+    task: &Task,
+    history_length: Option<i32>,
+) -> Answer {
+    let mut value = task_value(task, dialect, history_length);
+    if dialect == Dialect::V1_0 && method == Method::SendMessage {
+        let mut wrapped = Map::new();
+        wrapped.insert("task".into(), value);
+        value = Value::Object(wrapped);
+    }
+    Answer::Json(jsonrpc::write_result(id, value))
+}
+
+fn state_name(state: &TaskState) -> &'static str {
+    match state {
+        TaskState::Submitted => "submitted",
+        TaskState::Working => "working",
+        TaskState::Completed => "completed",
+        TaskState::Failed => "failed",
+        TaskState::Canceled => "canceled",
+        TaskState::InputRequired => "input-required",
+        TaskState::Rejected => "rejected",
+        TaskState::AuthRequired => "auth-required",
+        _ => "in an unknown state",
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP checks
+
+fn version_asked(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    if let Some(v) = headers.get("a2a-version").and_then(|v| v.to_str().ok()) {
+        return Some(v.trim().to_owned());
+    }
+    query?
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(k, _)| k.eq_ignore_ascii_case("a2a-version"))
+        .map(|(_, v)| v.trim().to_owned())
+}
+
+/// The version asked for when it is one this gateway does not serve (absent, 0.3 and 1.0 are
+/// served).
+fn bad_version(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    let version = version_asked(headers, query)?;
+    if version.is_empty() {
+        return None;
+    }
+    let served = matches!(version.as_str(), "0.3" | "0.3.0" | "1.0" | "1.0.0" | "1")
+        || matches!(Dialect::from_version(&version), Some(Dialect::V1_0))
+            && version.starts_with("1.0");
+    (!served).then_some(version)
+}
+
+/// The content type when it is not JSON (an absent header is accepted).
+fn bad_content_type(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::CONTENT_TYPE)?;
+    let text = value.to_str().unwrap_or("");
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let json = essence == "application/json"
+        || essence == "application/json-rpc"
+        || essence == "application/jsonrequest"
+        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    (!json).then(|| text.to_owned())
+}
+
+/// The request's id, when the body is a JSON object with a usable one.
+fn request_id(bytes: &[u8]) -> Option<JsonRpcId> {
+    let value: Value = serde_json::from_slice(bytes).ok()?;
+    JsonRpcId::from_value(value.get("id")?.clone()).ok()
+}

@@ -1,0 +1,194 @@
+//! Server-sent events: a task's events as the client's dialect writes them, one JSON-RPC
+//! response (with the request's id) per `data:` line.
+//!
+//! 0.3 and 1.0 streams open with the Task (or the single Message of a message-only answer,
+//! then close); 0.1 streams carry status and artifact updates only, so a Task becomes its
+//! artifacts and its status. Every stream closes after the event that ends the task (a
+//! terminal or interrupted state: `final: true` in 0.1 and 0.3), sends keep-alive comments
+//! while idle, and ends when the gateway shuts down. A subscriber that falls behind the
+//! broadcast is resynchronised with the task as the store has it.
+
+use crate::bridge::{LiveEvent, artifact_events, ends_task, status_event};
+use crate::store::TaskStore;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, Stream};
+use mesh_core::codec;
+use mesh_core::dialect::Dialect;
+use mesh_core::error::A2aError;
+use mesh_core::jsonrpc::JsonRpcId;
+use mesh_core::model::is_final_state;
+use mesh_core::model::{Task, TaskState};
+use mesh_core::rpc::Reply;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+/// Everything one SSE response needs.
+pub(crate) struct EventStream {
+    pub dialect: Dialect,
+    pub id: JsonRpcId,
+    /// Events already known (the first event, a snapshot).
+    pub first: Vec<LiveEvent>,
+    /// The live events after them; `None` when the stream is only `first`.
+    pub live: Option<broadcast::Receiver<LiveEvent>>,
+    /// Where to resynchronise a subscriber that fell behind.
+    pub store: Arc<dyn TaskStore>,
+    pub task_id: String,
+    pub shutdown: CancellationToken,
+    pub keep_alive: Duration,
+}
+
+struct State {
+    s: EventStream,
+    pending: VecDeque<String>,
+    done: bool,
+    /// True once the first event was rendered: a later Task becomes updates.
+    started: bool,
+}
+
+impl EventStream {
+    /// The SSE response.
+    pub(crate) fn into_response(self) -> Response {
+        let keep_alive = self.keep_alive;
+        let mut state = State {
+            s: self,
+            pending: VecDeque::new(),
+            done: false,
+            started: false,
+        };
+        for event in std::mem::take(&mut state.s.first) {
+            state.push(&event);
+        }
+        Sse::new(events(state))
+            .keep_alive(KeepAlive::new().interval(keep_alive))
+            .into_response()
+    }
+}
+
+impl State {
+    fn push(&mut self, event: &Result<Reply, A2aError>) {
+        if self.done {
+            return;
+        }
+        let (lines, end) = render(self.s.dialect, &self.s.id, event, self.started);
+        self.started = true;
+        self.pending.extend(lines);
+        self.done = end;
+    }
+}
+
+fn events(state: State) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+    stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(line) = state.pending.pop_front() {
+                return Some((Ok(Event::default().data(line)), state));
+            }
+            if state.done {
+                return None;
+            }
+            let live = state.s.live.as_mut()?;
+            let received = tokio::select! {
+                _ = state.s.shutdown.cancelled() => return None,
+                received = live.recv() => received,
+            };
+            match received {
+                Ok(event) => state.push(&event),
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::debug!(task = %state.s.task_id, missed, "slow subscriber resynchronised");
+                    match state.s.store.get(&state.s.task_id) {
+                        Some(record) => state.push(&Ok(Reply::Task(record.task.clone()))),
+                        None => state.done = true,
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    // The pump ended without a final event (stopped): close with the task as
+                    // it stands when that ends it.
+                    if let Some(record) = state.s.store.get(&state.s.task_id) {
+                        if crate::bridge::ends_task(&Reply::Task(record.task.clone())) {
+                            state.push(&Ok(Reply::Task(record.task.clone())));
+                        }
+                    }
+                    state.done = true;
+                }
+            }
+        }
+    })
+}
+
+/// The `data:` lines one event becomes in `dialect`, and whether the stream ends after it.
+/// A Task after the first event (the final answer of a task started with a blocking send, or
+/// a resynchronisation) becomes its artifacts and its status, so that every stream ends with
+/// a status update (`final: true` in 0.1 and 0.3).
+pub(crate) fn render(
+    dialect: Dialect,
+    id: &JsonRpcId,
+    event: &Result<Reply, A2aError>,
+    started: bool,
+) -> (Vec<String>, bool) {
+    let line = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
+    match event {
+        Err(error) => (
+            vec![line(codec::encode_error(dialect, Some(id), error))],
+            true,
+        ),
+        Ok(reply) if dialect == Dialect::V0_1 => {
+            let end = ends_task(reply);
+            let lines = match reply {
+                Reply::Task(task) => task_as_updates(task)
+                    .map(|r| line(codec::encode_reply(dialect, id, &r)))
+                    .collect(),
+                Reply::Message(message) => {
+                    // 0.1 has no message-only answer in a stream: a completed status carries it.
+                    let task = Task {
+                        id: message.task_id.clone().unwrap_or_default(),
+                        context_id: message.context_id.clone().unwrap_or_default(),
+                        status: mesh_core::model::TaskStatus {
+                            state: TaskState::Completed,
+                            message: None,
+                            timestamp: None,
+                        },
+                        artifacts: None,
+                        history: None,
+                        metadata: None,
+                    };
+                    let mut event = status_event(&task, TaskState::Completed, None);
+                    event.status.message = Some(message.clone());
+                    vec![line(codec::encode_reply(
+                        dialect,
+                        id,
+                        &Reply::StatusUpdate(event),
+                    ))]
+                }
+                other => vec![line(codec::encode_reply(dialect, id, other))],
+            };
+            (lines, end)
+        }
+        Ok(Reply::Task(task)) if started => (
+            task_as_updates(task)
+                .map(|r| line(codec::encode_reply(dialect, id, &r)))
+                .collect(),
+            is_final_state(&task.status.state),
+        ),
+        Ok(reply) => (
+            vec![line(codec::encode_reply(dialect, id, reply))],
+            ends_task(reply),
+        ),
+    }
+}
+
+/// A task as 0.1 stream events: its artifacts, then its status.
+fn task_as_updates(task: &Task) -> impl Iterator<Item = Reply> + '_ {
+    let status = mesh_core::model::TaskStatusUpdateEvent {
+        task_id: task.id.clone(),
+        context_id: task.context_id.clone(),
+        status: task.status.clone(),
+        metadata: None,
+    };
+    artifact_events(task)
+        .map(Reply::ArtifactUpdate)
+        .chain(std::iter::once(Reply::StatusUpdate(status)))
+}

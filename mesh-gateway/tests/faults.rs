@@ -1,0 +1,346 @@
+//! Bad input, absent agents, slow agents, a broker that goes away: every request gets a clear
+//! answer in bounded time, and nothing panics.
+
+mod support;
+
+use mesh_agent::{Agent, Outcome, TaskContext, handler_fn};
+use serde_json::{Value, json};
+use std::time::Duration;
+use support::*;
+
+fn message(body: &Value) -> String {
+    body.pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_json_rpc_errors() {
+    let mut mesh = Mesh::start_with(|c| c.body_limit = 2048).await;
+    mesh.run(mesh_examples::echo::agent()).await;
+
+    // Not JSON: -32700 with id null.
+    let (status, body) = mesh
+        .post_raw(
+            "/agents/echo",
+            "application/json",
+            &[],
+            b"{not json".to_vec(),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(code(&body), -32700);
+    assert_eq!(body["id"], Value::Null);
+
+    // A text/plain body: -32005.
+    let request = rpc("message/send", msg03("hi"));
+    let (_, body) = mesh
+        .post_raw(
+            "/agents/echo",
+            "text/plain",
+            &[],
+            request.to_string().into_bytes(),
+        )
+        .await;
+    assert_eq!(code(&body), -32005, "{body}");
+    assert_eq!(body["id"], request["id"]);
+
+    // Too large: 413 with a JSON-RPC error body.
+    let big = rpc("message/send", msg03(&"x".repeat(4096)));
+    let (status, body) = mesh.post("/agents/echo", &big).await;
+    assert_eq!(status, 413);
+    assert_eq!(code(&body), -32600);
+    assert!(message(&body).contains("2048"), "{body}");
+
+    // Unknown method, invalid params, wrong jsonrpc.
+    let (_, body) = mesh
+        .post("/agents/echo", &rpc("tasks/explode", json!({})))
+        .await;
+    assert_eq!(code(&body), -32601);
+    let (_, body) = mesh
+        .post("/agents/echo", &rpc("message/send", json!({"nope": 1})))
+        .await;
+    assert_eq!(code(&body), -32602);
+    let (_, body) = mesh
+        .post(
+            "/agents/echo",
+            &json!({"jsonrpc": "1.0", "id": 7, "method": "tasks/get"}),
+        )
+        .await;
+    assert_eq!(code(&body), -32600);
+    assert_eq!(body["id"], 7);
+
+    // The exact id comes back, whatever its type.
+    for id in [json!(42), json!("abc"), json!(0), json!("")] {
+        let (_, body) = mesh
+            .post(
+                "/agents/echo",
+                &json!({"jsonrpc": "2.0", "id": id, "method": "tasks/get", "params": {"id": "none"}}),
+            )
+            .await;
+        assert_eq!(body["id"], id);
+        assert_eq!(code(&body), -32001);
+    }
+
+    // A notification gets no body.
+    let (status, body) = mesh
+        .post(
+            "/agents/echo",
+            &json!({"jsonrpc": "2.0", "method": "tasks/get", "params": {"id": "x"}}),
+        )
+        .await;
+    assert_eq!(status, 204);
+    assert_eq!(body, Value::Null);
+
+    // Batches: one answer per request with an id; empty batch: -32600.
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": "a"}},
+        {"jsonrpc": "2.0", "method": "tasks/get", "params": {"id": "b"}},
+        {"jsonrpc": "2.0", "id": 3, "method": "message/send", "params": msg03("in a batch")},
+        {"jsonrpc": "2.0", "id": 4, "method": "message/stream", "params": msg03("no")}
+    ]);
+    let (status, body) = mesh.post("/agents/echo", &batch).await;
+    assert_eq!(status, 200);
+    let answers = body.as_array().expect("an array");
+    assert_eq!(answers.len(), 3, "{body}");
+    assert_eq!(answers[0]["id"], 1);
+    assert_eq!(code(&answers[0]), -32001);
+    assert_eq!(answers[1]["id"], 3);
+    assert_eq!(
+        answers[1].pointer("/result/status/state"),
+        Some(&json!("completed"))
+    );
+    assert_eq!(answers[2]["id"], 4);
+    assert_eq!(code(&answers[2]), -32600);
+    let (_, body) = mesh.post("/agents/echo", &json!([])).await;
+    assert_eq!(code(&body), -32600);
+
+    // Push notifications and the extended card are not served (yet).
+    let (_, body) = mesh
+        .post(
+            "/agents/echo",
+            &rpc("tasks/pushNotificationConfig/get", json!({"id": "t"})),
+        )
+        .await;
+    assert_eq!(code(&body), -32003);
+    let (_, body) = mesh
+        .post("/agents/echo", &rpc("GetExtendedAgentCard", json!({})))
+        .await;
+    assert_eq!(code(&body), -32007);
+
+    // Trailing slash tolerated.
+    let (status, body) = mesh
+        .post("/agents/echo/", &rpc("message/send", msg03("slash")))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body.pointer("/result/status/state"),
+        Some(&json!("completed"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a2a_version_is_checked() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    for ok in ["0.3", "0.3.0", "1.0", "1.0.0"] {
+        let (_, body) = mesh
+            .post_raw(
+                "/agents/echo",
+                "application/json",
+                &[("A2A-Version", ok)],
+                rpc("SendMessage", msg10("v")).to_string().into_bytes(),
+            )
+            .await;
+        assert!(body.get("result").is_some(), "{ok}: {body}");
+    }
+    let (_, body) = mesh
+        .post_raw(
+            "/agents/echo",
+            "application/json",
+            &[("A2A-Version", "2.0")],
+            rpc("SendMessage", msg10("v")).to_string().into_bytes(),
+        )
+        .await;
+    assert_eq!(code(&body), -32009, "{body}");
+    let (_, body) = mesh
+        .post_raw(
+            "/agents/echo?A2A-Version=0.9",
+            "application/json",
+            &[],
+            rpc("message/send", msg03("v")).to_string().into_bytes(),
+        )
+        .await;
+    assert_eq!(code(&body), -32009, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_offline_and_default_agents() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+
+    let (_, body) = mesh
+        .post("/agents/ghost", &rpc("message/send", msg03("hi")))
+        .await;
+    assert_eq!(code(&body), -32602);
+    assert!(
+        message(&body).contains("ghost") && message(&body).contains("echo"),
+        "{body}"
+    );
+
+    // No default agent: POST / says so and lists the agents.
+    let (status, body) = mesh.post("/", &rpc("message/send", msg03("hi"))).await;
+    assert_eq!(status, 200);
+    assert!(message(&body).contains("default agent"), "{body}");
+    assert_eq!(body.pointer("/error/data/agents"), Some(&json!(["echo"])));
+
+    // An agent that stops is offline: an immediate, clear error.
+    let gone = mesh
+        .start_agent(Agent::new(
+            "gone",
+            handler_fn(|_ctx: TaskContext| async move { Ok(Outcome::completed()) }),
+        ))
+        .await;
+    gone.shutdown().await;
+    assert!(mesh.gateway.registry().wait_offline("gone", WAIT).await);
+    let started = std::time::Instant::now();
+    let (_, body) = mesh
+        .post("/agents/gone", &rpc("message/send", msg03("hi")))
+        .await;
+    assert!(
+        message(&body).contains("gone") && message(&body).contains("offline"),
+        "{body}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_agent_answers_on_root() {
+    let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let (_, body) = mesh.post("/", &rpc("message/send", msg03("root"))).await;
+    assert_eq!(
+        body.pointer("/result/artifacts/0/parts/0/text"),
+        Some(&json!("root"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_send_that_outlasts_the_wait_returns_the_task_as_it_stands() {
+    let mut mesh = Mesh::start_with(|c| c.blocking_wait = Duration::from_millis(300)).await;
+    let gate = Gate::default();
+    mesh.run(slow_agent("slow", gate.clone())).await;
+    let body = mesh.call("slow", "message/send", msg03("long job")).await;
+    let task = result(&body);
+    let state = task.pointer("/status/state").unwrap();
+    assert!(state == "submitted" || state == "working", "{body}");
+    let id = task["id"].as_str().unwrap().to_owned();
+    // Poll by resubscribing: the stream ends when the task does.
+    let sub = mesh
+        .open_sse("slow", "tasks/resubscribe", json!({"id": id}))
+        .await;
+    gate.open();
+    let events = read_sse(sub).await;
+    assert_eq!(
+        events.last().unwrap().pointer("/result/status/state"),
+        Some(&json!("completed"))
+    );
+    let got = mesh.call("slow", "tasks/get", json!({"id": id})).await;
+    assert_eq!(
+        result(&got).pointer("/status/state"),
+        Some(&json!("completed"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_silent_past_the_deadline_fails_the_task() {
+    let mut mesh = Mesh::start_with(|c| c.task_timeout = Duration::from_millis(500)).await;
+    mesh.run(Agent::new(
+        "mute",
+        handler_fn(|ctx: TaskContext| async move {
+            ctx.cancelled().await;
+            Ok(Outcome::completed())
+        }),
+    ))
+    .await;
+    let started = std::time::Instant::now();
+    let body = mesh.call("mute", "message/send", msg03("anyone?")).await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let task = result(&body);
+    assert_eq!(
+        task.pointer("/status/state"),
+        Some(&json!("failed")),
+        "{body}"
+    );
+    let text = task
+        .pointer("/status/message/parts/0/text")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    assert!(text.contains("deadline"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_to_an_agent_that_does_not_stream_is_refused() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent().streaming(false))
+        .await;
+    let (status, body) = mesh
+        .post("/agents/echo", &rpc("message/stream", msg03("s")))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(code(&body), -32004, "{body}");
+    // Sending still works.
+    let body = mesh.call("echo", "message/send", msg03("s")).await;
+    assert_eq!(
+        result(&body).pointer("/status/state"),
+        Some(&json!("completed"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bus_down_is_not_ready_and_fails_fast_then_recovers() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let ready = mesh.http.get(mesh.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+
+    mesh.broker.stop().await;
+    assert!(wait_ready(&mesh, 503).await, "readyz turns 503");
+    let started = std::time::Instant::now();
+    let (_, body) = mesh
+        .post("/agents/echo", &rpc("message/send", msg03("hi")))
+        .await;
+    assert!(body.get("error").is_some(), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(2), "fails fast");
+
+    mesh.broker.restart().await;
+    assert!(wait_ready(&mesh, 200).await, "readyz recovers");
+    // The agent comes back too (its own reconnect); then requests work again.
+    assert!(mesh.gateway.registry().wait_online("echo", WAIT).await);
+    let mut answered = false;
+    for _ in 0..50 {
+        let (_, body) = mesh
+            .post("/agents/echo", &rpc("message/send", msg03("back")))
+            .await;
+        if body.pointer("/result/status/state") == Some(&json!("completed")) {
+            answered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(answered, "requests work again after the broker returns");
+}
+
+/// Polls `/readyz` (bounded) until it answers `status`.
+async fn wait_ready(mesh: &Mesh, status: u16) -> bool {
+    for _ in 0..100 {
+        if let Ok(r) = mesh.http.get(mesh.url("/readyz")).send().await {
+            if r.status().as_u16() == status {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}

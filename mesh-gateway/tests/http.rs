@@ -1,0 +1,195 @@
+//! The HTTP surface besides JSON-RPC: agent cards, the agent list, health.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_cards_for_both_generations_with_caching_headers() {
+    let mut mesh = Mesh::start_with(|c| {
+        c.default_agent = Some("echo".into());
+        c.public_url = Some("https://a2a.example.test/mesh/".into());
+    })
+    .await;
+    mesh.run(mesh_examples::echo::agent()).await;
+
+    for path in [
+        "/agents/echo/.well-known/agent-card.json",
+        "/agents/echo/.well-known/agent.json",
+        "/agents/echo/agentCard",
+    ] {
+        let response = mesh.http.get(mesh.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let etag = response.headers()["etag"].to_str().unwrap().to_owned();
+        assert!(response.headers().contains_key("last-modified"));
+        assert!(response.headers().contains_key("cache-control"));
+        let card: Value = response.json().await.unwrap();
+        assert_eq!(card["name"], "echo");
+        assert_eq!(card["url"], "https://a2a.example.test/mesh/agents/echo");
+        assert_eq!(card["preferredTransport"], "JSONRPC");
+        assert_eq!(card["protocolVersion"], "0.3.0");
+        let interfaces = card["supportedInterfaces"].as_array().unwrap();
+        let versions: Vec<&str> = interfaces
+            .iter()
+            .map(|i| i["protocolVersion"].as_str().unwrap())
+            .collect();
+        assert_eq!(versions, ["1.0", "0.3"], "{card}");
+        assert!(
+            interfaces
+                .iter()
+                .all(|i| i["url"] == card["url"] && i["protocolBinding"] == "JSONRPC")
+        );
+
+        let cached = mesh
+            .http
+            .get(mesh.url(path))
+            .header("if-none-match", &etag)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(cached.status(), 304);
+    }
+
+    for path in [
+        "/.well-known/agent-card.json",
+        "/.well-known/agent.json",
+        "/agentCard",
+    ] {
+        let card: Value = mesh
+            .http
+            .get(mesh.url(path))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(card["name"], "echo");
+        assert_eq!(card["url"], "https://a2a.example.test/mesh/");
+    }
+
+    let missing = mesh
+        .http
+        .get(mesh.url("/agents/ghost/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let body: Value = missing.json().await.unwrap();
+    assert!(body["error"].as_str().unwrap().contains("ghost"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn card_urls_default_to_the_bound_address_and_no_default_agent_is_404() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let card: Value = mesh
+        .http
+        .get(mesh.url("/agents/echo/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(card["url"], json!(format!("{}/agents/echo", mesh.base)));
+    let root = mesh
+        .http
+        .get(mesh.url("/.well-known/agent-card.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(root.status(), 404);
+    let body: Value = root.json().await.unwrap();
+    assert_eq!(body["agents"], json!(["echo"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_and_health() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let second = mesh.start_agent(mesh_examples::echo::agent()).await;
+    mesh.agents.push(second);
+    assert!(
+        mesh.gateway
+            .registry()
+            .agent("echo")
+            .unwrap()
+            .instances
+            .len()
+            == 2
+            || wait_instances(&mesh, 2).await
+    );
+    let agents: Value = mesh
+        .http
+        .get(mesh.url("/agents"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let echo = &agents["agents"][0];
+    assert_eq!(echo["name"], "echo");
+    assert_eq!(echo["online"], true);
+    assert_eq!(echo["instances"], 2);
+    assert_eq!(echo["skills"][0]["id"], "echo");
+    let last_seen = echo["lastSeen"].as_str().unwrap();
+    assert!(chrono_like(last_seen), "{last_seen}");
+
+    let health = mesh.http.get(mesh.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let ready = mesh.http.get(mesh.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let nothing = mesh
+        .http
+        .get(mesh.url("/nothing/here"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(nothing.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_open_streams_and_returns() {
+    let mut mesh = Mesh::start().await;
+    let gate = Gate::default();
+    mesh.run(slow_agent("slow", gate.clone())).await;
+    let stream = mesh.open_sse("slow", "message/stream", msg03("wait")).await;
+    assert_eq!(stream.status(), 200);
+    let Mesh { gateway, .. } = mesh;
+    tokio::time::timeout(WAIT, gateway.shutdown())
+        .await
+        .expect("shutdown returns");
+    let text = tokio::time::timeout(WAIT, stream.text())
+        .await
+        .expect("stream ends");
+    assert!(text.is_ok() || text.is_err());
+    gate.open();
+}
+
+async fn wait_instances(mesh: &Mesh, n: usize) -> bool {
+    let mut events = mesh.gateway.registry().subscribe();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if mesh
+            .gateway
+            .registry()
+            .agent("echo")
+            .is_some_and(|a| a.instances.len() == n)
+        {
+            return true;
+        }
+        if tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .is_err()
+        {
+            return false;
+        }
+    }
+}
+
+fn chrono_like(s: &str) -> bool {
+    s.len() >= 20 && s.as_bytes()[4] == b'-' && s.contains('T')
+}

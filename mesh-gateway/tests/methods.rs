@@ -1,0 +1,533 @@
+//! Every method in every dialect, over real HTTP to real agents on a real broker.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::*;
+
+fn state(task: &Value) -> &str {
+    task.pointer("/status/state")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("a task with a state: {task}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// 0.3
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v03_send_get_list_and_history_length() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+
+    let body = mesh.call("echo", "message/send", msg03("hello")).await;
+    let task = result(&body);
+    assert_eq!(task["kind"], "task");
+    assert_eq!(state(task), "completed");
+    assert_eq!(
+        task.pointer("/artifacts/0/parts/0/text"),
+        Some(&json!("hello"))
+    );
+    assert!(
+        task.pointer("/metadata/_mesh").is_none(),
+        "no _mesh leaks: {task}"
+    );
+    let id = task["id"].as_str().unwrap().to_owned();
+    let context = task["contextId"].as_str().unwrap().to_owned();
+
+    let got = mesh.call("echo", "tasks/get", json!({"id": id})).await;
+    assert_eq!(result(&got)["id"], json!(id));
+    assert_eq!(state(result(&got)), "completed");
+    assert_eq!(
+        result(&got)["kind"],
+        "task",
+        "created in 0.3, answered in 0.3"
+    );
+
+    let got = mesh
+        .call("echo", "tasks/get", json!({"id": id, "historyLength": 0}))
+        .await;
+    let history = result(&got).get("history").and_then(Value::as_array);
+    assert!(history.is_none_or(Vec::is_empty), "{got}");
+
+    // A second task in the same context, one in another.
+    let mut same = msg03("again");
+    same["message"]["contextId"] = json!(context);
+    mesh.call("echo", "message/send", same).await;
+    mesh.call("echo", "message/send", msg03("elsewhere")).await;
+
+    let listed = mesh
+        .call("echo", "tasks/list", json!({"contextId": context}))
+        .await;
+    let tasks = result(&listed)["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 2, "{listed}");
+    assert!(tasks.iter().all(|t| t["contextId"] == json!(context)));
+
+    // Paging through all three, one at a time.
+    let mut token = Value::Null;
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let mut params = json!({"pageSize": 1});
+        if !token.is_null() {
+            params["pageToken"] = token.clone();
+        }
+        let page = mesh.call("echo", "tasks/list", params).await;
+        let page = result(&page);
+        assert_eq!(page["totalSize"], 3, "{page}");
+        seen.extend(
+            page["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["id"].clone()),
+        );
+        token = page["nextPageToken"].clone();
+        if token.as_str().is_none_or(str::is_empty) {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 3);
+
+    let completed = mesh
+        .call("echo", "tasks/list", json!({"status": "completed"}))
+        .await;
+    assert_eq!(result(&completed)["tasks"].as_array().unwrap().len(), 3);
+    let working = mesh
+        .call("echo", "tasks/list", json!({"status": "working"}))
+        .await;
+    assert_eq!(result(&working)["tasks"].as_array().unwrap().len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v03_stream_is_in_order_task_first_and_closes_after_final() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::writer::agent()).await;
+    let request = rpc("message/stream", msg03("rust, chunks: 20"));
+    let response = mesh
+        .http
+        .post(mesh.url("/agents/writer"))
+        .header("content-type", "application/json")
+        .body(request.to_string())
+        .send()
+        .await
+        .unwrap();
+    let events = read_sse(response).await;
+    assert!(
+        events.iter().all(|e| e["id"] == request["id"]),
+        "every event carries the id"
+    );
+    let results: Vec<&Value> = events.iter().map(result).collect();
+    assert_eq!(results[0]["kind"], "task");
+    let chunks: Vec<&str> = results
+        .iter()
+        .filter(|r| r["kind"] == "artifact-update")
+        .map(|r| {
+            r.pointer("/artifact/parts/0/text")
+                .and_then(Value::as_str)
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(chunks.len(), 20);
+    for (i, chunk) in chunks.iter().enumerate() {
+        assert!(
+            chunk.starts_with(&format!("[{i}]")),
+            "chunk {i} in order: {chunk}"
+        );
+    }
+    let last = results.last().unwrap();
+    assert_eq!(last["kind"], "status-update");
+    assert_eq!(last["final"], true);
+    assert_eq!(state(last), "completed");
+    assert_eq!(results.iter().filter(|r| r["final"] == true).count(), 1);
+
+    // The store has the whole artifact, chunks appended.
+    let id = results[0]["id"].as_str().unwrap();
+    let got = mesh.call("writer", "tasks/get", json!({"id": id})).await;
+    let parts = result(&got).pointer("/artifacts/0/parts").unwrap();
+    assert_eq!(parts.as_array().unwrap().len(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v03_multi_turn_follow_up_carries_the_task() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::flight_booker::agent()).await;
+    let first = mesh
+        .call("flight-booker", "message/send", msg03("book me a flight"))
+        .await;
+    let task = result(&first);
+    assert_eq!(state(task), "input-required");
+    let id = task["id"].as_str().unwrap();
+    let context = task["contextId"].as_str().unwrap();
+
+    let mut follow = msg03("JFK to LHR on 2026-12-01");
+    follow["message"]["taskId"] = json!(id);
+    follow["message"]["contextId"] = json!(context);
+    let second = mesh
+        .call("flight-booker", "message/send", follow.clone())
+        .await;
+    let task = result(&second);
+    assert_eq!(task["id"], json!(id));
+    assert_eq!(state(task), "completed", "{second}");
+    assert_eq!(
+        task.pointer("/artifacts/0/name"),
+        Some(&json!("FlightItinerary.json"))
+    );
+
+    // A message to the finished task is refused.
+    let third = mesh.call("flight-booker", "message/send", follow).await;
+    assert_eq!(code(&third), -32004, "{third}");
+
+    // A message naming a task nobody knows.
+    let mut unknown = msg03("hello");
+    unknown["message"]["taskId"] = json!("no-such-task");
+    let body = mesh.call("flight-booker", "message/send", unknown).await;
+    assert_eq!(code(&body), -32001);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v03_non_blocking_send_then_cancel_and_cancel_again() {
+    let mut mesh = Mesh::start().await;
+    let gate = Gate::default();
+    mesh.run(slow_agent("slow", gate.clone())).await;
+    let mut params = msg03("take your time");
+    params["configuration"] = json!({"blocking": false});
+    let body = mesh.call("slow", "message/send", params).await;
+    let task = result(&body);
+    assert!(matches!(state(task), "submitted" | "working"), "{body}");
+    let id = task["id"].as_str().unwrap().to_owned();
+
+    let canceled = mesh.call("slow", "tasks/cancel", json!({"id": id})).await;
+    assert_eq!(state(result(&canceled)), "canceled", "{canceled}");
+    let again = mesh.call("slow", "tasks/cancel", json!({"id": id})).await;
+    assert_eq!(code(&again), -32002);
+    let unknown = mesh
+        .call("slow", "tasks/cancel", json!({"id": "nope"}))
+        .await;
+    assert_eq!(code(&unknown), -32001);
+    let got = mesh.call("slow", "tasks/get", json!({"id": id})).await;
+    assert_eq!(state(result(&got)), "canceled");
+    // A subscription on a finished task is refused.
+    let (status, body) = mesh
+        .post("/agents/slow", &rpc("tasks/resubscribe", json!({"id": id})))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(code(&body), -32004);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_of_an_interrupted_task_is_done_by_the_gateway() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::flight_booker::agent()).await;
+    let first = mesh
+        .call("flight-booker", "SendMessage", msg10("a flight please"))
+        .await;
+    let task = &result(&first)["task"];
+    assert_eq!(state(task), "TASK_STATE_INPUT_REQUIRED");
+    let id = task["id"].as_str().unwrap();
+    let canceled = mesh
+        .call("flight-booker", "CancelTask", json!({"id": id}))
+        .await;
+    assert_eq!(
+        state(result(&canceled)),
+        "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_subscribers_each_get_every_event_and_leaving_does_not_cancel() {
+    let mut mesh = Mesh::start().await;
+    let gate = Gate::default();
+    mesh.run(slow_agent("slow", gate.clone())).await;
+
+    // The originator's stream: read up to the first event by reading the stream lazily is
+    // not needed; the task id comes from a non-blocking send instead.
+    let mut params = msg03("go");
+    params["configuration"] = json!({"blocking": false});
+    let body = mesh.call("slow", "message/send", params).await;
+    let id = result(&body)["id"].as_str().unwrap().to_owned();
+
+    let a = mesh
+        .open_sse("slow", "tasks/resubscribe", json!({"id": id}))
+        .await;
+    let b = mesh
+        .open_sse("slow", "SubscribeToTask", json!({"id": id}))
+        .await;
+    // A third subscriber goes away at once.
+    let c = mesh
+        .open_sse("slow", "tasks/resubscribe", json!({"id": id}))
+        .await;
+    drop(c);
+    gate.open();
+    let (a, b) = tokio::join!(read_sse(a), read_sse(b));
+
+    let a: Vec<&Value> = a.iter().map(result).collect();
+    assert_eq!(a[0]["kind"], "task", "a snapshot first");
+    assert_eq!(a.last().unwrap()["final"], true);
+    assert_eq!(state(a.last().unwrap()), "completed");
+
+    let b: Vec<&Value> = b.iter().map(result).collect();
+    assert!(b[0].get("task").is_some(), "1.0: a task first: {:?}", b[0]);
+    let last = b.last().unwrap();
+    assert_eq!(
+        last.pointer("/task/status/state")
+            .or_else(|| last.pointer("/statusUpdate/status/state")),
+        Some(&json!("TASK_STATE_COMPLETED")),
+        "{last}"
+    );
+    let got = mesh.call("slow", "tasks/get", json!({"id": id})).await;
+    assert_eq!(state(result(&got)), "completed");
+    assert_eq!(
+        result(&got).pointer("/artifacts/0/parts/0/text"),
+        Some(&json!("done"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_client_that_goes_away_does_not_cancel_the_task() {
+    let mut mesh = Mesh::start().await;
+    let gate = Gate::default();
+    mesh.run(slow_agent("slow", gate.clone())).await;
+    let mut params = msg03("go");
+    params["message"]["contextId"] = json!("ctx-leave");
+    let response = mesh.open_sse("slow", "message/stream", params).await;
+    assert_eq!(response.status(), 200);
+    drop(response);
+    let listed = mesh
+        .call("slow", "tasks/list", json!({"contextId": "ctx-leave"}))
+        .await;
+    let id = result(&listed)["tasks"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Resubscribe, let it finish, read to the end.
+    let stream = mesh
+        .open_sse("slow", "tasks/resubscribe", json!({"id": id}))
+        .await;
+    gate.open();
+    let events = read_sse(stream).await;
+    assert_eq!(state(result(events.last().unwrap())), "completed");
+}
+
+// ---------------------------------------------------------------------------------------
+// 1.0
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v10_send_stream_get_list_cancel_subscribe() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let gate = Gate::default();
+    mesh.run(slow_agent("slow", gate.clone())).await;
+
+    let body = mesh.call("echo", "SendMessage", msg10("hi")).await;
+    let task = &result(&body)["task"];
+    assert_eq!(state(task), "TASK_STATE_COMPLETED");
+    assert_eq!(
+        task.pointer("/artifacts/0/parts/0/text"),
+        Some(&json!("hi"))
+    );
+    let id = task["id"].as_str().unwrap().to_owned();
+
+    let got = mesh.call("echo", "GetTask", json!({"id": id})).await;
+    assert_eq!(result(&got)["id"], json!(id), "bare task: {got}");
+    assert_eq!(state(result(&got)), "TASK_STATE_COMPLETED");
+
+    let listed = mesh
+        .call("echo", "ListTasks", json!({"pageSize": 10}))
+        .await;
+    let page = result(&listed);
+    assert_eq!(page["tasks"].as_array().unwrap().len(), 1);
+    assert_eq!(page["totalSize"], 1);
+    assert_eq!(page["pageSize"], 10);
+    assert!(
+        page["tasks"][0].get("artifacts").is_none(),
+        "1.0 lists without artifacts by default"
+    );
+    let bad = mesh
+        .call("echo", "ListTasks", json!({"pageSize": 1000}))
+        .await;
+    assert_eq!(code(&bad), -32602);
+
+    let events = mesh
+        .stream("echo", "SendStreamingMessage", msg10("streamed"))
+        .await;
+    let results: Vec<&Value> = events.iter().map(result).collect();
+    assert!(results[0].get("task").is_some(), "{:?}", results[0]);
+    assert!(results.iter().any(|r| r.get("artifactUpdate").is_some()));
+    assert_eq!(
+        results
+            .last()
+            .unwrap()
+            .pointer("/statusUpdate/status/state"),
+        Some(&json!("TASK_STATE_COMPLETED"))
+    );
+
+    let mut params = msg10("slowly");
+    params["configuration"] = json!({"returnImmediately": true});
+    let body = mesh.call("slow", "SendMessage", params).await;
+    let slow_id = result(&body)["task"]["id"].as_str().unwrap().to_owned();
+    let sub = mesh
+        .open_sse("slow", "SubscribeToTask", json!({"id": slow_id}))
+        .await;
+    let canceled = mesh
+        .call("slow", "CancelTask", json!({"id": slow_id}))
+        .await;
+    assert_eq!(
+        state(result(&canceled)),
+        "TASK_STATE_CANCELED",
+        "{canceled}"
+    );
+    let events = read_sse(sub).await;
+    let last = result(events.last().unwrap());
+    let last_state = last
+        .pointer("/statusUpdate/status/state")
+        .or_else(|| last.pointer("/task/status/state"));
+    assert_eq!(
+        last_state,
+        Some(&json!("TASK_STATE_CANCELED")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v10_follow_up_and_snake_case_and_untagged_variants() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::flight_booker::agent()).await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    // snake_case 1.0-ish payload
+    let body = mesh
+        .call(
+            "flight-booker",
+            "SendMessage",
+            json!({"message": {"message_id": "m1", "role": "ROLE_USER", "parts": [{"text": "fly"}]}}),
+        )
+        .await;
+    let task = &result(&body)["task"];
+    assert_eq!(state(task), "TASK_STATE_INPUT_REQUIRED", "{body}");
+    let id = task["id"].as_str().unwrap();
+    let body = mesh
+        .call(
+            "flight-booker",
+            "SendMessage",
+            json!({"message": {"message_id": "m2", "task_id": id, "role": "ROLE_USER",
+                "parts": [{"text": "SFO to NRT on 2026-12-24"}]}}),
+        )
+        .await;
+    assert_eq!(
+        state(&result(&body)["task"]),
+        "TASK_STATE_COMPLETED",
+        "{body}"
+    );
+
+    // 0.3 with untagged parts and no kind on the message
+    let body = mesh
+        .call(
+            "echo",
+            "message/send",
+            json!({"message": {"role": "user", "messageId": "m3", "parts": [{"text": "untagged"}]}}),
+        )
+        .await;
+    assert_eq!(
+        result(&body).pointer("/artifacts/0/parts/0/text"),
+        Some(&json!("untagged"))
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// 0.1
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v01_send_with_own_id_get_in_0_1_and_stream_of_updates_only() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_examples::flight_booker::agent()).await;
+
+    let body = mesh
+        .call("echo", "tasks/send", msg01("my-task-1", "hello"))
+        .await;
+    let task = result(&body);
+    assert_eq!(task["id"], "my-task-1");
+    assert_eq!(
+        task["sessionId"], "session-1",
+        "0.1 sessionId is the contextId: {task}"
+    );
+    assert_eq!(state(task), "completed");
+
+    let got = mesh
+        .call("echo", "tasks/get", json!({"id": "my-task-1"}))
+        .await;
+    assert!(
+        result(&got).get("sessionId").is_some(),
+        "answered in 0.1: {got}"
+    );
+    assert!(result(&got).get("kind").is_none(), "answered in 0.1: {got}");
+
+    // An id that is not a safe topic segment is mapped, not refused.
+    let odd = "odd id/with+chars#";
+    let body = mesh.call("echo", "tasks/send", msg01(odd, "x")).await;
+    assert_eq!(result(&body)["id"], odd);
+
+    for method in ["tasks/sendSubscribe", "tasks/send-streaming"] {
+        let id = format!("stream-{}", method.len());
+        let events = mesh.stream("echo", method, msg01(&id, "streamed")).await;
+        let results: Vec<&Value> = events.iter().map(result).collect();
+        assert!(results.len() >= 2, "{results:?}");
+        for r in &results {
+            assert!(
+                r.get("status").is_some() || r.get("artifact").is_some(),
+                "0.1 streams carry status and artifact updates only: {r}"
+            );
+            assert!(r.get("kind").is_none(), "{r}");
+        }
+        assert!(results.iter().any(|r| r.get("artifact").is_some()));
+        let last = results.last().unwrap();
+        assert_eq!(last["final"], true);
+        assert_eq!(state(last), "completed");
+    }
+
+    // Multi-turn in 0.1: the same params.id again.
+    let body = mesh
+        .call(
+            "flight-booker",
+            "tasks/send",
+            msg01("trip-1", "I want to fly"),
+        )
+        .await;
+    assert_eq!(state(result(&body)), "input-required");
+    let body = mesh
+        .call(
+            "flight-booker",
+            "tasks/send",
+            msg01("trip-1", "CDG to FCO on 2027-01-05"),
+        )
+        .await;
+    assert_eq!(state(result(&body)), "completed", "{body}");
+    let canceled = mesh
+        .call("flight-booker", "tasks/cancel", json!({"id": "trip-1"}))
+        .await;
+    assert_eq!(code(&canceled), -32002);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v01_resubscribe_answers_in_0_1() {
+    let mut mesh = Mesh::start().await;
+    let gate = Gate::default();
+    mesh.run(slow_agent("slow", gate.clone())).await;
+    let started = mesh
+        .open_sse("slow", "tasks/sendSubscribe", msg01("t01", "go"))
+        .await;
+    assert_eq!(started.status(), 200);
+    let sub = mesh
+        .open_sse("slow", "tasks/resubscribe", json!({"id": "t01"}))
+        .await;
+    gate.open();
+    let (first, second) = tokio::join!(read_sse(started), read_sse(sub));
+    for events in [first, second] {
+        let results: Vec<&Value> = events.iter().map(result).collect();
+        assert!(
+            results.iter().all(|r| r.get("kind").is_none()),
+            "{results:?}"
+        );
+        assert_eq!(results.last().unwrap()["final"], true);
+        assert_eq!(state(results.last().unwrap()), "completed");
+    }
+}

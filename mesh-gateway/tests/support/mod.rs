@@ -1,0 +1,254 @@
+//! What the gateway's tests share: a real broker, a namespace of their own, agents started
+//! with mesh-agent, a gateway on 127.0.0.1:0, and an HTTP client that speaks JSON-RPC and
+//! reads SSE streams. Every wait is bounded.
+
+#![allow(dead_code)]
+
+use mesh_agent::{Agent, AgentConfig, Outcome, RunningAgent, TaskContext, handler_fn};
+use mesh_core::bus::{Bus, BusConfig};
+use mesh_gateway::{Gateway, GatewayConfig, RunningGateway};
+use mesh_testkit::{TestBroker, fresh_namespace};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// Every wait in these tests is bounded by this.
+pub const WAIT: Duration = Duration::from_secs(15);
+
+pub struct Mesh {
+    pub broker: TestBroker,
+    pub namespace: String,
+    pub gateway: RunningGateway,
+    pub gateway_bus: Bus,
+    pub http: reqwest::Client,
+    pub base: String,
+    pub agents: Vec<RunningAgent>,
+}
+
+pub fn bus_config(broker: &TestBroker) -> BusConfig {
+    let mut config = BusConfig::new(&broker.url()).unwrap();
+    config.keep_alive = Duration::from_secs(2);
+    config
+}
+
+impl Mesh {
+    pub async fn start() -> Mesh {
+        Mesh::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(configure: impl FnOnce(&mut GatewayConfig)) -> Mesh {
+        let broker = TestBroker::mosquitto().await;
+        let namespace = fresh_namespace();
+        let mut config = GatewayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            namespace: namespace.clone(),
+            gateway_id: "gw".into(),
+            task_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(2),
+            ..GatewayConfig::default()
+        };
+        configure(&mut config);
+        let gateway_bus = Bus::connect(bus_config(&broker)).await.unwrap();
+        let gateway = Gateway::start(config, gateway_bus.clone()).await.unwrap();
+        let base = format!("http://{}", gateway.local_addr());
+        let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
+        Mesh {
+            broker,
+            namespace,
+            gateway,
+            gateway_bus,
+            http,
+            base,
+            agents: Vec::new(),
+        }
+    }
+
+    pub fn agent_config(&self) -> AgentConfig {
+        AgentConfig {
+            namespace: self.namespace.clone(),
+            heartbeat: Duration::from_secs(1),
+            shutdown_grace: Duration::from_millis(300),
+            ..AgentConfig::default()
+        }
+    }
+
+    /// Starts an agent and waits until the gateway sees it online.
+    pub async fn run(&mut self, agent: Agent) {
+        let running = self.start_agent(agent).await;
+        self.agents.push(running);
+    }
+
+    pub async fn start_agent(&self, agent: Agent) -> RunningAgent {
+        let running = agent
+            .config(self.agent_config())
+            .start(bus_config(&self.broker))
+            .await
+            .expect("agent starts");
+        let name = running.name().to_owned();
+        assert!(
+            self.gateway.registry().wait_online(&name, WAIT).await,
+            "{name} shows up in the gateway's registry"
+        );
+        running
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// POSTs a JSON-RPC body; the status and the parsed body (Null for an empty one).
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post_raw(path, "application/json", &[], body.to_string().into_bytes())
+            .await
+    }
+
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        content_type: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> (u16, Value) {
+        let mut request = self
+            .http
+            .post(self.url(path))
+            .header("content-type", content_type)
+            .body(body);
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+        };
+        (status, value)
+    }
+
+    /// A JSON-RPC call to `agent`; the whole response.
+    pub async fn call(&self, agent: &str, method: &str, params: Value) -> Value {
+        let (status, body) = self
+            .post(&format!("/agents/{agent}"), &rpc(method, params))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Opens an SSE request and returns the response (to read with [`read_sse`]).
+    pub async fn open_sse(&self, agent: &str, method: &str, params: Value) -> reqwest::Response {
+        self.http
+            .post(self.url(&format!("/agents/{agent}")))
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream")
+            .body(rpc(method, params).to_string())
+            .send()
+            .await
+            .expect("request")
+    }
+
+    /// A streaming call: every `data:` event as JSON, read until the server closes the stream.
+    pub async fn stream(&self, agent: &str, method: &str, params: Value) -> Vec<Value> {
+        let response = self.open_sse(agent, method, params).await;
+        read_sse(response).await
+    }
+}
+
+/// Reads an SSE response to its end; each `data:` line parsed as JSON.
+pub async fn read_sse(response: reqwest::Response) -> Vec<Value> {
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let text = tokio::time::timeout(WAIT, response.text())
+        .await
+        .expect("the stream closes")
+        .expect("body");
+    assert!(
+        content_type.starts_with("text/event-stream"),
+        "not an event stream ({content_type}): {text}"
+    );
+    text.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|data| serde_json::from_str(data.trim()).expect("JSON event"))
+        .collect()
+}
+
+/// A JSON-RPC request with a fresh string id.
+pub fn rpc(method: &str, params: Value) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": format!("req-{}", uuid::Uuid::new_v4().simple()),
+        "method": method,
+        "params": params,
+    })
+}
+
+/// 0.3 `message/send` params with one text part.
+pub fn msg03(text: &str) -> Value {
+    json!({"message": {"kind": "message", "role": "user", "messageId": uuid::Uuid::new_v4().to_string(),
+        "parts": [{"kind": "text", "text": text}]}})
+}
+
+/// 1.0 `SendMessage` params with one text part.
+pub fn msg10(text: &str) -> Value {
+    json!({"message": {"role": "ROLE_USER", "messageId": uuid::Uuid::new_v4().to_string(),
+        "parts": [{"text": text}]}})
+}
+
+/// 0.1 `tasks/send` params with one text part.
+pub fn msg01(task_id: &str, text: &str) -> Value {
+    json!({"id": task_id, "sessionId": "session-1",
+        "message": {"role": "user", "parts": [{"type": "text", "text": text}]}})
+}
+
+/// A gate a test opens to let the `slow` agent finish.
+#[derive(Clone, Default)]
+pub struct Gate(Arc<Notify>);
+
+impl Gate {
+    pub fn open(&self) {
+        self.0.notify_waiters();
+        self.0.notify_one();
+    }
+}
+
+/// An agent that says `working`, then waits for the gate (or its cancellation, or 10 s), then
+/// completes with an artifact.
+pub fn slow_agent(name: &str, gate: Gate) -> Agent {
+    Agent::new(
+        name,
+        handler_fn(move |ctx: TaskContext| {
+            let gate = gate.clone();
+            async move {
+                ctx.working("thinking").await?;
+                tokio::select! {
+                    _ = gate.0.notified() => {}
+                    // The runtime ends a canceled task itself.
+                    _ = ctx.cancelled() => std::future::pending::<()>().await,
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                }
+                ctx.text_artifact("answer", "done").await?;
+                Ok(Outcome::completed_with("finished"))
+            }
+        }),
+    )
+}
+
+/// The result of a JSON-RPC response, panicking on an error.
+pub fn result(body: &Value) -> &Value {
+    body.get("result")
+        .unwrap_or_else(|| panic!("a result: {body}"))
+}
+
+/// The error code of a JSON-RPC response, panicking on a result.
+pub fn code(body: &Value) -> i64 {
+    body.pointer("/error/code")
+        .and_then(Value::as_i64)
+        .unwrap_or_else(|| panic!("an error: {body}"))
+}
