@@ -119,7 +119,7 @@ pub async fn send(
         message.parts.push(file_part(path)?);
     }
     message.task_id = task.clone();
-    let mut printer = Printer::new(stream);
+    let mut printer = Printer::new(agent, stream);
     match Gateway::find(settings).await {
         Some(gateway) => gateway.send(agent, message, stream, &mut printer).await?,
         None => {
@@ -388,19 +388,19 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// Prints what an agent says: the final answer, or (with --stream) every event as it comes.
 struct Printer {
+    agent: String,
     stream: bool,
     terminal: bool,
     last: Option<Reply>,
-    printed_chunks: bool,
 }
 
 impl Printer {
-    fn new(stream: bool) -> Printer {
+    fn new(agent: &str, stream: bool) -> Printer {
         Printer {
+            agent: agent.to_owned(),
             stream,
             terminal: std::io::stdout().is_terminal(),
             last: None,
-            printed_chunks: false,
         }
     }
 
@@ -458,7 +458,6 @@ impl Printer {
                     if update.last_chunk != Some(false) {
                         let _ = writeln!(out);
                     }
-                    self.printed_chunks = true;
                 }
                 Reply::Message(message) => {
                     let _ = writeln!(out, "{}", message_text(message));
@@ -508,8 +507,8 @@ impl Printer {
             TaskState::Completed => Ok(()),
             TaskState::InputRequired | TaskState::AuthRequired => {
                 eprintln!(
-                    "(task {} waits for your answer: mesh send <agent> --task {} \"…\")",
-                    task.id, task.id
+                    "(task {} waits for your answer: mesh send {} --task {} \"…\")",
+                    task.id, self.agent, task.id
                 );
                 Ok(())
             }
