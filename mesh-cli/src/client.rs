@@ -79,6 +79,37 @@ pub async fn agents(settings: &Settings) -> Outcome {
     Ok(())
 }
 
+/// `mesh health`: the gateway's readiness, or (with an agent) the agent's presence on the bus.
+pub async fn health(settings: &Settings, agent: Option<&str>) -> Outcome {
+    if let Some(agent) = agent {
+        let (_, registry) = bus_registry(settings).await?;
+        return if registry.is_online(agent) {
+            println!("{agent} is online");
+            Ok(())
+        } else {
+            Err(Failure::UnknownAgent(format!(
+                "agent {agent:?} is not online"
+            )))
+        };
+    }
+    let url = format!("{}/readyz", settings.gateway_url.trim_end_matches('/'));
+    let response = reqwest::Client::new()
+        .get(&url)
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await
+        .map_err(|e| Failure::Unreachable(format!("the gateway at {url} does not answer: {e}")))?;
+    if response.status().is_success() {
+        println!("gateway ready");
+        Ok(())
+    } else {
+        Err(Failure::Unreachable(format!(
+            "the gateway at {url} is not ready ({})",
+            response.status()
+        )))
+    }
+}
+
 /// `mesh card <agent>`.
 pub async fn card(settings: &Settings, agent: &str) -> Outcome {
     let card = match Gateway::find(settings).await {
