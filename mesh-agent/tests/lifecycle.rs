@@ -37,7 +37,7 @@ fn replies(deliveries: Vec<mesh_core::requester::Delivery>) -> Vec<Reply> {
         .collect()
 }
 
-both_brokers!(a_stream_is_task_then_working_then_artifact_then_final);
+mesh_testkit::both_brokers!(a_stream_is_task_then_working_then_artifact_then_final);
 async fn a_stream_is_task_then_working_then_artifact_then_final(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let echo = mesh.run(mesh_examples::echo::agent()).await;
@@ -61,7 +61,7 @@ async fn a_stream_is_task_then_working_then_artifact_then_final(broker: TestBrok
     echo.shutdown().await;
 }
 
-both_brokers!(a_blocking_send_gets_only_the_finished_task);
+mesh_testkit::both_brokers!(a_blocking_send_gets_only_the_finished_task);
 async fn a_blocking_send_gets_only_the_finished_task(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let echo = mesh.run(mesh_examples::echo::agent()).await;
@@ -78,7 +78,7 @@ async fn a_blocking_send_gets_only_the_finished_task(broker: TestBroker) {
     echo.shutdown().await;
 }
 
-both_brokers!(a_handler_may_answer_with_a_direct_message_and_no_task);
+mesh_testkit::both_brokers!(a_handler_may_answer_with_a_direct_message_and_no_task);
 async fn a_handler_may_answer_with_a_direct_message_and_no_task(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let agent = Agent::new(
@@ -100,7 +100,9 @@ async fn a_handler_may_answer_with_a_direct_message_and_no_task(broker: TestBrok
     running.shutdown().await;
 }
 
-both_brokers!(a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses_more);
+mesh_testkit::both_brokers!(
+    a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses_more
+);
 async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses_more(
     broker: TestBroker,
 ) {
@@ -161,7 +163,7 @@ async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses
     booker.shutdown().await;
 }
 
-both_brokers!(a_message_for_an_unknown_task_is_task_not_found);
+mesh_testkit::both_brokers!(a_message_for_an_unknown_task_is_task_not_found);
 async fn a_message_for_an_unknown_task_is_task_not_found(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let echo = mesh.run(mesh_examples::echo::agent()).await;
@@ -215,7 +217,7 @@ async fn a_message_for_an_unknown_task_is_task_not_found(broker: TestBroker) {
     echo.shutdown().await;
 }
 
-both_brokers!(cancel_reaches_the_handler_and_the_task_ends_canceled);
+mesh_testkit::both_brokers!(cancel_reaches_the_handler_and_the_task_ends_canceled);
 async fn cancel_reaches_the_handler_and_the_task_ends_canceled(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let (saw_cancel_tx, saw_cancel_rx) = tokio::sync::oneshot::channel::<()>();
@@ -268,7 +270,7 @@ async fn cancel_reaches_the_handler_and_the_task_ends_canceled(broker: TestBroke
     running.shutdown().await;
 }
 
-both_brokers!(a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so);
+mesh_testkit::both_brokers!(a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so);
 async fn a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let agent = Agent::new(
@@ -297,7 +299,7 @@ async fn a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so(br
     running.shutdown().await;
 }
 
-both_brokers!(a_panicking_handler_fails_its_task_and_the_agent_keeps_serving);
+mesh_testkit::both_brokers!(a_panicking_handler_fails_its_task_and_the_agent_keeps_serving);
 async fn a_panicking_handler_fails_its_task_and_the_agent_keeps_serving(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let agent = Agent::new(
@@ -345,7 +347,7 @@ fn counting_agent(name: &str, runs: Arc<AtomicUsize>) -> Agent {
     )
 }
 
-both_brokers!(a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice);
+mesh_testkit::both_brokers!(a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice);
 async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let runs = Arc::new(AtomicUsize::new(0));
@@ -410,7 +412,7 @@ async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice(broker
     running.shutdown().await;
 }
 
-both_brokers!(a_thousand_streamed_chunks_arrive_in_order);
+mesh_testkit::both_brokers!(a_thousand_streamed_chunks_arrive_in_order);
 async fn a_thousand_streamed_chunks_arrive_in_order(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let writer = mesh.run(mesh_examples::writer::agent()).await;
@@ -445,7 +447,7 @@ async fn a_thousand_streamed_chunks_arrive_in_order(broker: TestBroker) {
     writer.shutdown().await;
 }
 
-both_brokers!(hostile_names_are_refused_and_hostile_task_ids_are_mapped);
+mesh_testkit::both_brokers!(hostile_names_are_refused_and_hostile_task_ids_are_mapped);
 async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     for bad in ["a/b", "+", "#", "$sys", "with space", "dot.ted", ""] {

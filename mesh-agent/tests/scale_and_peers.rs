@@ -28,7 +28,7 @@ fn slow_echo(name: &str, delay: Duration) -> Agent {
     )
 }
 
-both_brokers!(two_instances_share_the_load_each_request_handled_once);
+mesh_testkit::both_brokers!(two_instances_share_the_load_each_request_handled_once);
 async fn two_instances_share_the_load_each_request_handled_once(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let a = mesh.run(slow_echo("pair", Duration::ZERO)).await;
@@ -70,7 +70,7 @@ async fn two_instances_share_the_load_each_request_handled_once(broker: TestBrok
     b.shutdown().await;
 }
 
-both_brokers!(a_crashed_instance_fails_its_task_at_once_and_the_survivor_serves);
+mesh_testkit::both_brokers!(a_crashed_instance_fails_its_task_at_once_and_the_survivor_serves);
 async fn a_crashed_instance_fails_its_task_at_once_and_the_survivor_serves(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let first = mesh.run(slow_echo("crashy", Duration::from_secs(30))).await;
@@ -123,7 +123,9 @@ async fn a_crashed_instance_fails_its_task_at_once_and_the_survivor_serves(broke
     second.abort();
 }
 
-both_brokers!(the_last_instance_crashing_takes_the_agent_offline_within_the_keep_alive);
+mesh_testkit::both_brokers!(
+    the_last_instance_crashing_takes_the_agent_offline_within_the_keep_alive
+);
 async fn the_last_instance_crashing_takes_the_agent_offline_within_the_keep_alive(
     broker: TestBroker,
 ) {
@@ -146,7 +148,7 @@ async fn the_last_instance_crashing_takes_the_agent_offline_within_the_keep_aliv
     clear_retained(&mesh, "lonely").await;
 }
 
-both_brokers!(a_graceful_shutdown_announces_offline_and_clears_presence);
+mesh_testkit::both_brokers!(a_graceful_shutdown_announces_offline_and_clears_presence);
 async fn a_graceful_shutdown_announces_offline_and_clears_presence(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let agent = mesh.run(slow_echo("polite", Duration::ZERO)).await;
@@ -156,7 +158,7 @@ async fn a_graceful_shutdown_announces_offline_and_clears_presence(broker: TestB
 }
 
 // A parent that delegates to `child` and waits; the child records that it saw the cancel.
-both_brokers!(canceling_a_parent_cancels_the_child_it_called);
+mesh_testkit::both_brokers!(canceling_a_parent_cancels_the_child_it_called);
 async fn canceling_a_parent_cancels_the_child_it_called(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let (child_canceled_tx, child_canceled_rx) = tokio::sync::oneshot::channel::<()>();
@@ -219,7 +221,9 @@ async fn canceling_a_parent_cancels_the_child_it_called(broker: TestBroker) {
     child.shutdown().await;
 }
 
-both_brokers!(a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth_limit);
+mesh_testkit::both_brokers!(
+    a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth_limit
+);
 async fn a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth_limit(
     broker: TestBroker,
 ) {
@@ -279,7 +283,7 @@ async fn a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth
     looper.shutdown().await;
 }
 
-both_brokers!(the_orchestrator_streams_a_peers_progress_and_result);
+mesh_testkit::both_brokers!(the_orchestrator_streams_a_peers_progress_and_result);
 async fn the_orchestrator_streams_a_peers_progress_and_result(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let writer = mesh.run(mesh_examples::writer::agent()).await;

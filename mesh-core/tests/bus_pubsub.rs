@@ -13,9 +13,8 @@ use mesh_core::bus::{Bus, BusError, LastWill, QoS};
 use mesh_core::topic::{SegmentKind, Topics};
 use mesh_testkit::{TestBroker, fresh_namespace};
 
-#[tokio::test]
-async fn publish_and_subscribe_in_order_with_overlapping_subscriptions() {
-    let broker = TestBroker::mosquitto().await;
+mesh_testkit::both_brokers!(publish_and_subscribe_in_order_with_overlapping_subscriptions);
+async fn publish_and_subscribe_in_order_with_overlapping_subscriptions(broker: TestBroker) {
     let topics = Topics::new(fresh_namespace()).unwrap();
     let gateway = connect(&broker.url()).await;
     let agent = connect(&broker.url()).await;
@@ -61,9 +60,8 @@ async fn publish_and_subscribe_in_order_with_overlapping_subscriptions() {
     gateway.disconnect().await.unwrap();
 }
 
-#[tokio::test]
-async fn qos1_round_trip_latency() {
-    let broker = TestBroker::mosquitto().await;
+mesh_testkit::both_brokers!(qos1_round_trip_latency);
+async fn qos1_round_trip_latency(broker: TestBroker) {
     let topics = Topics::new(fresh_namespace()).unwrap();
     let a = connect(&broker.url()).await;
     let b = connect(&broker.url()).await;
@@ -93,9 +91,8 @@ async fn qos1_round_trip_latency() {
     a.disconnect().await.unwrap();
 }
 
-#[tokio::test]
-async fn retained_card_reaches_a_late_subscriber_and_is_cleared() {
-    let broker = TestBroker::mosquitto().await;
+mesh_testkit::both_brokers!(retained_card_reaches_a_late_subscriber_and_is_cleared);
+async fn retained_card_reaches_a_late_subscriber_and_is_cleared(broker: TestBroker) {
     let topics = Topics::new(fresh_namespace()).unwrap();
     let agent = connect(&broker.url()).await;
     let card = topics.agent_card("echo").unwrap();
@@ -138,9 +135,8 @@ async fn retained_card_reaches_a_late_subscriber_and_is_cleared() {
     late.disconnect().await.unwrap();
 }
 
-#[tokio::test]
-async fn last_will_is_published_when_a_client_dies_but_not_on_disconnect() {
-    let broker = TestBroker::mosquitto().await;
+mesh_testkit::both_brokers!(last_will_is_published_when_a_client_dies_but_not_on_disconnect);
+async fn last_will_is_published_when_a_client_dies_but_not_on_disconnect(broker: TestBroker) {
     let topics = Topics::new(fresh_namespace()).unwrap();
     let watcher = connect(&broker.url()).await;
     let mut presence = watcher
@@ -187,9 +183,8 @@ async fn last_will_is_published_when_a_client_dies_but_not_on_disconnect() {
     watcher.disconnect().await.unwrap();
 }
 
-#[tokio::test]
-async fn shared_subscription_spreads_load_and_groups_stay_apart() {
-    let broker = TestBroker::mosquitto().await;
+mesh_testkit::both_brokers!(shared_subscription_spreads_load_and_groups_stay_apart);
+async fn shared_subscription_spreads_load_and_groups_stay_apart(broker: TestBroker) {
     let topics = Topics::new(fresh_namespace()).unwrap();
     let echo_filter = topics.agent_request_shared_filter("echo").unwrap();
     let other_filter = topics.agent_request_shared_filter("other").unwrap();
@@ -232,9 +227,8 @@ async fn shared_subscription_spreads_load_and_groups_stay_apart() {
     }
 }
 
-#[tokio::test]
-async fn one_mebibyte_payload_round_trips() {
-    let broker = TestBroker::mosquitto().await;
+mesh_testkit::both_brokers!(one_mebibyte_payload_round_trips);
+async fn one_mebibyte_payload_round_trips(broker: TestBroker) {
     let topics = Topics::new(fresh_namespace()).unwrap();
     let a = connect(&broker.url()).await;
     let b = connect(&broker.url()).await;
@@ -264,9 +258,8 @@ async fn one_mebibyte_payload_round_trips() {
     }
 }
 
-#[tokio::test]
-async fn hostile_segments_and_topics_are_refused() {
-    let broker = TestBroker::mosquitto().await;
+mesh_testkit::both_brokers!(hostile_segments_and_topics_are_refused);
+async fn hostile_segments_and_topics_are_refused(broker: TestBroker) {
     let topics = Topics::new(fresh_namespace()).unwrap();
     for agent in ["+", "#", "a/b", "$SYS", "", "a.b", "a b", "a\0b"] {
         let err = topics.agent_request(agent, "t").unwrap_err();
@@ -326,9 +319,8 @@ async fn connecting_to_a_dead_port_fails_fast_with_a_typed_error() {
     assert!(matches!(err, BusError::InvalidUrl { .. }));
 }
 
-#[tokio::test]
-async fn dropping_a_subscription_stops_routing_and_keeps_the_others() {
-    let broker = TestBroker::mosquitto().await;
+mesh_testkit::both_brokers!(dropping_a_subscription_stops_routing_and_keeps_the_others);
+async fn dropping_a_subscription_stops_routing_and_keeps_the_others(broker: TestBroker) {
     let topics = Topics::new(fresh_namespace()).unwrap();
     let bus = connect(&broker.url()).await;
     let filter = topics.agent_cancel_filter("echo").unwrap();

@@ -12,9 +12,8 @@ use mesh_core::bus::{ConnectionState, QoS};
 use mesh_core::topic::Topics;
 use mesh_testkit::{TestBroker, fresh_namespace};
 
-#[tokio::test]
-async fn every_subscription_works_again_after_the_broker_restarts() {
-    let mut broker = TestBroker::mosquitto().await;
+mesh_testkit::both_brokers!(every_subscription_works_again_after_the_broker_restarts);
+async fn every_subscription_works_again_after_the_broker_restarts(mut broker: TestBroker) {
     let topics = Topics::new(fresh_namespace()).unwrap();
     let agent = connect(&broker.url()).await;
     let gateway = connect(&broker.url()).await;
@@ -109,9 +108,12 @@ async fn every_subscription_works_again_after_the_broker_restarts() {
     assert_eq!(*agent.state().borrow(), ConnectionState::Closed);
 }
 
-#[tokio::test]
-async fn messages_published_while_the_broker_is_down_are_sent_after_the_reconnect() {
-    let mut broker = TestBroker::mosquitto().await;
+mesh_testkit::both_brokers!(
+    messages_published_while_the_broker_is_down_are_sent_after_the_reconnect
+);
+async fn messages_published_while_the_broker_is_down_are_sent_after_the_reconnect(
+    mut broker: TestBroker,
+) {
     let topics = Topics::new(fresh_namespace()).unwrap();
     let publisher = connect(&broker.url()).await;
     let topic = topics.gateway_response("gw", "t1").unwrap();

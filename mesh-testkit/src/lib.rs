@@ -370,3 +370,23 @@ mod tests {
         assert!(tokio::net::TcpStream::connect(broker.addr()).await.is_ok());
     }
 }
+
+/// Runs one scenario twice, as two tests: against a Mosquitto process and against the embedded
+/// broker. The scenario is an `async fn name(broker: TestBroker)` next to the macro call;
+/// the tests are `name::mosquitto` and `name::embedded`.
+#[macro_export]
+macro_rules! both_brokers {
+    ($scenario:ident) => {
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mosquitto() {
+                super::$scenario($crate::TestBroker::mosquitto().await).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                super::$scenario($crate::TestBroker::embedded().await).await
+            }
+        }
+    };
+}
