@@ -286,23 +286,27 @@ struct Started {
     events: broadcast::Receiver<LiveEvent>,
 }
 
-/// Checks the agent can take a message now: known, online, the bus up.
+/// Checks the agent can take a message now: known, online, the bus up (and streaming, when
+/// asked to stream). The common case reads no card.
 fn check_agent(gw: &Shared, agent: &str, streaming: bool) -> Result<(), A2aError> {
-    let Some(view) = gw.registry.agent(agent) else {
-        let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
-        return Err(A2aError::invalid_params(format!(
-            "no agent named {agent:?} on the mesh (agents: {})",
-            if agents.is_empty() {
-                "none".to_owned()
-            } else {
-                agents.join(", ")
+    if !gw.registry.is_online(agent) {
+        return Err(match gw.registry.agent(agent) {
+            Some(_) => A2aError::internal(format!(
+                "agent {agent:?} is offline: no instance of it is running"
+            )),
+            None => {
+                let agents: Vec<String> =
+                    gw.registry.agents().into_iter().map(|a| a.name).collect();
+                A2aError::invalid_params(format!(
+                    "no agent named {agent:?} on the mesh (agents: {})",
+                    if agents.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        agents.join(", ")
+                    }
+                ))
             }
-        )));
-    };
-    if !view.online() {
-        return Err(A2aError::internal(format!(
-            "agent {agent:?} is offline: no instance of it is running"
-        )));
+        });
     }
     if !gw.bus.is_connected() {
         return Err(A2aError::internal(
@@ -310,9 +314,10 @@ fn check_agent(gw: &Shared, agent: &str, streaming: bool) -> Result<(), A2aError
         ));
     }
     if streaming
-        && view
-            .card
-            .as_ref()
+        && gw
+            .registry
+            .agent(agent)
+            .and_then(|view| view.card)
             .is_some_and(|card| card.capabilities.streaming == Some(false))
     {
         return Err(A2aError::unsupported_operation(format!(
