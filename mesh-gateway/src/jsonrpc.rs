@@ -382,7 +382,14 @@ async fn start(
     params.message.task_id = Some(task_id.clone());
     params.message.context_id = Some(context_id.clone());
 
-    let Some((live, events)) = gw.bridge.begin(&task_id) else {
+    let Some((live, events)) = gw.bridge.begin(
+        &task_id,
+        if streaming {
+            crate::bridge::STREAM_CAPACITY
+        } else {
+            crate::bridge::SEND_CAPACITY
+        },
+    ) else {
         return Err(A2aError::unsupported_operation(format!(
             "task {task_id} is still running: send the next message when it asks for input"
         )));
@@ -485,7 +492,12 @@ async fn send_message(
     }
     let deadline = Instant::now() + gw.config.blocking_wait;
     loop {
-        match tokio::time::timeout_at(deadline, started.events.recv()).await {
+        let received = tokio::select! {
+            // Shutting down: the task as it stands, as when the wait is over.
+            _ = gw.shutdown.cancelled() => return task_answer(gw),
+            received = tokio::time::timeout_at(deadline, started.events.recv()) => received,
+        };
+        match received {
             // The wait is over: the task as it stands, for the client to poll or resubscribe.
             Err(_) => return task_answer(gw),
             Ok(Err(broadcast::error::RecvError::Closed)) => return task_answer(gw),
