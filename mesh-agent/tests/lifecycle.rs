@@ -12,6 +12,7 @@ use mesh_core::meta::MeshMeta;
 use mesh_core::model::{Part, SendMessageRequest, Task, TaskState};
 use mesh_core::requester::strip_reply_meta;
 use mesh_core::rpc::{Call, Reply, Request};
+use mesh_testkit::TestBroker;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -36,9 +37,9 @@ fn replies(deliveries: Vec<mesh_core::requester::Delivery>) -> Vec<Reply> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_is_task_then_working_then_artifact_then_final() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_stream_is_task_then_working_then_artifact_then_final);
+async fn a_stream_is_task_then_working_then_artifact_then_final(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let echo = mesh.run(mesh_examples::echo::agent()).await;
     let (task_id, stream) = mesh
         .send("echo", "hello", Method::SendStreamingMessage)
@@ -60,9 +61,9 @@ async fn a_stream_is_task_then_working_then_artifact_then_final() {
     echo.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_blocking_send_gets_only_the_finished_task() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_blocking_send_gets_only_the_finished_task);
+async fn a_blocking_send_gets_only_the_finished_task(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let echo = mesh.run(mesh_examples::echo::agent()).await;
     let (task_id, stream) = mesh.send("echo", "hi", Method::SendMessage).await;
     let events = replies(collect(stream).await);
@@ -77,9 +78,9 @@ async fn a_blocking_send_gets_only_the_finished_task() {
     echo.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_may_answer_with_a_direct_message_and_no_task() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_handler_may_answer_with_a_direct_message_and_no_task);
+async fn a_handler_may_answer_with_a_direct_message_and_no_task(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let agent = Agent::new(
         "direct",
         handler_fn(|ctx: TaskContext| async move {
@@ -99,9 +100,11 @@ async fn a_handler_may_answer_with_a_direct_message_and_no_task() {
     running.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses_more() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses_more);
+async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses_more(
+    broker: TestBroker,
+) {
+    let mesh = Mesh::on(broker).await;
     let booker = mesh.run(mesh_examples::flight_booker::agent()).await;
 
     let (task_id, stream) = mesh
@@ -158,9 +161,9 @@ async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses
     booker.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_message_for_an_unknown_task_is_task_not_found() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_message_for_an_unknown_task_is_task_not_found);
+async fn a_message_for_an_unknown_task_is_task_not_found(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let echo = mesh.run(mesh_examples::echo::agent()).await;
     // No snapshot, no assigned id, a taskId the agent cannot know: -32001.
     let mut request = Request {
@@ -212,9 +215,9 @@ async fn a_message_for_an_unknown_task_is_task_not_found() {
     echo.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_reaches_the_handler_and_the_task_ends_canceled() {
-    let mesh = Mesh::start().await;
+both_brokers!(cancel_reaches_the_handler_and_the_task_ends_canceled);
+async fn cancel_reaches_the_handler_and_the_task_ends_canceled(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let (saw_cancel_tx, saw_cancel_rx) = tokio::sync::oneshot::channel::<()>();
     let saw_cancel_tx = Arc::new(std::sync::Mutex::new(Some(saw_cancel_tx)));
     let agent = Agent::new(
@@ -265,9 +268,9 @@ async fn cancel_reaches_the_handler_and_the_task_ends_canceled() {
     running.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so);
+async fn a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let agent = Agent::new(
         "sleepy",
         handler_fn(|_ctx: TaskContext| async move {
@@ -294,9 +297,9 @@ async fn a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so() 
     running.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_handler_fails_its_task_and_the_agent_keeps_serving() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_panicking_handler_fails_its_task_and_the_agent_keeps_serving);
+async fn a_panicking_handler_fails_its_task_and_the_agent_keeps_serving(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let agent = Agent::new(
         "fragile",
         handler_fn(|ctx: TaskContext| async move {
@@ -342,9 +345,9 @@ fn counting_agent(name: &str, runs: Arc<AtomicUsize>) -> Agent {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice);
+async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let running = mesh.run(counting_agent("counter", runs.clone())).await;
 
@@ -407,9 +410,9 @@ async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice() {
     running.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_streamed_chunks_arrive_in_order() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_thousand_streamed_chunks_arrive_in_order);
+async fn a_thousand_streamed_chunks_arrive_in_order(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let writer = mesh.run(mesh_examples::writer::agent()).await;
     let (_, stream) = mesh
         .send("writer", "chunks: 1000", Method::SendStreamingMessage)
@@ -442,9 +445,9 @@ async fn a_thousand_streamed_chunks_arrive_in_order() {
     writer.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped() {
-    let mesh = Mesh::start().await;
+both_brokers!(hostile_names_are_refused_and_hostile_task_ids_are_mapped);
+async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     for bad in ["a/b", "+", "#", "$sys", "with space", "dot.ted", ""] {
         let result = mesh_examples::echo::agent()
             .card(mesh_examples::echo::agent().agent_card().clone())

@@ -8,6 +8,7 @@ use mesh_core::dialect::Method;
 use mesh_core::model::TaskState;
 use mesh_core::requester::strip_reply_meta;
 use mesh_core::rpc::Reply;
+use mesh_testkit::TestBroker;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,9 +28,9 @@ fn slow_echo(name: &str, delay: Duration) -> Agent {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_instances_share_the_load_each_request_handled_once() {
-    let mesh = Mesh::start().await;
+both_brokers!(two_instances_share_the_load_each_request_handled_once);
+async fn two_instances_share_the_load_each_request_handled_once(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let a = mesh.run(slow_echo("pair", Duration::ZERO)).await;
     let b = mesh.run(slow_echo("pair", Duration::ZERO)).await;
     assert!(
@@ -69,9 +70,9 @@ async fn two_instances_share_the_load_each_request_handled_once() {
     b.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_instance_fails_its_task_at_once_and_the_survivor_serves() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_crashed_instance_fails_its_task_at_once_and_the_survivor_serves);
+async fn a_crashed_instance_fails_its_task_at_once_and_the_survivor_serves(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let first = mesh.run(slow_echo("crashy", Duration::from_secs(30))).await;
     let second = mesh.run(slow_echo("crashy", Duration::from_secs(30))).await;
     assert!(mesh.registry.wait_for_instances("crashy", 2, WAIT).await);
@@ -122,9 +123,11 @@ async fn a_crashed_instance_fails_its_task_at_once_and_the_survivor_serves() {
     second.abort();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_last_instance_crashing_takes_the_agent_offline_within_the_keep_alive() {
-    let mesh = Mesh::start().await;
+both_brokers!(the_last_instance_crashing_takes_the_agent_offline_within_the_keep_alive);
+async fn the_last_instance_crashing_takes_the_agent_offline_within_the_keep_alive(
+    broker: TestBroker,
+) {
+    let mesh = Mesh::on(broker).await;
     let only = mesh.run(slow_echo("lonely", Duration::ZERO)).await;
     assert!(mesh.registry.is_online("lonely"));
     let killed_at = Instant::now();
@@ -143,19 +146,19 @@ async fn the_last_instance_crashing_takes_the_agent_offline_within_the_keep_aliv
     clear_retained(&mesh, "lonely").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_shutdown_announces_offline_and_clears_presence() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_graceful_shutdown_announces_offline_and_clears_presence);
+async fn a_graceful_shutdown_announces_offline_and_clears_presence(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let agent = mesh.run(slow_echo("polite", Duration::ZERO)).await;
     agent.shutdown().await;
     assert!(mesh.registry.wait_offline("polite", WAIT).await);
     clear_retained(&mesh, "polite").await;
 }
 
-/// A parent that delegates to `child` and waits; the child records that it saw the cancel.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn canceling_a_parent_cancels_the_child_it_called() {
-    let mesh = Mesh::start().await;
+// A parent that delegates to `child` and waits; the child records that it saw the cancel.
+both_brokers!(canceling_a_parent_cancels_the_child_it_called);
+async fn canceling_a_parent_cancels_the_child_it_called(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let (child_canceled_tx, child_canceled_rx) = tokio::sync::oneshot::channel::<()>();
     let child_canceled_tx = Arc::new(Mutex::new(Some(child_canceled_tx)));
     let child = Agent::new(
@@ -216,9 +219,11 @@ async fn canceling_a_parent_cancels_the_child_it_called() {
     child.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth_limit() {
-    let mesh = Mesh::start().await;
+both_brokers!(a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth_limit);
+async fn a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth_limit(
+    broker: TestBroker,
+) {
+    let mesh = Mesh::on(broker).await;
     let caller = Agent::new(
         "caller",
         handler_fn(|ctx: TaskContext| async move {
@@ -274,9 +279,9 @@ async fn a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth
     looper.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_orchestrator_streams_a_peers_progress_and_result() {
-    let mesh = Mesh::start().await;
+both_brokers!(the_orchestrator_streams_a_peers_progress_and_result);
+async fn the_orchestrator_streams_a_peers_progress_and_result(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
     let writer = mesh.run(mesh_examples::writer::agent()).await;
     let orchestrator = mesh.run(mesh_examples::orchestrator::agent()).await;
     let (_, stream) = mesh

@@ -12,9 +12,7 @@ use mesh_core::bus::Bus;
 use mesh_core::codec;
 use mesh_core::dialect::{Dialect, Method};
 use mesh_core::jsonrpc::JsonRpcId;
-use mesh_core::model::{
-    Message, Part, PartContent, Role, SendMessageRequest, Task, TaskState,
-};
+use mesh_core::model::{Message, Part, PartContent, Role, SendMessageRequest, Task, TaskState};
 use mesh_core::registry::Registry;
 use mesh_core::requester::{Requester, RequesterKind, SendOptions, strip_reply_meta};
 use mesh_core::rpc::{Call, Reply, Request};
@@ -60,12 +58,20 @@ pub async fn agents(settings: &Settings) -> Outcome {
             .as_array()
             .into_iter()
             .flatten()
-            .map(|s| s.as_str().map(str::to_owned).unwrap_or_else(|| s["name"].as_str().unwrap_or("?").to_owned()))
+            .map(|s| {
+                s.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| s["name"].as_str().unwrap_or("?").to_owned())
+            })
             .collect();
         println!(
             "{:<20} {:<8} {:>9}  {}",
             agent["name"].as_str().unwrap_or("?"),
-            if agent["online"].as_bool() == Some(true) { "online" } else { "offline" },
+            if agent["online"].as_bool() == Some(true) {
+                "online"
+            } else {
+                "offline"
+            },
             agent["instances"].as_u64().unwrap_or(0),
             skills.join(", ")
         );
@@ -83,14 +89,19 @@ pub async fn card(settings: &Settings, agent: &str) -> Outcome {
         }
         None => {
             let (_, registry) = bus_registry(settings).await?;
-            let card = registry
-                .agent(agent)
-                .and_then(|a| a.card)
-                .ok_or_else(|| Failure::UnknownAgent(format!("no card for agent {agent:?} in namespace {}", settings.namespace)))?;
+            let card = registry.agent(agent).and_then(|a| a.card).ok_or_else(|| {
+                Failure::UnknownAgent(format!(
+                    "no card for agent {agent:?} in namespace {}",
+                    settings.namespace
+                ))
+            })?;
             codec::card::write_card_combined(&card)
         }
     };
-    println!("{}", serde_json::to_string_pretty(&card).unwrap_or_default());
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&card).unwrap_or_default()
+    );
     Ok(())
 }
 
@@ -133,9 +144,18 @@ async fn send_over_bus(
 ) -> Outcome {
     let (bus, registry) = bus_registry(settings).await?;
     if !registry.is_online(agent) {
-        return Err(unknown_agent(agent, registry.agents().iter().filter(|a| a.online()).map(|a| a.name.clone()).collect()));
+        return Err(unknown_agent(
+            agent,
+            registry
+                .agents()
+                .iter()
+                .filter(|a| a.online())
+                .map(|a| a.name.clone())
+                .collect(),
+        ));
     }
-    let topics = Topics::new(settings.namespace.clone()).map_err(|e| Failure::Usage(e.to_string()))?;
+    let topics =
+        Topics::new(settings.namespace.clone()).map_err(|e| Failure::Usage(e.to_string()))?;
     let id = format!("cli{}", uuid::Uuid::new_v4().simple());
     let requester = Requester::start(bus, topics, RequesterKind::Gateway, &id)
         .await
@@ -144,9 +164,18 @@ async fn send_over_bus(
     let mut replies = requester
         .send(
             agent,
-            SendMessageRequest { message, configuration: None, metadata: None, tenant: None },
+            SendMessageRequest {
+                message,
+                configuration: None,
+                metadata: None,
+                tenant: None,
+            },
             SendOptions {
-                method: if stream { Method::SendStreamingMessage } else { Method::SendMessage },
+                method: if stream {
+                    Method::SendStreamingMessage
+                } else {
+                    Method::SendMessage
+                },
                 task_id: uuid::Uuid::now_v7().to_string(),
                 snapshot: None,
                 timeout: TIMEOUT,
@@ -171,7 +200,8 @@ async fn send_over_bus(
 
 async fn bus_registry(settings: &Settings) -> Result<(Bus, Registry), Failure> {
     let url = settings.broker_url_or_default();
-    let config = bus_config(&url)?.with_client_id(format!("mesh-cli-{}", uuid::Uuid::new_v4().simple()));
+    let config =
+        bus_config(&url)?.with_client_id(format!("mesh-cli-{}", uuid::Uuid::new_v4().simple()));
     let bus = Bus::connect(config).await.map_err(|e| {
         Failure::Unreachable(format!(
             "neither the gateway at {} nor the broker answers; {}",
@@ -182,7 +212,8 @@ async fn bus_registry(settings: &Settings) -> Result<(Bus, Registry), Failure> {
             }
         ))
     })?;
-    let topics = Topics::new(settings.namespace.clone()).map_err(|e| Failure::Usage(e.to_string()))?;
+    let topics =
+        Topics::new(settings.namespace.clone()).map_err(|e| Failure::Usage(e.to_string()))?;
     let registry = Registry::start(&bus, &topics)
         .await
         .map_err(|e| unreachable_broker(&url, e))?;
@@ -194,7 +225,10 @@ fn unknown_agent(agent: &str, online: Vec<String>) -> Failure {
     Failure::UnknownAgent(if online.is_empty() {
         format!("agent {agent:?} is not online, and no agent is")
     } else {
-        format!("agent {agent:?} is not online; online agents: {}", online.join(", "))
+        format!(
+            "agent {agent:?} is not online; online agents: {}",
+            online.join(", ")
+        )
     })
 }
 
@@ -206,7 +240,12 @@ fn file_part(path: &PathBuf) -> Result<Part, Failure> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "file".into());
-    let media = match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+    let media = match path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
         Some("txt" | "md") => "text/plain",
         Some("json") => "application/json",
         Some("png") => "image/png",
@@ -237,7 +276,10 @@ impl Gateway {
             .send()
             .await
             .ok()?;
-        health.status().is_success().then_some(Gateway { http, base })
+        health
+            .status()
+            .is_success()
+            .then_some(Gateway { http, base })
     }
 
     async fn get_json(&self, path: &str) -> Result<Value, Failure> {
@@ -247,9 +289,13 @@ impl Gateway {
             .timeout(Duration::from_secs(10))
             .send()
             .await
-            .map_err(|e| Failure::Unreachable(format!("the gateway at {} does not answer: {e}", self.base)))?;
+            .map_err(|e| {
+                Failure::Unreachable(format!("the gateway at {} does not answer: {e}", self.base))
+            })?;
         if response.status() == reqwest::StatusCode::NOT_FOUND {
-            return Err(Failure::UnknownAgent(format!("{path}: not found at the gateway")));
+            return Err(Failure::UnknownAgent(format!(
+                "{path}: not found at the gateway"
+            )));
         }
         response
             .json()
@@ -257,7 +303,13 @@ impl Gateway {
             .map_err(|e| Failure::Other(format!("the gateway answered something unreadable: {e}")))
     }
 
-    async fn send(&self, agent: &str, message: Message, stream: bool, printer: &mut Printer) -> Outcome {
+    async fn send(
+        &self,
+        agent: &str,
+        message: Message,
+        stream: bool,
+        printer: &mut Printer,
+    ) -> Outcome {
         let listing = self.get_json("/agents").await?;
         let online: Vec<String> = listing["agents"]
             .as_array()
@@ -271,29 +323,51 @@ impl Gateway {
         }
         let request = Request {
             id: Some(JsonRpcId::String(uuid::Uuid::new_v4().to_string())),
-            method: if stream { Method::SendStreamingMessage } else { Method::SendMessage },
+            method: if stream {
+                Method::SendStreamingMessage
+            } else {
+                Method::SendMessage
+            },
             dialect: Dialect::V0_3,
             shared_method: false,
-            call: Call::Send(SendMessageRequest { message, configuration: None, metadata: None, tenant: None }),
+            call: Call::Send(SendMessageRequest {
+                message,
+                configuration: None,
+                metadata: None,
+                tenant: None,
+            }),
         };
         let response = self
             .http
             .post(format!("{}/agents/{agent}", self.base))
             .header("content-type", "application/json")
-            .header("accept", if stream { "text/event-stream" } else { "application/json" })
+            .header(
+                "accept",
+                if stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                },
+            )
             .body(codec::encode_request(&request))
             .timeout(TIMEOUT)
             .send()
             .await
-            .map_err(|e| Failure::Unreachable(format!("the gateway at {} does not answer: {e}", self.base)))?;
+            .map_err(|e| {
+                Failure::Unreachable(format!("the gateway at {} does not answer: {e}", self.base))
+            })?;
         if !stream {
-            let body = response.bytes().await.map_err(|e| Failure::Unreachable(e.to_string()))?;
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| Failure::Unreachable(e.to_string()))?;
             return printer.decoded(agent, &body);
         }
         let mut body = response.bytes_stream();
         let mut buffer: Vec<u8> = Vec::new();
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| Failure::Unreachable(format!("the stream broke: {e}")))?;
+            let chunk =
+                chunk.map_err(|e| Failure::Unreachable(format!("the stream broke: {e}")))?;
             buffer.extend_from_slice(&chunk);
             while let Some(end) = find(&buffer, b"\n\n") {
                 let event: Vec<u8> = buffer.drain(..end + 2).collect();
@@ -322,7 +396,12 @@ struct Printer {
 
 impl Printer {
     fn new(stream: bool) -> Printer {
-        Printer { stream, terminal: std::io::stdout().is_terminal(), last: None, printed_chunks: false }
+        Printer {
+            stream,
+            terminal: std::io::stdout().is_terminal(),
+            last: None,
+            printed_chunks: false,
+        }
     }
 
     fn decoded(&mut self, agent: &str, bytes: &[u8]) -> Outcome {
@@ -333,7 +412,9 @@ impl Printer {
                 self.event(reply);
                 Ok(())
             }
-            Err(error) if error.code() == -32001 => Err(Failure::Usage(format!("{agent}: {}", error.message))),
+            Err(error) if error.code() == -32001 => {
+                Err(Failure::Usage(format!("{agent}: {}", error.message)))
+            }
             Err(error) => Err(Failure::Other(format!("{agent} answered: {error}"))),
         }
     }
@@ -343,10 +424,23 @@ impl Printer {
             let mut out = std::io::stdout().lock();
             match &reply {
                 Reply::StatusUpdate(update) => {
-                    let text = update.status.message.as_ref().map(message_text).unwrap_or_default();
+                    let text = update
+                        .status
+                        .message
+                        .as_ref()
+                        .map(message_text)
+                        .unwrap_or_default();
                     let state = state_name(&update.status.state);
                     if self.terminal {
-                        let _ = write!(out, "\r\x1b[2K⠿ {state}{}", if text.is_empty() { String::new() } else { format!(": {text}") });
+                        let _ = write!(
+                            out,
+                            "\r\x1b[2K⠿ {state}{}",
+                            if text.is_empty() {
+                                String::new()
+                            } else {
+                                format!(": {text}")
+                            }
+                        );
                         if mesh_core::model::is_final_state(&update.status.state) {
                             let _ = writeln!(out);
                         }
@@ -413,21 +507,33 @@ impl Printer {
         match task.status.state {
             TaskState::Completed => Ok(()),
             TaskState::InputRequired | TaskState::AuthRequired => {
-                eprintln!("(task {} waits for your answer: mesh send <agent> --task {} \"…\")", task.id, task.id);
+                eprintln!(
+                    "(task {} waits for your answer: mesh send <agent> --task {} \"…\")",
+                    task.id, task.id
+                );
                 Ok(())
             }
             state => Err(Failure::Other(format!(
                 "task {} ended {}{}",
                 task.id,
                 state_name(&state),
-                task.status.message.as_ref().map(|m| format!(": {}", message_text(m))).unwrap_or_default()
+                task.status
+                    .message
+                    .as_ref()
+                    .map(|m| format!(": {}", message_text(m)))
+                    .unwrap_or_default()
             ))),
         }
     }
 }
 
 fn message_text(message: &Message) -> String {
-    message.parts.iter().map(part_text).collect::<Vec<_>>().join("\n")
+    message
+        .parts
+        .iter()
+        .map(part_text)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn part_text(part: &Part) -> String {
@@ -438,9 +544,14 @@ fn part_text(part: &Part) -> String {
             "[file {} ({} bytes, {})]",
             part.filename.as_deref().unwrap_or("unnamed"),
             bytes.len(),
-            part.media_type.as_deref().unwrap_or("application/octet-stream")
+            part.media_type
+                .as_deref()
+                .unwrap_or("application/octet-stream")
         ),
-        PartContent::Url(url) => format!("[file {} at {url}]", part.filename.as_deref().unwrap_or("unnamed")),
+        PartContent::Url(url) => format!(
+            "[file {} at {url}]",
+            part.filename.as_deref().unwrap_or("unnamed")
+        ),
     }
 }
 

@@ -98,10 +98,16 @@ fn main() {
     };
     let serving = matches!(
         cli.command,
-        Command::Up { .. } | Command::Broker { .. } | Command::Gateway { .. } | Command::Agent { .. }
+        Command::Up { .. }
+            | Command::Broker { .. }
+            | Command::Gateway { .. }
+            | Command::Agent { .. }
     );
     init_logging(settings.log_format, serving);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => Failure::Other(format!("cannot start the async runtime: {e}")).exit(),
     };

@@ -137,10 +137,9 @@ async fn start_agent(settings: &Settings, url: &str, name: &str) -> Result<Runni
 }
 
 async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway, Failure> {
-    let bus = Bus::connect(bus_config(url)?.with_client_id(format!(
-        "mesh-gateway-{}",
-        uuid::Uuid::new_v4().simple()
-    )))
+    let bus = Bus::connect(
+        bus_config(url)?.with_client_id(format!("mesh-gateway-{}", uuid::Uuid::new_v4().simple())),
+    )
     .await
     .map_err(|e| unreachable_broker(url, e))?;
     let config = GatewayConfig {
@@ -171,7 +170,11 @@ pub fn unreachable_broker(url: &str, error: BusError) -> Failure {
     ))
 }
 
-async fn stop_all(agents: Vec<RunningAgent>, gateway: Option<RunningGateway>, broker: Option<Broker>) {
+async fn stop_all(
+    agents: Vec<RunningAgent>,
+    gateway: Option<RunningGateway>,
+    broker: Option<Broker>,
+) {
     futures_util::future::join_all(agents.into_iter().map(RunningAgent::shutdown)).await;
     if let Some(gateway) = gateway {
         gateway.shutdown().await;
@@ -185,13 +188,14 @@ async fn stop_all(agents: Vec<RunningAgent>, gateway: Option<RunningGateway>, br
 async fn wait_for_stop() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}

@@ -159,7 +159,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("mesh-settings-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("mesh.toml");
-        std::fs::write(&path, "namespace = \"from-file\"\nhttp_addr = \"127.0.0.1:9999\"\n").unwrap();
+        std::fs::write(
+            &path,
+            "namespace = \"from-file\"\nhttp_addr = \"127.0.0.1:9999\"\n",
+        )
+        .unwrap();
         let common = Common {
             config: Some(path.clone()),
             namespace: Some("from-flag".into()),

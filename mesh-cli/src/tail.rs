@@ -10,12 +10,20 @@ use serde_json::Value;
 use std::io::Write;
 
 /// Subscribes to `<ns>/a2a/v1/#` and prints every message until Ctrl-C.
-pub async fn tail(settings: &Settings, agent: Option<String>, task: Option<String>, json: bool) -> Outcome {
+pub async fn tail(
+    settings: &Settings,
+    agent: Option<String>,
+    task: Option<String>,
+    json: bool,
+) -> Outcome {
     let url = settings.broker_url_or_default();
-    let topics = Topics::new(settings.namespace.clone()).map_err(|e| Failure::Usage(e.to_string()))?;
-    let bus = Bus::connect(bus_config(&url)?.with_client_id(format!("mesh-tail-{}", uuid::Uuid::new_v4().simple())))
-        .await
-        .map_err(|e| unreachable_broker(&url, e))?;
+    let topics =
+        Topics::new(settings.namespace.clone()).map_err(|e| Failure::Usage(e.to_string()))?;
+    let bus = Bus::connect(
+        bus_config(&url)?.with_client_id(format!("mesh-tail-{}", uuid::Uuid::new_v4().simple())),
+    )
+    .await
+    .map_err(|e| unreachable_broker(&url, e))?;
     let filter = format!("{}/a2a/v1/#", topics.namespace());
     let mut messages = bus
         .subscribe(&filter, QoS::AtLeastOnce)
@@ -31,17 +39,27 @@ pub async fn tail(settings: &Settings, agent: Option<String>, task: Option<Strin
             return Err(Failure::Unreachable(format!("lost the broker at {url}")));
         };
         let line = Line::of(&message.topic, &message.payload);
-        if agent.as_ref().is_some_and(|a| line.agent.as_deref() != Some(a.as_str()) && line.caller.as_deref() != Some(a.as_str())) {
+        if agent.as_ref().is_some_and(|a| {
+            line.agent.as_deref() != Some(a.as_str()) && line.caller.as_deref() != Some(a.as_str())
+        }) {
             continue;
         }
-        if task.as_ref().is_some_and(|t| line.task.as_deref() != Some(t.as_str())) {
+        if task
+            .as_ref()
+            .is_some_and(|t| line.task.as_deref() != Some(t.as_str()))
+        {
             continue;
         }
         let mut out = std::io::stdout().lock();
         let written = if json {
-            let payload = serde_json::from_slice::<Value>(&message.payload)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&message.payload).into_owned()));
-            writeln!(out, "{}", serde_json::json!({"topic": message.topic, "retain": message.retain, "payload": payload}))
+            let payload = serde_json::from_slice::<Value>(&message.payload).unwrap_or_else(|_| {
+                Value::String(String::from_utf8_lossy(&message.payload).into_owned())
+            });
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"topic": message.topic, "retain": message.retain, "payload": payload})
+            )
         } else {
             writeln!(out, "{}", line.render())
         };
@@ -66,10 +84,30 @@ impl Line {
     fn of(topic: &str, payload: &[u8]) -> Line {
         let value: Value = serde_json::from_slice(payload).unwrap_or(Value::Null);
         let (kind, agent, caller, task) = match Topics::parse(topic) {
-            Some(TopicKind::AgentRequest { agent, task, .. }) => ("request", Some(agent), None, Some(task.task_id().into_owned())),
-            Some(TopicKind::AgentCancel { agent, task, .. }) => ("cancel", Some(agent), None, Some(task.task_id().into_owned())),
-            Some(TopicKind::GatewayResponse { gateway, task, .. }) => ("reply", None, Some(gateway), Some(task.task_id().into_owned())),
-            Some(TopicKind::AgentResponse { caller, task, .. }) => ("reply", None, Some(caller), Some(task.task_id().into_owned())),
+            Some(TopicKind::AgentRequest { agent, task, .. }) => (
+                "request",
+                Some(agent),
+                None,
+                Some(task.task_id().into_owned()),
+            ),
+            Some(TopicKind::AgentCancel { agent, task, .. }) => (
+                "cancel",
+                Some(agent),
+                None,
+                Some(task.task_id().into_owned()),
+            ),
+            Some(TopicKind::GatewayResponse { gateway, task, .. }) => (
+                "reply",
+                None,
+                Some(gateway),
+                Some(task.task_id().into_owned()),
+            ),
+            Some(TopicKind::AgentResponse { caller, task, .. }) => (
+                "reply",
+                None,
+                Some(caller),
+                Some(task.task_id().into_owned()),
+            ),
             Some(TopicKind::AgentCard { agent, .. }) => ("card", Some(agent), None, None),
             Some(TopicKind::Presence { agent, .. }) => ("presence", Some(agent), None, None),
             None => ("other", None, None, None),
@@ -85,8 +123,16 @@ impl Line {
 
     fn render(&self) -> String {
         let now = chrono::Utc::now().format("%H:%M:%S%.3f");
-        let who = self.agent.as_deref().or(self.caller.as_deref()).unwrap_or("-");
-        let task = self.task.as_deref().map(|t| format!(" task={}", short(t, 12))).unwrap_or_default();
+        let who = self
+            .agent
+            .as_deref()
+            .or(self.caller.as_deref())
+            .unwrap_or("-");
+        let task = self
+            .task
+            .as_deref()
+            .map(|t| format!(" task={}", short(t, 12)))
+            .unwrap_or_default();
         format!("{now} {:<8} {:<16}{task} {}", self.kind, who, self.summary)
     }
 }
@@ -115,7 +161,11 @@ fn summarize(kind: &str, payload: &[u8], value: &Value) -> String {
                     .unwrap_or_default();
                 format!("{method}{text}")
             } else if let Some(error) = value.get("error") {
-                format!("error {} {}", error["code"], error["message"].as_str().unwrap_or(""))
+                format!(
+                    "error {} {}",
+                    error["code"],
+                    error["message"].as_str().unwrap_or("")
+                )
             } else if let Some(result) = value.get("result") {
                 let kind = result["kind"].as_str().unwrap_or("result");
                 let state = result
@@ -123,7 +173,11 @@ fn summarize(kind: &str, payload: &[u8], value: &Value) -> String {
                     .and_then(Value::as_str)
                     .map(|s| format!(" {s}"))
                     .unwrap_or_default();
-                let fin = if result["final"].as_bool() == Some(true) { " (final)" } else { "" };
+                let fin = if result["final"].as_bool() == Some(true) {
+                    " (final)"
+                } else {
+                    ""
+                };
                 format!("{kind}{state}{fin}")
             } else {
                 format!("{} bytes", payload.len())

@@ -60,11 +60,15 @@ pub struct TestBroker {
     kind: Kind,
 }
 
-/// The kinds of broker. The embedded broker becomes a second variant once `mesh-broker`
-/// lands.
+/// The kinds of broker.
 #[derive(Debug)]
 enum Kind {
     Mosquitto(Mosquitto),
+    /// The embedded broker; `None` while stopped. The port stays the same across restarts.
+    Embedded {
+        broker: Option<mesh_broker::Broker>,
+        port: u16,
+    },
 }
 
 impl TestBroker {
@@ -89,6 +93,33 @@ impl TestBroker {
         })
     }
 
+    /// Starts the embedded broker (`mesh-broker`) in this process on a free port.
+    ///
+    /// # Panics
+    ///
+    /// If it cannot start.
+    pub async fn embedded() -> TestBroker {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        match mesh_broker::Broker::start(addr).await {
+            Ok(broker) => TestBroker {
+                kind: Kind::Embedded {
+                    port: broker.local_addr().port(),
+                    broker: Some(broker),
+                },
+            },
+            Err(e) => panic!("mesh-testkit: cannot start the embedded broker: {e}"),
+        }
+    }
+
+    /// The broker named by `MESH_TEST_BROKER` (`mosquitto`, the default, or `embedded`), so
+    /// that one test suite runs against either.
+    pub async fn from_env() -> TestBroker {
+        match std::env::var("MESH_TEST_BROKER").as_deref() {
+            Ok("embedded") => Self::embedded().await,
+            _ => Self::mosquitto().await,
+        }
+    }
+
     /// The broker's URL: `mqtt://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("mqtt://127.0.0.1:{}", self.port())
@@ -98,6 +129,7 @@ impl TestBroker {
     pub fn port(&self) -> u16 {
         match &self.kind {
             Kind::Mosquitto(m) => m.port,
+            Kind::Embedded { port, .. } => *port,
         }
     }
 
@@ -110,6 +142,7 @@ impl TestBroker {
     pub fn is_running(&self) -> bool {
         match &self.kind {
             Kind::Mosquitto(m) => m.child.is_some(),
+            Kind::Embedded { broker, .. } => broker.is_some(),
         }
     }
 
@@ -117,6 +150,11 @@ impl TestBroker {
     pub async fn stop(&mut self) {
         match &mut self.kind {
             Kind::Mosquitto(m) => m.stop().await,
+            Kind::Embedded { broker, .. } => {
+                if let Some(broker) = broker.take() {
+                    broker.stop().await;
+                }
+            }
         }
     }
 
@@ -135,6 +173,18 @@ impl TestBroker {
                         "mesh-testkit: cannot restart Mosquitto on port {}: {e}",
                         m.port
                     );
+                }
+            }
+            Kind::Embedded { broker, port } => {
+                if let Some(running) = broker.take() {
+                    running.stop().await;
+                }
+                let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, *port));
+                match mesh_broker::Broker::start(addr).await {
+                    Ok(started) => *broker = Some(started),
+                    Err(e) => {
+                        panic!("mesh-testkit: cannot restart the embedded broker on {addr}: {e}")
+                    }
                 }
             }
         }

@@ -13,6 +13,24 @@ use mesh_core::topic::Topics;
 use mesh_testkit::{TestBroker, fresh_namespace};
 use std::time::Duration;
 
+/// Runs one scenario twice: against a Mosquitto process and against the embedded broker.
+#[macro_export]
+macro_rules! both_brokers {
+    ($scenario:ident) => {
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mosquitto() {
+                super::$scenario(mesh_testkit::TestBroker::mosquitto().await).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                super::$scenario(mesh_testkit::TestBroker::embedded().await).await
+            }
+        }
+    };
+}
+
 /// Every wait in these tests is bounded by this.
 pub const WAIT: Duration = Duration::from_secs(10);
 
