@@ -630,3 +630,57 @@ async fn idle_streams_get_keep_alive_comments() {
     .expect("the stream closes after the final event");
     assert!(rest.contains("\"final\":true"), "{rest}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Seed variants, concurrency
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_shapes_tasks_send_without_id_and_mixed_parts() {
+    let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    // Seed 002: tasks/send to the root, message only, parts with both text and kind.
+    let (status, body) = mesh
+        .post(
+            "/",
+            &json!({"jsonrpc": "2.0", "id": "abc-123", "method": "tasks/send", "params": {
+                "message": {"messageId": "msg-1", "role": "user",
+                    "parts": [{"text": "hello", "kind": "text"}]}}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["id"], "abc-123");
+    let task = result(&body);
+    assert_eq!(state(task), "completed", "{body}");
+    assert!(task["id"].as_str().is_some_and(|id| !id.is_empty()));
+    // tasks/list on the root lists it.
+    let (_, listed) = mesh.post("/", &rpc("tasks/list", json!({}))).await;
+    assert_eq!(result(&listed)["tasks"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_requests_all_complete() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let mesh = std::sync::Arc::new(mesh);
+    let calls = (0..200).map(|i| {
+        let mesh = mesh.clone();
+        async move {
+            let text = format!("n{i}");
+            if i % 4 == 0 {
+                let events = mesh.stream("echo", "message/stream", msg03(&text)).await;
+                state(result(events.last().unwrap())) == "completed"
+            } else {
+                let body = mesh.call("echo", "message/send", msg03(&text)).await;
+                result(&body).pointer("/artifacts/0/parts/0/text") == Some(&json!(text))
+            }
+        }
+    });
+    let outcomes = tokio::time::timeout(WAIT, futures_util::future::join_all(calls))
+        .await
+        .expect("all answered in time");
+    assert!(outcomes.iter().all(|ok| *ok));
+    let listed = mesh
+        .call("echo", "ListTasks", json!({"pageSize": 100}))
+        .await;
+    assert_eq!(result(&listed)["totalSize"], 200);
+}
