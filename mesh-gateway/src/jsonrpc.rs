@@ -105,9 +105,21 @@ async fn handle(gw: Arc<Shared>, agent: Option<String>, request: HttpRequest) ->
     if declared.is_some_and(|n| n > limit) {
         return too_large();
     }
-    let bytes = match axum::body::to_bytes(body, limit).await {
+    let bytes = match read_body(body, limit).await {
         Ok(bytes) => bytes,
-        Err(_) => return too_large(),
+        Err(BodyError::TooLarge) => return too_large(),
+        Err(BodyError::Broken(error)) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                codec::encode_error(
+                    fallback,
+                    None,
+                    &A2aError::invalid_request(format!(
+                        "the request body could not be read: {error}"
+                    )),
+                ),
+            );
+        }
     };
     if let Some(content_type) = bad_content_type(&parts.headers) {
         let id = request_id(&bytes);
@@ -131,6 +143,13 @@ async fn handle(gw: Arc<Shared>, agent: Option<String>, request: HttpRequest) ->
             }
         ))
         .with_data(serde_json::json!({ "agents": agents }));
+        let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+        if parsed
+            .as_ref()
+            .is_some_and(|v| v.is_object() && v.get("id").is_none())
+        {
+            return StatusCode::NO_CONTENT.into_response(); // a notification: no answer
+        }
         let id = request_id(&bytes).unwrap_or(JsonRpcId::Null);
         return json_response(
             StatusCode::OK,
@@ -849,6 +868,41 @@ fn bad_content_type(headers: &HeaderMap) -> Option<String> {
         || essence == "application/jsonrequest"
         || (essence.starts_with("application/") && essence.ends_with("+json"));
     (!json).then(|| text.to_owned())
+}
+
+enum BodyError {
+    TooLarge,
+    Broken(axum::Error),
+}
+
+/// Reads the whole body, refusing it as soon as it passes `limit` bytes.
+async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, BodyError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut first: Option<bytes::Bytes> = None;
+    let mut rest: Vec<u8> = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(BodyError::Broken)?;
+        total += chunk.len();
+        if total > limit {
+            return Err(BodyError::TooLarge);
+        }
+        match &first {
+            // One chunk (the usual case) is returned as it is, without a copy.
+            None if rest.is_empty() => first = Some(chunk),
+            _ => {
+                if let Some(first) = first.take() {
+                    rest.extend_from_slice(&first);
+                }
+                rest.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(match first {
+        Some(first) => first,
+        None => bytes::Bytes::from(rest),
+    })
 }
 
 /// The request's id, when the body is a JSON object with a usable one.
