@@ -17,6 +17,11 @@ pub mod writer;
 
 use mesh_agent::Agent;
 
+/// The README's Rust examples, compiled as doctests so that they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 /// The names of the example agents, in the order `mesh up` starts them.
 pub const NAMES: &[&str] = &["echo", "writer", "flight-booker", "files", "orchestrator"];
 

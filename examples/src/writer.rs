@@ -17,7 +17,7 @@ pub fn agent() -> Agent {
         handler_fn(|ctx: TaskContext| async move {
             let text = ctx.text();
             let chunks = requested_chunks(&text).unwrap_or(4);
-            let topic = text.trim();
+            let topic = text.split("chunks:").next().unwrap_or_default().trim();
             ctx.working(format!("writing {chunks} paragraphs about {topic:?}"))
                 .await?;
             let artifact_id = uuid::Uuid::now_v7().to_string();

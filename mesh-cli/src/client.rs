@@ -79,6 +79,37 @@ pub async fn agents(settings: &Settings) -> Outcome {
     Ok(())
 }
 
+/// `mesh health`: the gateway's readiness, or (with an agent) the agent's presence on the bus.
+pub async fn health(settings: &Settings, agent: Option<&str>) -> Outcome {
+    if let Some(agent) = agent {
+        let (_, registry) = bus_registry(settings).await?;
+        return if registry.is_online(agent) {
+            println!("{agent} is online");
+            Ok(())
+        } else {
+            Err(Failure::UnknownAgent(format!(
+                "agent {agent:?} is not online"
+            )))
+        };
+    }
+    let url = format!("{}/readyz", settings.gateway_url.trim_end_matches('/'));
+    let response = reqwest::Client::new()
+        .get(&url)
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await
+        .map_err(|e| Failure::Unreachable(format!("the gateway at {url} does not answer: {e}")))?;
+    if response.status().is_success() {
+        println!("gateway ready");
+        Ok(())
+    } else {
+        Err(Failure::Unreachable(format!(
+            "the gateway at {url} is not ready ({})",
+            response.status()
+        )))
+    }
+}
+
 /// `mesh card <agent>`.
 pub async fn card(settings: &Settings, agent: &str) -> Outcome {
     let card = match Gateway::find(settings).await {
@@ -119,7 +150,7 @@ pub async fn send(
         message.parts.push(file_part(path)?);
     }
     message.task_id = task.clone();
-    let mut printer = Printer::new(stream);
+    let mut printer = Printer::new(agent, stream);
     match Gateway::find(settings).await {
         Some(gateway) => gateway.send(agent, message, stream, &mut printer).await?,
         None => {
@@ -388,19 +419,19 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// Prints what an agent says: the final answer, or (with --stream) every event as it comes.
 struct Printer {
+    agent: String,
     stream: bool,
     terminal: bool,
     last: Option<Reply>,
-    printed_chunks: bool,
 }
 
 impl Printer {
-    fn new(stream: bool) -> Printer {
+    fn new(agent: &str, stream: bool) -> Printer {
         Printer {
+            agent: agent.to_owned(),
             stream,
             terminal: std::io::stdout().is_terminal(),
             last: None,
-            printed_chunks: false,
         }
     }
 
@@ -458,7 +489,6 @@ impl Printer {
                     if update.last_chunk != Some(false) {
                         let _ = writeln!(out);
                     }
-                    self.printed_chunks = true;
                 }
                 Reply::Message(message) => {
                     let _ = writeln!(out, "{}", message_text(message));
@@ -508,8 +538,8 @@ impl Printer {
             TaskState::Completed => Ok(()),
             TaskState::InputRequired | TaskState::AuthRequired => {
                 eprintln!(
-                    "(task {} waits for your answer: mesh send <agent> --task {} \"…\")",
-                    task.id, task.id
+                    "(task {} waits for your answer: mesh send {} --task {} \"…\")",
+                    task.id, self.agent, task.id
                 );
                 Ok(())
             }

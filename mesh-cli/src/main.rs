@@ -70,6 +70,13 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         file: Vec<PathBuf>,
     },
+    /// Exit 0 if the gateway is ready (its /readyz), or with --agent if that agent is online
+    /// on the bus; for container healthchecks and scripts.
+    Health {
+        /// Check that this agent has an online instance instead of checking the gateway.
+        #[arg(long)]
+        agent: Option<String>,
+    },
     /// Watch the namespace's bus traffic, one line per message.
     Tail {
         /// Only traffic to or from this agent.
@@ -126,6 +133,7 @@ fn main() {
                 task,
                 file,
             } => client::send(&settings, &agent, &text, stream, task, &file).await,
+            Command::Health { agent } => client::health(&settings, agent.as_deref()).await,
             Command::Tail { agent, task, json } => tail::tail(&settings, agent, task, json).await,
         }
     });
@@ -141,6 +149,7 @@ fn init_logging(format: LogFormat, serving: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Json => builder.json().init(),

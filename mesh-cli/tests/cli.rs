@@ -1,0 +1,303 @@
+//! The `mesh` command as a user runs it: real processes, real ports, real output.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+const MESH: &str = env!("CARGO_BIN_EXE_mesh");
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A `mesh` process that is killed when dropped.
+struct Process {
+    child: Child,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Process {
+    fn spawn(args: &[&str]) -> Process {
+        let mut child = Command::new(MESH)
+            .args(args)
+            .env_remove("MESH_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("mesh starts");
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        Process { child, stdout }
+    }
+
+    /// Reads stdout until a line contains `needle`; returns that line.
+    async fn line_with(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = tokio::time::timeout(left, self.stdout.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("no line with {needle:?} in time"))
+                .unwrap()
+                .unwrap_or_else(|| panic!("stdout ended before a line with {needle:?}"));
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    }
+
+    /// Sends SIGINT (Ctrl-C) and waits for the exit status.
+    async fn interrupt(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().unwrap().to_string();
+        let status = Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .await
+            .unwrap();
+        assert!(status.success());
+        tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .unwrap()
+            .unwrap()
+    }
+}
+
+/// Runs `mesh <args>` to completion: (exit code, stdout, stderr).
+async fn run(args: &[&str]) -> (i32, String, String) {
+    let output = tokio::time::timeout(
+        WAIT,
+        Command::new(MESH)
+            .args(args)
+            .env_remove("MESH_CONFIG")
+            .output(),
+    )
+    .await
+    .expect("mesh finishes in time")
+    .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `mesh up` on free ports in a namespace of its own: (process, gateway URL, broker URL).
+async fn mesh_up(namespace: &str) -> (Process, String, String) {
+    let mut up = Process::spawn(&[
+        "up",
+        "--broker-addr",
+        "127.0.0.1:0",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--namespace",
+        namespace,
+    ]);
+    up.line_with("mesh is up").await;
+    let gateway = up
+        .line_with("gateway")
+        .await
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    let broker = up
+        .line_with("broker")
+        .await
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    (up, gateway, broker)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mesh_up_serves_the_examples_and_send_prints_what_they_say() {
+    let namespace = mesh_testkit::fresh_namespace();
+    let (up, gateway, broker) = mesh_up(&namespace).await;
+    let via = [
+        "--gateway-url",
+        gateway.as_str(),
+        "--namespace",
+        namespace.as_str(),
+    ];
+
+    let (code, out, err) = run(&[&via[..], &["agents"]].concat()).await;
+    assert_eq!(code, 0, "{err}");
+    for name in ["echo", "writer", "flight-booker", "files", "orchestrator"] {
+        assert!(
+            out.contains(name) && out.contains("online"),
+            "{name} listed: {out}"
+        );
+    }
+
+    let (code, out, err) = run(&[&via[..], &["send", "echo", "hello from the cli"]].concat()).await;
+    assert_eq!((code, out.trim()), (0, "hello from the cli"), "{err}");
+
+    let (code, out, err) = run(&[
+        &via[..],
+        &["send", "writer", "brokers chunks: 3", "--stream"],
+    ]
+    .concat())
+    .await;
+    assert_eq!(code, 0, "{err}");
+    for index in 0..3 {
+        assert!(
+            out.contains(&format!("[{index}] On brokers")),
+            "chunk {index}: {out}"
+        );
+    }
+    assert!(out.contains("[completed] wrote 3 paragraphs"), "{out}");
+
+    // Multi-turn: the question, then the answer on the same task.
+    let (code, out, err) =
+        run(&[&via[..], &["send", "flight-booker", "book a flight"]].concat()).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Where would you like to fly"), "{out}");
+    let task = err
+        .split("--task ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let (code, out, err) = run(&[
+        &via[..],
+        &[
+            "send",
+            "flight-booker",
+            "--task",
+            &task,
+            "JFK to LHR on 2026-10-10",
+        ],
+    ]
+    .concat())
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Booked: JFK to LHR"), "{out}");
+
+    // A file by bytes comes back from the files agent.
+    let file = std::env::temp_dir().join(format!("{namespace}.txt"));
+    std::fs::write(&file, b"twelve bytes").unwrap();
+    let (code, out, err) = run(&[
+        &via[..],
+        &["send", "files", "here", "--file", file.to_str().unwrap()],
+    ]
+    .concat())
+    .await;
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("12 bytes"), "{out}");
+
+    // Straight over the bus when no gateway answers.
+    let bus = [
+        "--gateway-url",
+        "http://127.0.0.1:1",
+        "--broker-url",
+        broker.as_str(),
+        "--namespace",
+        namespace.as_str(),
+    ];
+    let (code, out, err) = run(&[&bus[..], &["send", "echo", "over the bus"]].concat()).await;
+    assert_eq!((code, out.trim()), (0, "over the bus"), "{err}");
+    let (code, out, _) = run(&[&bus[..], &["card", "echo"]].concat()).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("\"name\": \"echo\""), "{out}");
+
+    // An unknown agent: exit code 4, one line that says which agents there are.
+    let (code, _, err) = run(&[&via[..], &["send", "nobody", "x"]].concat()).await;
+    assert_eq!(code, 4);
+    assert!(err.contains("nobody") && err.contains("echo"), "{err}");
+
+    assert!(
+        up.interrupt().await.success(),
+        "Ctrl-C stops mesh up cleanly"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tail_shows_one_line_per_bus_message() {
+    let namespace = mesh_testkit::fresh_namespace();
+    let (up, gateway, broker) = mesh_up(&namespace).await;
+    let mut tail = Process::spawn(&[
+        "tail",
+        "--broker-url",
+        &broker,
+        "--namespace",
+        &namespace,
+        "--agent",
+        "echo",
+    ]);
+    // The retained card and presence arrive first: the tail is live.
+    tail.line_with("card").await;
+    let (code, _, err) = run(&[
+        "--gateway-url",
+        &gateway,
+        "--namespace",
+        &namespace,
+        "send",
+        "echo",
+        "watched",
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let line = tail.line_with("request").await;
+    assert!(line.contains("echo") && line.contains("watched"), "{line}");
+    drop(tail);
+    assert!(up.interrupt().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gives_a_clear_message_and_a_nonzero_exit() {
+    // A bad flag: clap's usage error.
+    let (code, _, err) = run(&["send", "--no-such-flag"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--no-such-flag"), "{err}");
+
+    // A dead broker and no gateway: exit 3, one line.
+    let (code, _, err) = run(&[
+        "--broker-url",
+        "mqtt://127.0.0.1:1",
+        "--gateway-url",
+        "http://127.0.0.1:1",
+        "agents",
+    ])
+    .await;
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("does not answer"), "{err}");
+
+    // A port already taken names the flag that changes it.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, _, err) = run(&["up", "--broker-addr", &addr, "--http-addr", "127.0.0.1:0"]).await;
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("--broker-addr"), "{err}");
+
+    // An unknown example agent.
+    let (code, _, err) = run(&["agent", "nonesuch", "--broker-url", "mqtt://127.0.0.1:1"]).await;
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("echo, writer"), "{err}");
+
+    // A broken config file.
+    let path = std::env::temp_dir().join(format!("mesh-bad-{}.toml", std::process::id()));
+    std::fs::write(&path, "namespace = [").unwrap();
+    let (code, _, err) = run(&["--config", path.to_str().unwrap(), "agents"]).await;
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(code, 2, "{err}");
+}
+
+/// `mesh broker`, `mesh gateway` and `mesh agent echo` with no flags at all find each other
+/// (the only test on the default ports 1884 and 8080).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_with_default_settings_find_each_other() {
+    let mut broker = Process::spawn(&["broker"]);
+    broker.line_with("broker listening").await;
+    let mut agent = Process::spawn(&["agent", "echo"]);
+    agent.line_with("agent echo online").await;
+    let mut gateway = Process::spawn(&["gateway"]);
+    gateway.line_with("gateway listening").await;
+    let (code, out, err) = run(&["send", "echo", "defaults work"]).await;
+    assert_eq!((code, out.trim()), (0, "defaults work"), "{err}");
+    assert!(gateway.interrupt().await.success());
+    assert!(agent.interrupt().await.success());
+    assert!(broker.interrupt().await.success());
+}
