@@ -23,9 +23,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-/// How many events a slow subscriber may fall behind before it is resynchronised from the
-/// store.
-const LIVE_CAPACITY: usize = 256;
+/// How many events a slow subscriber of a streaming task may fall behind before it is
+/// resynchronised from the store.
+pub(crate) const STREAM_CAPACITY: usize = 256;
+
+/// The same for a task started with a blocking send: the bus carries at most a progress
+/// Task and the final answer, so a small channel does (and costs less per request).
+pub(crate) const SEND_CAPACITY: usize = 8;
 
 /// One event of a live task: a (stripped) reply, or the error that rejected the request.
 pub(crate) type LiveEvent = Arc<Result<Reply, A2aError>>;
@@ -82,12 +86,13 @@ impl Bridge {
     pub(crate) fn begin(
         &self,
         id: &str,
+        capacity: usize,
     ) -> Option<(Arc<LiveTask>, broadcast::Receiver<LiveEvent>)> {
         let mut live = self.live_map();
         if live.contains_key(id) {
             return None;
         }
-        let (sender, receiver) = broadcast::channel(LIVE_CAPACITY);
+        let (sender, receiver) = broadcast::channel(capacity);
         let task = Arc::new(LiveTask {
             sender,
             gate: Mutex::new(()),

@@ -105,9 +105,21 @@ async fn handle(gw: Arc<Shared>, agent: Option<String>, request: HttpRequest) ->
     if declared.is_some_and(|n| n > limit) {
         return too_large();
     }
-    let bytes = match axum::body::to_bytes(body, limit).await {
+    let bytes = match read_body(body, limit).await {
         Ok(bytes) => bytes,
-        Err(_) => return too_large(),
+        Err(BodyError::TooLarge) => return too_large(),
+        Err(BodyError::Broken(error)) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                codec::encode_error(
+                    fallback,
+                    None,
+                    &A2aError::invalid_request(format!(
+                        "the request body could not be read: {error}"
+                    )),
+                ),
+            );
+        }
     };
     if let Some(content_type) = bad_content_type(&parts.headers) {
         let id = request_id(&bytes);
@@ -131,6 +143,13 @@ async fn handle(gw: Arc<Shared>, agent: Option<String>, request: HttpRequest) ->
             }
         ))
         .with_data(serde_json::json!({ "agents": agents }));
+        let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+        if parsed
+            .as_ref()
+            .is_some_and(|v| v.is_object() && v.get("id").is_none())
+        {
+            return StatusCode::NO_CONTENT.into_response(); // a notification: no answer
+        }
         let id = request_id(&bytes).unwrap_or(JsonRpcId::Null);
         return json_response(
             StatusCode::OK,
@@ -286,23 +305,27 @@ struct Started {
     events: broadcast::Receiver<LiveEvent>,
 }
 
-/// Checks the agent can take a message now: known, online, the bus up.
+/// Checks the agent can take a message now: known, online, the bus up (and streaming, when
+/// asked to stream). The common case reads no card.
 fn check_agent(gw: &Shared, agent: &str, streaming: bool) -> Result<(), A2aError> {
-    let Some(view) = gw.registry.agent(agent) else {
-        let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
-        return Err(A2aError::invalid_params(format!(
-            "no agent named {agent:?} on the mesh (agents: {})",
-            if agents.is_empty() {
-                "none".to_owned()
-            } else {
-                agents.join(", ")
+    if !gw.registry.is_online(agent) {
+        return Err(match gw.registry.agent(agent) {
+            Some(_) => A2aError::internal(format!(
+                "agent {agent:?} is offline: no instance of it is running"
+            )),
+            None => {
+                let agents: Vec<String> =
+                    gw.registry.agents().into_iter().map(|a| a.name).collect();
+                A2aError::invalid_params(format!(
+                    "no agent named {agent:?} on the mesh (agents: {})",
+                    if agents.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        agents.join(", ")
+                    }
+                ))
             }
-        )));
-    };
-    if !view.online() {
-        return Err(A2aError::internal(format!(
-            "agent {agent:?} is offline: no instance of it is running"
-        )));
+        });
     }
     if !gw.bus.is_connected() {
         return Err(A2aError::internal(
@@ -310,9 +333,10 @@ fn check_agent(gw: &Shared, agent: &str, streaming: bool) -> Result<(), A2aError
         ));
     }
     if streaming
-        && view
-            .card
-            .as_ref()
+        && gw
+            .registry
+            .agent(agent)
+            .and_then(|view| view.card)
             .is_some_and(|card| card.capabilities.streaming == Some(false))
     {
         return Err(A2aError::unsupported_operation(format!(
@@ -377,7 +401,14 @@ async fn start(
     params.message.task_id = Some(task_id.clone());
     params.message.context_id = Some(context_id.clone());
 
-    let Some((live, events)) = gw.bridge.begin(&task_id) else {
+    let Some((live, events)) = gw.bridge.begin(
+        &task_id,
+        if streaming {
+            crate::bridge::STREAM_CAPACITY
+        } else {
+            crate::bridge::SEND_CAPACITY
+        },
+    ) else {
         return Err(A2aError::unsupported_operation(format!(
             "task {task_id} is still running: send the next message when it asks for input"
         )));
@@ -480,7 +511,12 @@ async fn send_message(
     }
     let deadline = Instant::now() + gw.config.blocking_wait;
     loop {
-        match tokio::time::timeout_at(deadline, started.events.recv()).await {
+        let received = tokio::select! {
+            // Shutting down: the task as it stands, as when the wait is over.
+            _ = gw.shutdown.cancelled() => return task_answer(gw),
+            received = tokio::time::timeout_at(deadline, started.events.recv()) => received,
+        };
+        match received {
             // The wait is over: the task as it stands, for the client to poll or resubscribe.
             Err(_) => return task_answer(gw),
             Ok(Err(broadcast::error::RecvError::Closed)) => return task_answer(gw),
@@ -832,6 +868,41 @@ fn bad_content_type(headers: &HeaderMap) -> Option<String> {
         || essence == "application/jsonrequest"
         || (essence.starts_with("application/") && essence.ends_with("+json"));
     (!json).then(|| text.to_owned())
+}
+
+enum BodyError {
+    TooLarge,
+    Broken(axum::Error),
+}
+
+/// Reads the whole body, refusing it as soon as it passes `limit` bytes.
+async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, BodyError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut first: Option<bytes::Bytes> = None;
+    let mut rest: Vec<u8> = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(BodyError::Broken)?;
+        total += chunk.len();
+        if total > limit {
+            return Err(BodyError::TooLarge);
+        }
+        match &first {
+            // One chunk (the usual case) is returned as it is, without a copy.
+            None if rest.is_empty() => first = Some(chunk),
+            _ => {
+                if let Some(first) = first.take() {
+                    rest.extend_from_slice(&first);
+                }
+                rest.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(match first {
+        Some(first) => first,
+        None => bytes::Bytes::from(rest),
+    })
 }
 
 /// The request's id, when the body is a JSON object with a usable one.

@@ -23,7 +23,7 @@
 //!
 //! Modules: [`config`] (settings), [`server`] (router, start, shutdown), `jsonrpc` (the POST
 //! dispatch), `bridge` (the pump from the bus to the store and the live subscribers), `sse`,
-//! `cards`, `health`, and [`store`] (the [`TaskStore`](store::TaskStore) trait and the
+//! `cards`, `health`, and [`store`] (the [`TaskStore`] trait and the
 //! in-memory store).
 
 mod bridge;

@@ -53,6 +53,23 @@ async fn malformed_requests_get_json_rpc_errors() {
     assert_eq!(code(&body), -32600);
     assert!(message(&body).contains("2048"), "{body}");
 
+    // Too large without a Content-Length (chunked): the same.
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..8).map(|_| Ok(vec![b' '; 512])).collect();
+    let response = mesh
+        .http
+        .post(mesh.url("/agents/echo"))
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(code(&body), -32600);
+
     // Unknown method, invalid params, wrong jsonrpc.
     let (_, body) = mesh
         .post("/agents/echo", &rpc("tasks/explode", json!({})))

@@ -531,3 +531,156 @@ async fn v01_resubscribe_answers_in_0_1() {
         assert_eq!(state(results.last().unwrap()), "completed");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Message-only answers, keep-alive
+
+fn replier() -> mesh_agent::Agent {
+    mesh_agent::Agent::new(
+        "replier",
+        mesh_agent::handler_fn(|ctx: mesh_agent::TaskContext| async move {
+            Ok(mesh_agent::Outcome::reply(format!(
+                "you said {}",
+                ctx.text()
+            )))
+        }),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_only_answer_is_a_message_in_every_dialect() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(replier()).await;
+
+    let body = mesh.call("replier", "message/send", msg03("hi")).await;
+    assert_eq!(result(&body)["kind"], "message", "{body}");
+    assert_eq!(
+        result(&body).pointer("/parts/0/text"),
+        Some(&json!("you said hi"))
+    );
+
+    let body = mesh.call("replier", "SendMessage", msg10("yo")).await;
+    assert_eq!(
+        result(&body).pointer("/message/parts/0/text"),
+        Some(&json!("you said yo")),
+        "{body}"
+    );
+
+    let events = mesh.stream("replier", "message/stream", msg03("s")).await;
+    assert_eq!(
+        events.len(),
+        1,
+        "the single message, then close: {events:?}"
+    );
+    assert_eq!(result(&events[0])["kind"], "message");
+
+    let events = mesh
+        .stream("replier", "SendStreamingMessage", msg10("s"))
+        .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(result(&events[0]).get("message").is_some());
+
+    let events = mesh
+        .stream("replier", "tasks/sendSubscribe", msg01("r1", "s"))
+        .await;
+    let last = result(events.last().unwrap());
+    assert_eq!(last["final"], true, "{events:?}");
+    assert_eq!(
+        last.pointer("/status/message/parts/0/text"),
+        Some(&json!("you said s"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_streams_get_keep_alive_comments() {
+    let mut mesh =
+        Mesh::start_with(|c| c.sse_keep_alive = std::time::Duration::from_millis(50)).await;
+    let gate = Gate::default();
+    mesh.run(slow_agent("slow", gate.clone())).await;
+    let mut params = msg03("quiet");
+    params["configuration"] = json!({"blocking": false});
+    let body = mesh.call("slow", "message/send", params).await;
+    let id = result(&body)["id"].as_str().unwrap().to_owned();
+    let mut stream = mesh
+        .open_sse("slow", "tasks/resubscribe", json!({"id": id}))
+        .await;
+    // Read until a keep-alive comment shows up (bounded), then let the task finish.
+    let mut seen = String::new();
+    let found = tokio::time::timeout(WAIT, async {
+        while let Ok(Some(chunk)) = stream.chunk().await {
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+            if seen.lines().any(|l| l.starts_with(':')) {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or(false);
+    assert!(found, "a keep-alive comment: {seen:?}");
+    gate.open();
+    let rest = tokio::time::timeout(WAIT, async {
+        let mut rest = String::new();
+        while let Ok(Some(chunk)) = stream.chunk().await {
+            rest.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        rest
+    })
+    .await
+    .expect("the stream closes after the final event");
+    assert!(rest.contains("\"final\":true"), "{rest}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Seed variants, concurrency
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_shapes_tasks_send_without_id_and_mixed_parts() {
+    let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    // Seed 002: tasks/send to the root, message only, parts with both text and kind.
+    let (status, body) = mesh
+        .post(
+            "/",
+            &json!({"jsonrpc": "2.0", "id": "abc-123", "method": "tasks/send", "params": {
+                "message": {"messageId": "msg-1", "role": "user",
+                    "parts": [{"text": "hello", "kind": "text"}]}}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["id"], "abc-123");
+    let task = result(&body);
+    assert_eq!(state(task), "completed", "{body}");
+    assert!(task["id"].as_str().is_some_and(|id| !id.is_empty()));
+    // tasks/list on the root lists it.
+    let (_, listed) = mesh.post("/", &rpc("tasks/list", json!({}))).await;
+    assert_eq!(result(&listed)["tasks"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_requests_all_complete() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let mesh = std::sync::Arc::new(mesh);
+    let calls = (0..200).map(|i| {
+        let mesh = mesh.clone();
+        async move {
+            let text = format!("n{i}");
+            if i % 4 == 0 {
+                let events = mesh.stream("echo", "message/stream", msg03(&text)).await;
+                state(result(events.last().unwrap())) == "completed"
+            } else {
+                let body = mesh.call("echo", "message/send", msg03(&text)).await;
+                result(&body).pointer("/artifacts/0/parts/0/text") == Some(&json!(text))
+            }
+        }
+    });
+    let outcomes = tokio::time::timeout(WAIT, futures_util::future::join_all(calls))
+        .await
+        .expect("all answered in time");
+    assert!(outcomes.iter().all(|ok| *ok));
+    let listed = mesh
+        .call("echo", "ListTasks", json!({"pageSize": 100}))
+        .await;
+    assert_eq!(result(&listed)["totalSize"], 200);
+}

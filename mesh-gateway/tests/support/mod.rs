@@ -38,7 +38,7 @@ impl Mesh {
     }
 
     pub async fn start_with(configure: impl FnOnce(&mut GatewayConfig)) -> Mesh {
-        let broker = TestBroker::mosquitto().await;
+        let broker = TestBroker::from_env().await;
         let namespace = fresh_namespace();
         let mut config = GatewayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
