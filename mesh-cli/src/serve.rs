@@ -56,6 +56,7 @@ pub async fn up(settings: &Settings) -> Outcome {
     println!("  gateway   {}", gateway.url());
     println!("  broker    {broker_line}");
     println!("  namespace {}", settings.namespace);
+    println!("  tasks     {}", store_line(&settings));
     println!("  agents    {}", names.join(", "));
     println!();
     println!("try:  mesh send echo \"hello\"");
@@ -68,6 +69,14 @@ pub async fn up(settings: &Settings) -> Outcome {
     eprintln!("mesh: stopping");
     stop_all(agents, Some(gateway), broker).await;
     Ok(())
+}
+
+/// Where the gateway keeps its tasks, said for a person.
+fn store_line(settings: &Settings) -> String {
+    match &settings.data_dir {
+        Some(dir) => format!("{} (SQLite)", dir.display()),
+        None => "in memory (--memory-store)".into(),
+    }
 }
 
 /// `mesh broker`: the embedded broker alone.
@@ -83,7 +92,11 @@ pub async fn broker(settings: &Settings) -> Outcome {
 pub async fn gateway(settings: &Settings) -> Outcome {
     let url = settings.broker_url_or_default();
     let gateway = start_gateway(settings, &url).await?;
-    println!("gateway listening on {} (broker {url})", gateway.url());
+    println!(
+        "gateway listening on {} (broker {url}; tasks {})",
+        gateway.url(),
+        store_line(settings)
+    );
     wait_for_stop().await;
     gateway.shutdown().await;
     Ok(())
@@ -147,6 +160,10 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
         public_url: settings.public_url.clone(),
         namespace: settings.namespace.clone(),
         default_agent: settings.default_agent.clone(),
+        data_dir: settings.data_dir.clone(),
+        api_keys: settings.api_keys.clone(),
+        cors_origins: settings.cors_origins.clone(),
+        allow_private_webhooks: settings.allow_private_webhooks,
         ..GatewayConfig::default()
     };
     Gateway::start(config, bus).await.map_err(|e| match e {
@@ -154,6 +171,8 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
             "cannot listen on {addr}: {source}; choose another address with --http-addr"
         )),
         GatewayError::Bus(bus) => unreachable_broker(url, bus),
+        GatewayError::Store(e) => Failure::Usage(format!("{e} (--data-dir, or --memory-store)")),
+        GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
         other => Failure::Other(other.to_string()),
     })
 }

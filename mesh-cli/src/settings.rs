@@ -10,10 +10,18 @@
 //! | namespace | `--namespace` | `MESH_NAMESPACE` | `mesh` |
 //! | default agent for `POST /` | `--default-agent` | `MESH_DEFAULT_AGENT` | `echo` in `up`, none otherwise |
 //! | URL clients reach the gateway at | `--public-url` | `MESH_PUBLIC_URL` | the bound address |
+//! | the gateway's durable task store | `--data-dir` | `MESH_DATA_DIR` | `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh` |
+//! | keep tasks in memory only | `--memory-store` | `MESH_MEMORY_STORE` | off |
+//! | API keys (`principal=secret` or `secret`) | `--api-key` (repeatable) | `MESH_API_KEYS` (comma-separated) | none: no auth |
+//! | CORS origins (`*` for any) | `--cors-origin` (repeatable) | `MESH_CORS_ORIGINS` (comma-separated) | none: no CORS |
+//! | webhooks into private networks | `--allow-private-webhooks` | `MESH_ALLOW_PRIVATE_WEBHOOKS` | off |
 //!
-//! The TOML file uses the same names in snake case (`broker_url = "mqtt://…"`).
+//! The TOML file uses the same names in snake case (`broker_url = "mqtt://…"`; the lists are
+//! `api_keys = […]` and `cors_origins = […]`).
 
 use clap::Args;
+use clap::builder::FalseyValueParser;
+use mesh_gateway::ApiKey;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -62,6 +70,35 @@ pub struct Serve {
     /// address].
     #[arg(long, env = "MESH_PUBLIC_URL", value_name = "URL")]
     pub public_url: Option<String>,
+    /// Where the gateway keeps its tasks (SQLite) [default: $XDG_DATA_HOME/mesh, else
+    /// ~/.local/share/mesh].
+    #[arg(long, env = "MESH_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Keep the gateway's tasks in memory only (lost on restart).
+    #[arg(long, env = "MESH_MEMORY_STORE", value_parser = FalseyValueParser::new())]
+    pub memory_store: bool,
+    /// An API key the gateway accepts, `principal=secret` or `secret` (repeatable; the
+    /// environment variable takes a comma-separated list). None: no authentication.
+    #[arg(
+        long = "api-key",
+        env = "MESH_API_KEYS",
+        value_name = "KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<String>,
+    /// An origin browsers may call the gateway from, or `*` (repeatable; comma-separated in
+    /// the environment variable).
+    #[arg(
+        long = "cors-origin",
+        env = "MESH_CORS_ORIGINS",
+        value_name = "ORIGIN",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
+    /// Accept push-notification webhooks into loopback, private and link-local networks.
+    #[arg(long, env = "MESH_ALLOW_PRIVATE_WEBHOOKS", value_parser = FalseyValueParser::new())]
+    pub allow_private_webhooks: bool,
 }
 
 /// How log lines look.
@@ -87,6 +124,11 @@ struct File {
     http_addr: Option<SocketAddr>,
     default_agent: Option<String>,
     public_url: Option<String>,
+    data_dir: Option<PathBuf>,
+    memory_store: Option<bool>,
+    api_keys: Option<Vec<String>>,
+    cors_origins: Option<Vec<String>>,
+    allow_private_webhooks: Option<bool>,
 }
 
 /// Every setting, resolved.
@@ -101,6 +143,22 @@ pub struct Settings {
     pub http_addr: SocketAddr,
     pub default_agent: Option<String>,
     pub public_url: Option<String>,
+    /// The gateway's data directory; `None` with `--memory-store`.
+    pub data_dir: Option<PathBuf>,
+    pub api_keys: Vec<ApiKey>,
+    pub cors_origins: Vec<String>,
+    pub allow_private_webhooks: bool,
+}
+
+/// The default data directory: `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh`.
+pub fn default_data_dir() -> Option<PathBuf> {
+    let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
+    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").and_then(absolute) {
+        return Some(xdg.join("mesh"));
+    }
+    std::env::var_os("HOME")
+        .and_then(absolute)
+        .map(|home| home.join(".local").join("share").join("mesh"))
 }
 
 impl Settings {
@@ -110,7 +168,45 @@ impl Settings {
             Some(path) => read_file(path)?,
             None => File::default(),
         };
+        let memory_store = serve.memory_store || file.memory_store.unwrap_or(false);
+        let data_dir = if memory_store {
+            None
+        } else {
+            match serve.data_dir.clone().or(file.data_dir) {
+                Some(dir) => Some(dir),
+                None => Some(default_data_dir().ok_or(
+                    "no data directory for the gateway's tasks: neither HOME nor XDG_DATA_HOME is set; \
+                     give --data-dir (or --memory-store)",
+                )?),
+            }
+        };
+        let key_texts = if serve.api_keys.is_empty() {
+            file.api_keys.unwrap_or_default()
+        } else {
+            serve.api_keys.clone()
+        };
+        let api_keys = key_texts
+            .iter()
+            .filter(|k| !k.trim().is_empty())
+            .enumerate()
+            .map(|(i, k)| ApiKey::parse(k, i + 1).map_err(|e| format!("{e} (--api-key)")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cors_origins = if serve.cors_origins.is_empty() {
+            file.cors_origins.unwrap_or_default()
+        } else {
+            serve.cors_origins.clone()
+        };
+        let cors_origins = cors_origins
+            .into_iter()
+            .map(|o| o.trim().to_owned())
+            .filter(|o| !o.is_empty())
+            .collect();
         Ok(Settings {
+            data_dir,
+            api_keys,
+            cors_origins,
+            allow_private_webhooks: serve.allow_private_webhooks
+                || file.allow_private_webhooks.unwrap_or(false),
             namespace: common
                 .namespace
                 .clone()
@@ -174,6 +270,24 @@ mod tests {
         assert_eq!(settings.http_addr.port(), 9999);
         assert_eq!(settings.broker_addr.port(), 1884);
         assert_eq!(settings.broker_url_or_default(), "mqtt://127.0.0.1:1884");
+        assert!(settings.api_keys.is_empty() && !settings.allow_private_webhooks);
+        std::fs::write(
+            &path,
+            "data_dir = \"/tmp/x\"\napi_keys = [\"alice=a\", \"b\"]\ncors_origins = [\"*\"]\n",
+        )
+        .unwrap();
+        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        assert_eq!(settings.data_dir.as_deref(), Some(Path::new("/tmp/x")));
+        assert_eq!(settings.api_keys[0].principal, "alice");
+        assert_eq!(settings.api_keys[1].principal, "key-2");
+        assert_eq!(settings.cors_origins, ["*"]);
+        let memory = Serve {
+            memory_store: true,
+            api_keys: vec!["bob=".into()],
+            ..Serve::default()
+        };
+        let error = Settings::resolve(&common, &memory).unwrap_err();
+        assert!(error.contains("empty"), "{error}");
         std::fs::write(&path, "nonsense = 1\n").unwrap();
         let error = Settings::resolve(&common, &Serve::default()).unwrap_err();
         assert!(error.contains("nonsense"), "{error}");

@@ -8,6 +8,14 @@ use tokio::process::{Child, ChildStdout, Command};
 const MESH: &str = env!("CARGO_BIN_EXE_mesh");
 const WAIT: Duration = Duration::from_secs(20);
 
+/// A data directory of its own for each gateway these tests start (one gateway per
+/// directory), under the system's temporary directory.
+fn fresh_data_dir() -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("mesh-cli-test-{}-{n}", std::process::id()))
+}
+
 /// A `mesh` process that is killed when dropped.
 struct Process {
     child: Child,
@@ -19,6 +27,7 @@ impl Process {
         let mut child = Command::new(MESH)
             .args(args)
             .env_remove("MESH_CONFIG")
+            .env("MESH_DATA_DIR", fresh_data_dir())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -67,6 +76,7 @@ async fn run(args: &[&str]) -> (i32, String, String) {
         Command::new(MESH)
             .args(args)
             .env_remove("MESH_CONFIG")
+            .env("MESH_DATA_DIR", fresh_data_dir())
             .output(),
     )
     .await

@@ -8,7 +8,11 @@
 //! exactly once after its snapshot. The pump runs in its own tokio task, independent of any
 //! HTTP connection: a client that goes away does not cancel the task. `_mesh` metadata is
 //! stripped before an event reaches the store or a subscriber.
+//!
+//! Every change of a task's status is also handed to the [`Pusher`] (when the task has push
+//! configs): a non-blocking enqueue, so a slow webhook never slows the task.
 
+use crate::push::Pusher;
 use crate::store::{TaskRecord, TaskStore};
 use mesh_core::error::A2aError;
 use mesh_core::model::is_final_state;
@@ -53,14 +57,27 @@ pub(crate) enum Undo {
 pub(crate) struct Bridge {
     store: Arc<dyn TaskStore>,
     live: Mutex<HashMap<String, Arc<LiveTask>>>,
+    pusher: Option<Arc<Pusher>>,
 }
 
 impl Bridge {
-    pub(crate) fn new(store: Arc<dyn TaskStore>) -> Bridge {
+    pub(crate) fn new(store: Arc<dyn TaskStore>, pusher: Option<Arc<Pusher>>) -> Bridge {
         Bridge {
             store,
             live: Mutex::default(),
+            pusher,
         }
+    }
+
+    /// Queues a push notification of `record` (as it is now) to its configs.
+    pub(crate) fn notify_push(&self, record: &TaskRecord) {
+        let Some(pusher) = &self.pusher else { return };
+        if record.push_configs.is_empty() {
+            return;
+        }
+        let body = serde_json::to_vec(&mesh_core::codec::write_task(&record.task, record.dialect))
+            .unwrap_or_default();
+        pusher.notify(&record.task.id, body, record.push_configs.clone());
     }
 
     pub(crate) fn store(&self) -> &Arc<dyn TaskStore> {
@@ -190,8 +207,17 @@ impl Bridge {
         if live.stop.is_cancelled() {
             return false;
         }
-        self.store
+        let record = self
+            .store
             .update(id, &mut |record| apply(&mut record.task, &reply));
+        if let Some(record) = record {
+            if matches!(
+                reply,
+                Reply::Task(_) | Reply::StatusUpdate(_) | Reply::Message(_)
+            ) {
+                self.notify_push(&record);
+            }
+        }
         let _ = live.sender.send(Arc::new(Ok(reply)));
         true
     }
@@ -212,6 +238,9 @@ impl Bridge {
             let record = self.store.update(id, &mut |r| {
                 apply(&mut r.task, &Reply::StatusUpdate(event.clone()))
             });
+            if let Some(record) = &record {
+                self.notify_push(record);
+            }
             let _ = live.sender.send(Arc::new(Ok(Reply::StatusUpdate(event))));
             live.stop.cancel();
             record

@@ -4,14 +4,25 @@
 //! lists a JSONRPC entry for 1.0 and one for 0.3 at the same URL). Cards carry an `ETag`,
 //! `Last-Modified` (when the gateway first served this version) and `Cache-Control`; a
 //! matching `If-None-Match` gets 304.
+//!
+//! The gateway adds what it serves itself: `capabilities.pushNotifications: true` when push
+//! notifications are on, and, when API keys are configured, the `securitySchemes` (an HTTP
+//! bearer scheme and an `X-API-Key` header scheme), a requirement of either, and
+//! `capabilities.extendedAgentCard: true` (`supportsAuthenticatedExtendedCard` in 0.3). The
+//! extended card ([`extended_card`], `GET /agents/{name}/extendedAgentCard` and the
+//! JSON-RPC methods) is that card plus an extension naming the caller's principal; it is
+//! served to authenticated callers only.
 
+use crate::auth::{API_KEY_SCHEME, BEARER_SCHEME, Caller};
 use crate::server::{Shared, json_status};
+use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mesh_core::codec;
-use mesh_core::model::{AgentInterface, TRANSPORT_PROTOCOL_JSONRPC};
+use mesh_core::error::A2aError;
+use mesh_core::model::{AgentCard, AgentExtension, AgentInterface, TRANSPORT_PROTOCOL_JSONRPC};
 use serde_json::json;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -66,24 +77,100 @@ pub(crate) async fn agent_card(
     serve_card(&gw, &name, &url, &headers)
 }
 
-fn serve_card(gw: &Shared, agent: &str, url: &str, headers: &HeaderMap) -> Response {
+/// The URI of the extension the extended card carries.
+pub const CALLER_EXTENSION: &str = "urn:agent-mesh:gateway:caller";
+
+/// An agent's card as the gateway serves it at `url` (see the module docs); the message of
+/// a 404 when there is none.
+pub(crate) fn gateway_card(gw: &Shared, agent: &str, url: &str) -> Result<AgentCard, String> {
     let Some(view) = gw.registry.agent(agent) else {
-        let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
-        return json_status(
-            StatusCode::NOT_FOUND,
-            json!({"error": format!("no agent named {agent:?} on the mesh"), "agents": agents}),
-        );
+        return Err(format!("no agent named {agent:?} on the mesh"));
     };
     let Some(mut card) = view.card else {
-        return json_status(
-            StatusCode::NOT_FOUND,
-            json!({"error": format!("agent {agent:?} has not published a card yet")}),
-        );
+        return Err(format!("agent {agent:?} has not published a card yet"));
     };
     card.supported_interfaces = vec![AgentInterface::new(
         url.to_owned(),
         TRANSPORT_PROTOCOL_JSONRPC,
     )];
+    if gw.pusher.is_some() {
+        card.capabilities.push_notifications = Some(true);
+    }
+    if gw.keys.enabled() {
+        card.security_schemes = Some(crate::auth::security_schemes());
+        card.security_requirements = Some(
+            [BEARER_SCHEME, API_KEY_SCHEME]
+                .iter()
+                .map(|name| std::iter::once(((*name).to_owned(), Vec::new())).collect())
+                .collect(),
+        );
+        card.capabilities.extended_agent_card = Some(true);
+    } else {
+        card.capabilities.extended_agent_card = None;
+    }
+    Ok(card)
+}
+
+/// The URL of `agent` at this gateway.
+pub(crate) fn agent_url(gw: &Shared, agent: &str) -> String {
+    format!("{}/agents/{agent}", gw.base_url)
+}
+
+/// The extended card of `agent` for `caller`: `-32007` when the gateway has no API keys
+/// (then there is nothing more to show than the public card).
+pub(crate) fn extended_card(
+    gw: &Shared,
+    agent: &str,
+    caller: Option<&Caller>,
+) -> Result<AgentCard, A2aError> {
+    let Some(caller) = caller.filter(|_| gw.keys.enabled()) else {
+        return Err(A2aError::extended_card_not_configured());
+    };
+    let mut card =
+        gateway_card(gw, agent, &agent_url(gw, agent)).map_err(A2aError::invalid_params)?;
+    let mut params = std::collections::HashMap::new();
+    params.insert("principal".to_owned(), json!(caller.principal));
+    card.capabilities
+        .extensions
+        .get_or_insert_with(Vec::new)
+        .push(AgentExtension {
+            uri: CALLER_EXTENSION.into(),
+            description: Some(
+                "The principal this extended card was served to, as the gateway authenticated it"
+                    .into(),
+            ),
+            required: Some(false),
+            params: Some(params),
+        });
+    Ok(card)
+}
+
+/// `GET /agents/{name}/extendedAgentCard` (behind authentication).
+pub(crate) async fn extended_card_http(
+    State(gw): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    caller: Option<Extension<Caller>>,
+) -> Response {
+    match extended_card(&gw, &name, caller.as_ref().map(|c| &c.0)) {
+        Ok(card) => json_status(StatusCode::OK, codec::card::write_card_combined(&card)),
+        Err(e) => json_status(
+            StatusCode::NOT_FOUND,
+            json!({"error": e.message, "code": e.code()}),
+        ),
+    }
+}
+
+fn serve_card(gw: &Shared, agent: &str, url: &str, headers: &HeaderMap) -> Response {
+    let card = match gateway_card(gw, agent, url) {
+        Ok(card) => card,
+        Err(message) => {
+            let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
+            return json_status(
+                StatusCode::NOT_FOUND,
+                json!({"error": message, "agents": agents}),
+            );
+        }
+    };
     let body = serde_json::to_vec(&codec::card::write_card_combined(&card)).unwrap_or_default();
     let etag = {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();

@@ -2,7 +2,10 @@
 //! cards, which agent `POST /` reaches, and the limits that keep every request bounded.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
+
+pub use crate::auth::ApiKey;
 
 /// How a gateway runs. `Default` listens on 127.0.0.1:8080 in the namespace `mesh`.
 #[derive(Debug, Clone)]
@@ -39,6 +42,29 @@ pub struct GatewayConfig {
     pub retention_count: usize,
     /// The longest graceful shutdown waits for open connections.
     pub shutdown_grace: Duration,
+    /// Where the durable task store lives (`--data-dir`); `None`: tasks are kept in memory
+    /// only ([`Gateway::start`](crate::Gateway::start) then uses a
+    /// [`MemoryStore`](crate::MemoryStore)).
+    pub data_dir: Option<PathBuf>,
+    /// API keys (`--api-key`, `MESH_API_KEYS`). Empty: no authentication. Otherwise every
+    /// route but the cards, `/healthz` and `/readyz` needs `Authorization: Bearer <key>` or
+    /// `X-API-Key: <key>`.
+    pub api_keys: Vec<ApiKey>,
+    /// Origins browsers may call from (`--cors-origin`); `*` for any. Empty: no CORS headers.
+    pub cors_origins: Vec<String>,
+    /// Serve the push-notification methods and deliver webhooks.
+    pub push_notifications: bool,
+    /// Accept webhook URLs into loopback, private and link-local networks (tests, trusted
+    /// networks: `--allow-private-webhooks`). Off by default (SSRF).
+    pub allow_private_webhooks: bool,
+    /// How long one webhook POST may take.
+    pub webhook_timeout: Duration,
+    /// How many times a delivery is tried before it is given up.
+    pub webhook_attempts: u32,
+    /// The wait before the first retry (doubled after each one).
+    pub webhook_backoff: Duration,
+    /// How many deliveries may wait at most; past it new ones are dropped (and counted).
+    pub webhook_queue: usize,
 }
 
 impl Default for GatewayConfig {
@@ -58,6 +84,15 @@ impl Default for GatewayConfig {
             retention_age: Duration::from_secs(3600),
             retention_count: 100_000,
             shutdown_grace: Duration::from_secs(5),
+            data_dir: None,
+            api_keys: Vec::new(),
+            cors_origins: Vec::new(),
+            push_notifications: true,
+            allow_private_webhooks: false,
+            webhook_timeout: Duration::from_secs(10),
+            webhook_attempts: 5,
+            webhook_backoff: Duration::from_millis(250),
+            webhook_queue: 10_000,
         }
     }
 }

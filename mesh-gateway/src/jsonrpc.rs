@@ -8,8 +8,16 @@
 //! [`bridge`](crate::bridge); everything else (get, list, cancel, resubscribe) answers from
 //! the task store. Methods 0.1 and 0.3 share (`tasks/get`, `tasks/cancel`,
 //! `tasks/resubscribe`, `tasks/list`) answer in the dialect that created the task.
+//!
+//! Push-notification configs (set, get, list, delete, and `pushNotificationConfig` inside a
+//! send) are kept on the task's record and checked at registration (see
+//! [`push`](crate::push)). With API keys, the caller's principal owns the tasks it creates
+//! (another principal gets "task not found"), is forwarded to the agent, and may read the
+//! extended card.
 
+use crate::auth::Caller;
 use crate::bridge::{LiveEvent, Undo, set_status};
+use crate::push::{MAX_PUSH_CONFIGS, check_config};
 use crate::server::Shared;
 use crate::sse::EventStream;
 use crate::store::{TaskQuery, TaskRecord};
@@ -23,8 +31,10 @@ use mesh_core::dialect::{Dialect, Method};
 use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::{self, JsonRpcId};
 use mesh_core::model::{
-    CancelTaskRequest, GetTaskRequest, ListTasksRequest, SendMessageRequest,
-    SubscribeToTaskRequest, Task, TaskState, TaskStatus,
+    CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse, ListTasksRequest, SendMessageRequest,
+    SubscribeToTaskRequest, Task, TaskPushNotificationConfig, TaskState, TaskStatus,
 };
 use mesh_core::requester::{SendError, SendOptions};
 use mesh_core::rpc::{Call, Reply, Request, RequestError};
@@ -52,6 +62,8 @@ struct Http {
     /// The `A2A-Version` asked for, when it is one we do not serve.
     bad_version: Option<String>,
     traceparent: Option<String>,
+    /// The authenticated caller (absent without API keys).
+    caller: Option<Caller>,
 }
 
 /// `POST /`: the default agent.
@@ -78,6 +90,7 @@ async fn handle(gw: Arc<Shared>, agent: Option<String>, request: HttpRequest) ->
             .get("traceparent")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
+        caller: parts.extensions.get::<Caller>().cloned(),
     };
     // The dialect of answers written before the request is read.
     let fallback = match version_asked(&parts.headers, parts.uri.query()).as_deref() {
@@ -207,6 +220,7 @@ async fn answer(
         Ok(request) => request,
         Err(e) if e.notification => return Answer::Nothing,
         Err(e) => {
+            gw.metrics.request(None, false, std::time::Duration::ZERO);
             let dialect = e.dialect.unwrap_or(fallback);
             let id = e.id.unwrap_or(JsonRpcId::Null);
             return Answer::Json(codec::encode_error(dialect, Some(&id), &e.error));
@@ -225,6 +239,7 @@ async fn answer(
             let http = Http {
                 bad_version: None,
                 traceparent: http.traceparent.clone(),
+                caller: http.caller.clone(),
             };
             tokio::spawn(async move {
                 let _ = dispatch(&gw, &agent, &http, request, JsonRpcId::Null).await;
@@ -258,21 +273,37 @@ async fn dispatch(
 ) -> Answer {
     let dialect = request.dialect;
     let shared = request.shared_method;
+    let began = Instant::now();
+    let method = request.method;
     let result = match request.call {
         Call::Send(params) if request.method == Method::SendStreamingMessage => {
             stream_message(gw, agent, http, dialect, &id, params).await
         }
         Call::Send(params) => send_message(gw, agent, http, dialect, &id, params).await,
-        Call::GetTask(params) => get_task(gw, agent, dialect, shared, &id, params),
-        Call::ListTasks(params) => list_tasks(gw, agent, dialect, &id, params),
-        Call::CancelTask(params) => cancel_task(gw, agent, dialect, shared, &id, params).await,
-        Call::Subscribe(params) => subscribe(gw, agent, dialect, shared, &id, params),
-        Call::SetPushConfig(_)
-        | Call::GetPushConfig(_)
-        | Call::ListPushConfigs(_)
-        | Call::DeletePushConfig(_) => Err((dialect, A2aError::push_notification_not_supported())),
-        Call::GetExtendedCard => Err((dialect, A2aError::extended_card_not_configured())),
+        Call::GetTask(params) => get_task(gw, agent, http, dialect, shared, &id, params),
+        Call::ListTasks(params) => list_tasks(gw, agent, http, dialect, &id, params),
+        Call::CancelTask(params) => {
+            cancel_task(gw, agent, http, dialect, shared, &id, params).await
+        }
+        Call::Subscribe(params) => subscribe(gw, agent, http, dialect, shared, &id, params),
+        Call::SetPushConfig(config) => {
+            set_push_config(gw, agent, http, dialect, shared, &id, config).await
+        }
+        Call::GetPushConfig(params) => {
+            get_push_config(gw, agent, http, dialect, shared, &id, params)
+        }
+        Call::ListPushConfigs(params) => {
+            list_push_configs(gw, agent, http, dialect, shared, &id, params)
+        }
+        Call::DeletePushConfig(params) => {
+            delete_push_config(gw, agent, http, dialect, shared, &id, params)
+        }
+        Call::GetExtendedCard => crate::cards::extended_card(gw, agent, http.caller.as_ref())
+            .map(|card| Answer::Json(codec::encode_reply(dialect, &id, &Reply::Card(card))))
+            .map_err(|e| (dialect, e)),
     };
+    gw.metrics
+        .request(Some(method), result.is_ok(), began.elapsed());
     match result {
         Ok(answer) => answer,
         Err((dialect, e)) => error(dialect, &id, e),
@@ -357,10 +388,25 @@ async fn start(
     streaming: bool,
 ) -> Result<Started, A2aError> {
     check_agent(gw, agent, streaming)?;
+    let push = params
+        .configuration
+        .as_mut()
+        .and_then(|c| c.task_push_notification_config.take());
+    if let Some(config) = &push {
+        if gw.pusher.is_none() {
+            return Err(A2aError::push_notification_not_supported());
+        }
+        let field = match dialect {
+            Dialect::V0_1 => "params.pushNotification",
+            Dialect::V0_3 => "params.configuration.pushNotificationConfig",
+            _ => "params.configuration.taskPushNotificationConfig",
+        };
+        check_config(config, allow_private(gw), field).await?;
+    }
     let store = gw.store();
     let previous = match params.message.task_id.as_deref() {
         Some(task_id) => match store.get(task_id) {
-            Some(record) if record.agent != agent => {
+            Some(record) if record.agent != agent || !owns(gw, http, &record) => {
                 return Err(A2aError::task_not_found(task_id));
             }
             Some(record) => {
@@ -428,6 +474,12 @@ async fn start(
                 .history
                 .get_or_insert_with(Vec::new)
                 .push(params.message.clone());
+            if let Some(config) = push {
+                if let Err(e) = add_push_config(&mut updated, config, dialect) {
+                    gw.bridge.end(&task_id, &live);
+                    return Err(e);
+                }
+            }
             store.insert(updated);
             (Some(snapshot), Undo::Restore(record.clone()))
         }
@@ -440,7 +492,13 @@ async fn start(
                 history: Some(vec![params.message.clone()]),
                 metadata: None,
             };
-            store.insert(TaskRecord::new(task, agent, dialect));
+            let mut record = TaskRecord::new(task, agent, dialect);
+            record.owner = http.caller.as_ref().map(|c| c.principal.clone());
+            if let Some(config) = push {
+                // A new record has room for one config: this cannot fail.
+                let _ = add_push_config(&mut record, config, dialect);
+            }
+            store.insert(record);
             (None, Undo::Remove)
         }
     };
@@ -453,7 +511,7 @@ async fn start(
         task_id: task_id.clone(),
         snapshot,
         timeout: gw.config.task_timeout,
-        principal: None,
+        principal: http.caller.as_ref().map(|c| c.principal.clone()),
         depth: 0,
         traceparent: http.traceparent.clone(),
     };
@@ -576,6 +634,7 @@ async fn stream_message(
         task_id: started.task_id,
         shutdown: gw.shutdown.clone(),
         keep_alive: gw.config.sse_keep_alive,
+        metrics: gw.metrics.clone(),
     }))
 }
 
@@ -586,12 +645,13 @@ async fn stream_message(
 fn find(
     gw: &Shared,
     agent: &str,
+    http: &Http,
     dialect: Dialect,
     shared: bool,
     task_id: &str,
 ) -> Result<(Arc<TaskRecord>, Dialect), Failed> {
     match gw.store().get(task_id) {
-        Some(record) if record.agent == agent => {
+        Some(record) if record.agent == agent && owns(gw, http, &record) => {
             let answer_in = if shared && record.dialect == Dialect::V0_1 {
                 Dialect::V0_1
             } else {
@@ -606,12 +666,13 @@ fn find(
 fn get_task(
     gw: &Shared,
     agent: &str,
+    http: &Http,
     dialect: Dialect,
     shared: bool,
     id: &JsonRpcId,
     params: GetTaskRequest,
 ) -> Result<Answer, Failed> {
-    let (record, dialect) = find(gw, agent, dialect, shared, &params.id)?;
+    let (record, dialect) = find(gw, agent, http, dialect, shared, &params.id)?;
     Ok(task_answer(
         Method::GetTask,
         dialect,
@@ -624,6 +685,7 @@ fn get_task(
 fn list_tasks(
     gw: &Shared,
     agent: &str,
+    http: &Http,
     dialect: Dialect,
     id: &JsonRpcId,
     params: ListTasksRequest,
@@ -645,6 +707,7 @@ fn list_tasks(
         agent: Some(agent.to_owned()),
         context_id: params.context_id.filter(|c| !c.is_empty()),
         state: params.status.filter(|s| *s != TaskState::Unspecified),
+        owner: owner_filter(gw, http),
         page_size,
         page_token: params.page_token,
     };
@@ -683,12 +746,13 @@ fn list_tasks(
 async fn cancel_task(
     gw: &Arc<Shared>,
     agent: &str,
+    http: &Http,
     dialect: Dialect,
     shared: bool,
     id: &JsonRpcId,
     params: CancelTaskRequest,
 ) -> Result<Answer, Failed> {
-    let (record, dialect) = find(gw, agent, dialect, shared, &params.id)?;
+    let (record, dialect) = find(gw, agent, http, dialect, shared, &params.id)?;
     if record.task.status.state.is_terminal() {
         return Err((dialect, A2aError::task_not_cancelable(&params.id)));
     }
@@ -709,7 +773,10 @@ async fn cancel_task(
             }
         });
         return match canceled {
-            Some(record) => Ok(answer(&record)),
+            Some(record) => {
+                gw.bridge.notify_push(&record);
+                Ok(answer(&record))
+            }
             None => Err((dialect, A2aError::task_not_found(&params.id))),
         };
     };
@@ -728,6 +795,9 @@ async fn cancel_task(
                     set_status(&mut r.task, task.status.clone());
                 }
             });
+            if let Some(record) = &updated {
+                gw.bridge.notify_push(record);
+            }
             Ok(answer(updated.as_deref().unwrap_or(&TaskRecord::new(
                 task.clone(),
                 agent,
@@ -746,12 +816,13 @@ async fn cancel_task(
 fn subscribe(
     gw: &Shared,
     agent: &str,
+    http: &Http,
     dialect: Dialect,
     shared: bool,
     id: &JsonRpcId,
     params: SubscribeToTaskRequest,
 ) -> Result<Answer, Failed> {
-    let (record, dialect) = find(gw, agent, dialect, shared, &params.id)?;
+    let (record, dialect) = find(gw, agent, http, dialect, shared, &params.id)?;
     if record.task.status.state.is_terminal() {
         return Err((
             dialect,
@@ -774,7 +845,208 @@ fn subscribe(
         task_id: params.id,
         shutdown: gw.shutdown.clone(),
         keep_alive: gw.config.sse_keep_alive,
+        metrics: gw.metrics.clone(),
     }))
+}
+
+// ---------------------------------------------------------------------------------------
+// Ownership and push-notification configs
+
+/// True when the caller may see the task: always without API keys; with them, only the
+/// principal that created it.
+fn owns(gw: &Shared, http: &Http, record: &TaskRecord) -> bool {
+    !gw.keys.enabled()
+        || record.owner.as_deref() == http.caller.as_ref().map(|c| c.principal.as_str())
+}
+
+/// The owner a listing is limited to.
+fn owner_filter(gw: &Shared, http: &Http) -> Option<String> {
+    if !gw.keys.enabled() {
+        return None;
+    }
+    // Without a caller (cannot happen behind the auth layer) nothing matches.
+    Some(
+        http.caller
+            .as_ref()
+            .map_or_else(|| "\u{0}".to_owned(), |c| c.principal.clone()),
+    )
+}
+
+fn allow_private(gw: &Shared) -> bool {
+    gw.pusher.as_ref().is_some_and(|p| p.allow_private())
+}
+
+/// Adds (or replaces, same id) a checked config on a record; the config as stored.
+fn add_push_config(
+    record: &mut TaskRecord,
+    mut config: TaskPushNotificationConfig,
+    dialect: Dialect,
+) -> Result<TaskPushNotificationConfig, A2aError> {
+    config.task_id = record.task.id.clone();
+    let id = match config.id.as_deref().filter(|id| !id.is_empty()) {
+        Some(id) => id.to_owned(),
+        // 0.x clients name configs by their task; 1.0 configs get an id of their own.
+        None if dialect == Dialect::V1_0 => uuid::Uuid::new_v4().to_string(),
+        None => record.task.id.clone(),
+    };
+    config.id = Some(id.clone());
+    let count = record.push_configs.len();
+    match record
+        .push_configs
+        .iter_mut()
+        .find(|c| c.id.as_deref() == Some(id.as_str()))
+    {
+        Some(existing) => *existing = config.clone(),
+        None if count >= MAX_PUSH_CONFIGS => {
+            return Err(A2aError::invalid_params(format!(
+                "task {} already has {MAX_PUSH_CONFIGS} push notification configs; delete one first",
+                record.task.id
+            )));
+        }
+        None => record.push_configs.push(config.clone()),
+    }
+    Ok(config)
+}
+
+fn push_enabled(gw: &Shared, dialect: Dialect) -> Result<(), Failed> {
+    match gw.pusher {
+        Some(_) => Ok(()),
+        None => Err((dialect, A2aError::push_notification_not_supported())),
+    }
+}
+
+async fn set_push_config(
+    gw: &Arc<Shared>,
+    agent: &str,
+    http: &Http,
+    dialect: Dialect,
+    shared: bool,
+    id: &JsonRpcId,
+    config: TaskPushNotificationConfig,
+) -> Result<Answer, Failed> {
+    push_enabled(gw, dialect)?;
+    let (_, answer_in) = find(gw, agent, http, dialect, shared, &config.task_id)?;
+    let field = if dialect == Dialect::V1_0 {
+        "params"
+    } else {
+        "params.pushNotificationConfig"
+    };
+    check_config(&config, allow_private(gw), field)
+        .await
+        .map_err(|e| (dialect, e))?;
+    let task_id = config.task_id.clone();
+    let mut outcome = Err(A2aError::task_not_found(&task_id));
+    let mut config = Some(config);
+    gw.store().update(&task_id, &mut |record| {
+        if let Some(config) = config.take() {
+            outcome = add_push_config(record, config, dialect);
+        }
+    });
+    let stored = outcome.map_err(|e| (dialect, e))?;
+    Ok(Answer::Json(codec::encode_reply(
+        answer_in,
+        id,
+        &Reply::PushConfig(stored),
+    )))
+}
+
+/// The config of `task` named `config_id`; a 0.x request naming none gets the first one.
+fn pick_config<'a>(
+    record: &'a TaskRecord,
+    config_id: &str,
+) -> Option<&'a TaskPushNotificationConfig> {
+    if config_id.is_empty() {
+        return record
+            .push_configs
+            .iter()
+            .find(|c| c.id.as_deref() == Some(record.task.id.as_str()))
+            .or_else(|| record.push_configs.first());
+    }
+    record
+        .push_configs
+        .iter()
+        .find(|c| c.id.as_deref() == Some(config_id))
+}
+
+fn no_config(dialect: Dialect, task_id: &str, config_id: &str) -> Failed {
+    let field = if dialect == Dialect::V1_0 {
+        "params.id"
+    } else {
+        "params.pushNotificationConfigId"
+    };
+    (
+        dialect,
+        A2aError::invalid_params_at(
+            field,
+            format!("task {task_id} has no push notification config {config_id:?}"),
+        ),
+    )
+}
+
+fn get_push_config(
+    gw: &Shared,
+    agent: &str,
+    http: &Http,
+    dialect: Dialect,
+    shared: bool,
+    id: &JsonRpcId,
+    params: GetTaskPushNotificationConfigRequest,
+) -> Result<Answer, Failed> {
+    push_enabled(gw, dialect)?;
+    let (record, answer_in) = find(gw, agent, http, dialect, shared, &params.task_id)?;
+    let config = pick_config(&record, &params.id)
+        .ok_or_else(|| no_config(dialect, &params.task_id, &params.id))?;
+    Ok(Answer::Json(codec::encode_reply(
+        answer_in,
+        id,
+        &Reply::PushConfig(config.clone()),
+    )))
+}
+
+fn list_push_configs(
+    gw: &Shared,
+    agent: &str,
+    http: &Http,
+    dialect: Dialect,
+    shared: bool,
+    id: &JsonRpcId,
+    params: ListTaskPushNotificationConfigsRequest,
+) -> Result<Answer, Failed> {
+    push_enabled(gw, dialect)?;
+    let (record, answer_in) = find(gw, agent, http, dialect, shared, &params.task_id)?;
+    Ok(Answer::Json(codec::encode_reply(
+        answer_in,
+        id,
+        &Reply::PushConfigs(ListTaskPushNotificationConfigsResponse {
+            configs: record.push_configs.clone(),
+            next_page_token: None,
+        }),
+    )))
+}
+
+fn delete_push_config(
+    gw: &Shared,
+    agent: &str,
+    http: &Http,
+    dialect: Dialect,
+    shared: bool,
+    id: &JsonRpcId,
+    params: DeleteTaskPushNotificationConfigRequest,
+) -> Result<Answer, Failed> {
+    push_enabled(gw, dialect)?;
+    let (record, answer_in) = find(gw, agent, http, dialect, shared, &params.task_id)?;
+    if pick_config(&record, &params.id).is_none() || params.id.is_empty() {
+        return Err(no_config(dialect, &params.task_id, &params.id));
+    }
+    gw.store().update(&params.task_id, &mut |r| {
+        r.push_configs
+            .retain(|c| c.id.as_deref() != Some(params.id.as_str()));
+    });
+    Ok(Answer::Json(codec::encode_reply(
+        answer_in,
+        id,
+        &Reply::Empty,
+    )))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -812,7 +1084,7 @@ fn task_answer(
     Answer::Json(jsonrpc::write_result(id, value))
 }
 
-fn state_name(state: &TaskState) -> &'static str {
+pub(crate) fn state_name(state: &TaskState) -> &'static str {
     match state {
         TaskState::Submitted => "submitted",
         TaskState::Working => "working",

@@ -23,18 +23,23 @@
 //!
 //! Modules: [`config`] (settings), [`server`] (router, start, shutdown), `jsonrpc` (the POST
 //! dispatch), `bridge` (the pump from the bus to the store and the live subscribers), `sse`,
-//! `cards`, `health`, and [`store`] (the [`TaskStore`] trait and the
-//! in-memory store).
+//! `cards`, `health`, [`auth`] (API keys), [`push`] (webhook checks and delivery),
+//! [`metrics`] (`GET /metrics`), and [`store`] (the [`TaskStore`] trait, the in-memory store
+//! and the durable SQLite store).
 
+pub mod auth;
 mod bridge;
 mod cards;
 pub mod config;
 mod health;
 mod jsonrpc;
+pub mod metrics;
+pub mod push;
 pub mod server;
 mod sse;
 pub mod store;
 
+pub use auth::ApiKey;
 pub use config::GatewayConfig;
 pub use server::{Gateway, GatewayError, RunningGateway};
-pub use store::{MemoryStore, TaskPage, TaskQuery, TaskRecord, TaskStore};
+pub use store::{MemoryStore, SqliteStore, TaskPage, TaskQuery, TaskRecord, TaskStore};

@@ -12,15 +12,23 @@
 //! | `GET /.well-known/agent-card.json`, `/.well-known/agent.json`, `/agentCard` | the default agent's card |
 //! | `GET /agents/{name}/.well-known/agent-card.json` (and the other two) | that agent's card |
 //! | `GET /agents` | the agents of the mesh |
+//! | `GET /agents/{name}/extendedAgentCard` | that agent's extended card (authenticated callers) |
 //! | `GET /healthz`, `GET /readyz` | liveness, readiness |
+//! | `GET /metrics` | Prometheus metrics ([`metrics`](crate::metrics)) |
+//!
+//! Layers, outermost first: CORS (when origins are configured; answers preflights), then
+//! authentication (when API keys are configured; see [`auth`](crate::auth)).
 
+use crate::auth::Keys;
 use crate::bridge::Bridge;
 use crate::cards::CardCache;
 use crate::config::GatewayConfig;
-use crate::store::{MemoryStore, TaskStore};
-use crate::{cards, health, jsonrpc};
+use crate::metrics::Metrics;
+use crate::push::{PushSettings, Pusher};
+use crate::store::{MemoryStore, SqliteStore, StoreError, TaskStore};
+use crate::{auth, cards, health, jsonrpc, metrics};
 use axum::Router;
-use axum::http::StatusCode;
+use axum::http::{HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use mesh_core::bus::{Bus, BusError};
@@ -44,6 +52,12 @@ pub enum GatewayError {
     /// The requester could not subscribe to the gateway's response topics.
     #[error(transparent)]
     Send(#[from] SendError),
+    /// The durable task store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A setting is not valid (a CORS origin).
+    #[error("{0}")]
+    Config(String),
     /// The listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -65,6 +79,11 @@ pub(crate) struct Shared {
     pub base_url: String,
     pub shutdown: CancellationToken,
     pub cards: CardCache,
+    pub keys: Keys,
+    pub metrics: Arc<Metrics>,
+    pub metrics_registry: prometheus_client::registry::Registry,
+    /// The webhook delivery queue; `None` when push notifications are off.
+    pub pusher: Option<Arc<Pusher>>,
 }
 
 impl Shared {
@@ -77,12 +96,23 @@ impl Shared {
 pub struct Gateway;
 
 impl Gateway {
-    /// Starts a gateway on `bus` with an in-memory task store.
+    /// Starts a gateway on `bus`: with the durable [`SqliteStore`] in
+    /// [`GatewayConfig::data_dir`] when one is set, else with an in-memory store.
     pub async fn start(config: GatewayConfig, bus: Bus) -> Result<RunningGateway, GatewayError> {
-        let store = Arc::new(MemoryStore::new(
-            config.retention_age,
-            config.retention_count,
-        ));
+        let store: Arc<dyn TaskStore> = match config.data_dir.clone() {
+            Some(dir) => {
+                let (age, count) = (config.retention_age, config.retention_count);
+                let opened =
+                    tokio::task::spawn_blocking(move || SqliteStore::open(&dir, age, count))
+                        .await
+                        .map_err(|e| GatewayError::Store(StoreError::Storage(e.to_string())))??;
+                Arc::new(opened)
+            }
+            None => Arc::new(MemoryStore::new(
+                config.retention_age,
+                config.retention_count,
+            )),
+        };
         Gateway::start_with_store(config, bus, store).await
     }
 
@@ -93,6 +123,7 @@ impl Gateway {
         store: Arc<dyn TaskStore>,
     ) -> Result<RunningGateway, GatewayError> {
         let topics = Topics::new(&config.namespace)?;
+        let cors = cors_layer(&config.cors_origins)?;
         let registry = Registry::start(&bus, &topics).await?;
         let requester = Requester::start(
             bus.clone(),
@@ -124,17 +155,40 @@ impl Gateway {
             .trim_end_matches('/')
             .to_owned();
         let shutdown = CancellationToken::new();
+        let metrics = Arc::new(Metrics::new());
+        metrics.watch_store(&store);
+        let pusher = config.push_notifications.then(|| {
+            Arc::new(Pusher::new(
+                PushSettings {
+                    allow_private: config.allow_private_webhooks,
+                    timeout: config.webhook_timeout,
+                    attempts: config.webhook_attempts,
+                    backoff: config.webhook_backoff,
+                    queue: config.webhook_queue,
+                },
+                metrics.clone(),
+                shutdown.clone(),
+            ))
+        });
+        watch_reconnects(&bus, &metrics, &shutdown);
         let shared = Arc::new(Shared {
+            keys: Keys::new(config.api_keys.clone()),
             config,
             bus,
             registry,
             requester,
-            bridge: Arc::new(Bridge::new(store)),
+            bridge: Arc::new(Bridge::new(store, pusher.clone())),
             base_url,
             shutdown: shutdown.clone(),
             cards: CardCache::default(),
+            metrics_registry: metrics::registry(&metrics),
+            metrics,
+            pusher,
         });
-        let app = router(shared.clone());
+        let mut app = router(shared.clone());
+        if let Some(cors) = cors {
+            app = app.layer(cors);
+        }
         let signal = shutdown.clone();
         let server = tokio::spawn(async move {
             let serve = axum::serve(listener, app)
@@ -190,6 +244,11 @@ impl RunningGateway {
             tracing::warn!("open requests outlasted the shutdown grace; closing them");
             server.abort();
         }
+        let store = self.shared.store().clone();
+        let flushed = tokio::task::spawn_blocking(move || store.flush(grace)).await;
+        if !matches!(flushed, Ok(true)) {
+            tracing::warn!("the task store did not finish writing within the shutdown grace");
+        }
     }
 }
 
@@ -212,10 +271,86 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/agents/{name}/agentCard", get(cards::agent_card))
         .route("/agents", get(health::agents))
         .route("/agents/", get(health::agents))
+        .route(
+            "/agents/{name}/extendedAgentCard",
+            get(cards::extended_card_http),
+        )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::serve))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            auth::require,
+        ))
         .with_state(shared)
+}
+
+/// The CORS layer for `origins` (`None` when there are none).
+fn cors_layer(origins: &[String]) -> Result<Option<tower_http::cors::CorsLayer>, GatewayError> {
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let allow_origin = if origins.iter().any(|o| o.trim() == "*") {
+        AllowOrigin::any()
+    } else {
+        let values = origins
+            .iter()
+            .map(|o| {
+                let o = o.trim().trim_end_matches('/');
+                HeaderValue::from_str(o)
+                    .ok()
+                    .filter(|_| o.starts_with("http://") || o.starts_with("https://"))
+                    .ok_or_else(|| {
+                        GatewayError::Config(format!(
+                            "CORS origin {o:?} is not an origin like https://app.example.com (or *)"
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        AllowOrigin::list(values)
+    };
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(allow_origin)
+            .allow_methods([HttpMethod::GET, HttpMethod::POST, HttpMethod::OPTIONS])
+            .allow_headers([
+                HeaderName::from_static("a2a-version"),
+                HeaderName::from_static("a2a-extensions"),
+                header::AUTHORIZATION,
+                HeaderName::from_static(auth::API_KEY_HEADER),
+                header::CONTENT_TYPE,
+                HeaderName::from_static("traceparent"),
+            ])
+            .expose_headers([header::WWW_AUTHENTICATE, header::ETAG])
+            .max_age(std::time::Duration::from_secs(600)),
+    ))
+}
+
+/// Counts every time the bus comes back after a loss.
+fn watch_reconnects(bus: &Bus, metrics: &Arc<Metrics>, shutdown: &CancellationToken) {
+    let mut state = bus.state();
+    let metrics = metrics.clone();
+    let shutdown = shutdown.clone();
+    tokio::spawn(async move {
+        let mut was_connected = bus_connected(&state.borrow_and_update());
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = state.changed() => if changed.is_err() { return },
+            }
+            let connected = bus_connected(&state.borrow_and_update());
+            if connected && !was_connected {
+                metrics.bus_reconnected();
+            }
+            was_connected = connected;
+        }
+    });
+}
+
+fn bus_connected(state: &mesh_core::bus::ConnectionState) -> bool {
+    matches!(state, mesh_core::bus::ConnectionState::Connected)
 }
 
 async fn not_found() -> Response {

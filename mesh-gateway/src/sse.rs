@@ -40,10 +40,13 @@ pub(crate) struct EventStream {
     pub task_id: String,
     pub shutdown: CancellationToken,
     pub keep_alive: Duration,
+    /// Counts the stream in `mesh_gateway_sse_streams_open` while it lives.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 struct State {
     s: EventStream,
+    _open: crate::metrics::StreamGuard,
     pending: VecDeque<String>,
     done: bool,
     /// True once the first event was rendered: a later Task becomes updates.
@@ -55,6 +58,7 @@ impl EventStream {
     pub(crate) fn into_response(self) -> Response {
         let keep_alive = self.keep_alive;
         let mut state = State {
+            _open: self.metrics.stream_opened(),
             s: self,
             pending: VecDeque::new(),
             done: false,

@@ -133,14 +133,14 @@ async fn malformed_requests_get_json_rpc_errors() {
     let (_, body) = mesh.post("/agents/echo", &json!([])).await;
     assert_eq!(code(&body), -32600);
 
-    // Push notifications and the extended card are not served (yet).
+    // Push configs of an unknown task; no extended card without API keys.
     let (_, body) = mesh
         .post(
             "/agents/echo",
             &rpc("tasks/pushNotificationConfig/get", json!({"id": "t"})),
         )
         .await;
-    assert_eq!(code(&body), -32003);
+    assert_eq!(code(&body), -32001);
     let (_, body) = mesh
         .post("/agents/echo", &rpc("GetExtendedAgentCard", json!({})))
         .await;

@@ -2,7 +2,7 @@
 //! go first) and finished tasks forgotten `max_age` after their last change.
 
 use super::{StoreError, TaskPage, TaskQuery, TaskRecord, TaskStore};
-use mesh_core::model::is_final_state;
+use mesh_core::model::{TaskState, is_final_state};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime};
@@ -67,14 +67,21 @@ impl Inner {
     }
 }
 
-impl TaskStore for MemoryStore {
-    fn insert(&self, record: TaskRecord) {
+impl MemoryStore {
+    /// Inserts a shared record (the durable store keeps the same `Arc` for its writer).
+    pub(crate) fn insert_shared(&self, record: Arc<TaskRecord>) {
         let mut inner = self.write();
         let id = record.task.id.clone();
-        if inner.tasks.insert(id.clone(), Arc::new(record)).is_none() {
+        if inner.tasks.insert(id.clone(), record).is_none() {
             inner.order.push_back(id);
         }
         inner.evict(self.max_age, self.max_tasks);
+    }
+}
+
+impl TaskStore for MemoryStore {
+    fn insert(&self, record: TaskRecord) {
+        self.insert_shared(Arc::new(record));
     }
 
     fn get(&self, id: &str) -> Option<Arc<TaskRecord>> {
@@ -121,6 +128,12 @@ impl TaskStore for MemoryStore {
                         .as_ref()
                         .is_none_or(|s| &r.task.status.state == s)
                 })
+                .filter(|r| {
+                    query
+                        .owner
+                        .as_deref()
+                        .is_none_or(|o| r.owner.as_deref() == Some(o))
+                })
                 .cloned()
                 .collect()
         };
@@ -147,13 +160,27 @@ impl TaskStore for MemoryStore {
     fn len(&self) -> usize {
         self.read().tasks.len()
     }
+
+    fn state_counts(&self) -> Vec<(TaskState, usize)> {
+        let mut counts: Vec<(TaskState, usize)> =
+            super::STATES.iter().map(|s| (s.clone(), 0)).collect();
+        for record in self.read().tasks.values() {
+            if let Some(entry) = counts
+                .iter_mut()
+                .find(|(s, _)| *s == record.task.status.state)
+            {
+                entry.1 += 1;
+            }
+        }
+        counts
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use mesh_core::dialect::Dialect;
-    use mesh_core::model::{Task, TaskState, TaskStatus};
+    use mesh_core::model::{Task, TaskStatus};
 
     fn task(id: &str, context: &str, state: TaskState) -> TaskRecord {
         TaskRecord::new(

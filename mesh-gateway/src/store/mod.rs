@@ -7,13 +7,19 @@
 //! by serving from memory and writing behind (a queue drained by its own task), so the trait
 //! needs no async methods. Records are shared as `Arc<TaskRecord>`: reading a task is a
 //! reference-count increment, not a copy of its history.
+//!
+//! Two stores: [`MemoryStore`] (tests, benchmarks, `--memory-store`) and [`SqliteStore`]
+//! (durable: SQLite in WAL mode, loaded into memory at start, written behind by a thread of
+//! its own in batched transactions).
 
 mod memory;
+mod sqlite;
 
 pub use memory::MemoryStore;
+pub use sqlite::SqliteStore;
 
 use mesh_core::dialect::Dialect;
-use mesh_core::model::{Task, TaskState};
+use mesh_core::model::{Task, TaskPushNotificationConfig, TaskState};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -31,6 +37,12 @@ pub struct TaskRecord {
     pub created: SystemTime,
     /// When the record last changed.
     pub updated: SystemTime,
+    /// The authenticated principal that created the task (`None` when the gateway runs
+    /// without API keys). With keys, only this principal sees the task.
+    pub owner: Option<String>,
+    /// The task's push-notification configs (at most
+    /// [`MAX_PUSH_CONFIGS`](crate::push::MAX_PUSH_CONFIGS)).
+    pub push_configs: Vec<TaskPushNotificationConfig>,
 }
 
 impl TaskRecord {
@@ -43,6 +55,8 @@ impl TaskRecord {
             dialect,
             created: now,
             updated: now,
+            owner: None,
+            push_configs: Vec::new(),
         }
     }
 }
@@ -56,6 +70,8 @@ pub struct TaskQuery {
     pub context_id: Option<String>,
     /// Only tasks in this state.
     pub state: Option<TaskState>,
+    /// Only tasks of this owner (see [`TaskRecord::owner`]).
+    pub owner: Option<String>,
     /// At most this many tasks (the store may cap it).
     pub page_size: usize,
     /// Where the page starts: a token from an earlier page.
@@ -79,6 +95,9 @@ pub enum StoreError {
     /// The page token was not made by this store.
     #[error("invalid page token {0:?}")]
     InvalidPageToken(String),
+    /// The durable store could not be opened or read.
+    #[error("task store: {0}")]
+    Storage(String),
 }
 
 /// Where the gateway keeps its tasks. Implementations must be cheap to call from async code:
@@ -101,4 +120,43 @@ pub trait TaskStore: Send + Sync + 'static {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// How many tasks are in each state (for `/metrics`). The default lists once per state.
+    fn state_counts(&self) -> Vec<(TaskState, usize)> {
+        STATES
+            .iter()
+            .map(|state| {
+                let query = TaskQuery {
+                    state: Some(state.clone()),
+                    page_size: 1,
+                    ..TaskQuery::default()
+                };
+                (
+                    state.clone(),
+                    self.list(&query).map(|p| p.total_size).unwrap_or(0),
+                )
+            })
+            .collect()
+    }
+    /// Changes not yet written to durable storage (0 for a store that has none).
+    fn pending_writes(&self) -> usize {
+        0
+    }
+    /// Blocks until every change made so far is durable (at most `timeout`); true when it
+    /// is. A store without durable storage returns true at once.
+    fn flush(&self, timeout: std::time::Duration) -> bool {
+        let _ = timeout;
+        true
+    }
 }
+
+/// The task states `/metrics` reports.
+pub const STATES: [TaskState; 8] = [
+    TaskState::Submitted,
+    TaskState::Working,
+    TaskState::InputRequired,
+    TaskState::AuthRequired,
+    TaskState::Completed,
+    TaskState::Failed,
+    TaskState::Canceled,
+    TaskState::Rejected,
+];

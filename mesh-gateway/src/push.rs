@@ -1,0 +1,455 @@
+//! Push notifications: webhook configs per task, checked at registration, and a delivery
+//! queue that POSTs the task (in the dialect that created it) to every config of a task on
+//! each change of its status.
+//!
+//! **Registration** ([`check_url`]): only `http://` URLs (this build has no TLS client, so
+//! `https://` is refused with a clear error); the host is resolved and every address must
+//! be public unless the gateway allows private webhooks: loopback, private (10/8,
+//! 172.16/12, 192.168/16, fc00::/7), link-local (169.254/16, fe80::/10), unspecified,
+//! multicast and broadcast addresses are refused with `-32602` naming the field (SSRF).
+//!
+//! **Delivery** ([`Pusher`]): [`Pusher::notify`] never blocks and never awaits; it hands the
+//! notification to the task's worker (one tokio task per task with deliveries pending, so a
+//! task's notifications arrive in order), and drops it (counted) when the queue is full.
+//! A worker POSTs with a timeout, retries a connection error, a timeout, a 408, a 429 or a
+//! 5xx with exponential backoff, and gives up on any other answer or after the last
+//! attempt: at-least-once while the gateway runs (the queue is in memory: deliveries
+//! pending at a crash are lost). Each attempt resolves the host again, checks it, and
+//! connects to the checked address (no DNS rebinding). Headers: `X-A2A-Notification-Token`
+//! when the config has a token (0.3), `Authorization: <scheme> <credentials>` when it has
+//! authentication (1.0). Redirects are not followed.
+
+use crate::metrics::Metrics;
+use axum::http::{HeaderValue, header};
+use mesh_core::error::A2aError;
+use mesh_core::model::TaskPushNotificationConfig;
+use reqwest::Url;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+/// How many push configs one task may have.
+pub const MAX_PUSH_CONFIGS: usize = 10;
+
+/// The token header of A2A 0.3.
+pub const TOKEN_HEADER: &str = "x-a2a-notification-token";
+
+/// How many webhook POSTs may be in flight at once (over all tasks).
+const CONCURRENT_POSTS: usize = 32;
+
+/// How long a task's worker waits for more notifications before it ends.
+const WORKER_IDLE: Duration = Duration::from_secs(30);
+
+/// The longest wait between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// How long resolving a webhook's host may take.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Checks a push config at registration: the URL (see the module docs) and the header
+/// values. `field` names the config in the request (`params.pushNotificationConfig`, …).
+pub(crate) async fn check_config(
+    config: &TaskPushNotificationConfig,
+    allow_private: bool,
+    field: &str,
+) -> Result<(), A2aError> {
+    check_url(&config.url, allow_private)
+        .await
+        .map_err(|reason| A2aError::invalid_params_at(&format!("{field}.url"), reason))?;
+    if let Some(token) = &config.token {
+        if HeaderValue::from_str(token).is_err() || token.len() > 4096 {
+            return Err(A2aError::invalid_params_at(
+                &format!("{field}.token"),
+                "must be at most 4096 visible ASCII characters (it is sent as a header)",
+            ));
+        }
+    }
+    if let Some(auth) = &config.authentication {
+        let value = authorization(&auth.scheme, auth.credentials.as_deref());
+        if auth.scheme.trim().is_empty()
+            || auth.scheme.contains(char::is_whitespace)
+            || HeaderValue::from_str(&value).is_err()
+            || value.len() > 8192
+        {
+            return Err(A2aError::invalid_params_at(
+                &format!("{field}.authentication"),
+                "the scheme must be one word and the credentials visible ASCII (they are sent as an Authorization header)",
+            ));
+        }
+    }
+    if config.id.as_deref().is_some_and(|id| id.len() > 256) {
+        return Err(A2aError::invalid_params_at(
+            &format!("{field}.id"),
+            "must be at most 256 bytes",
+        ));
+    }
+    Ok(())
+}
+
+fn authorization(scheme: &str, credentials: Option<&str>) -> String {
+    match credentials {
+        Some(c) if !c.is_empty() => format!("{} {c}", scheme.trim()),
+        _ => scheme.trim().to_owned(),
+    }
+}
+
+/// Checks a webhook URL; the reason it is refused.
+pub(crate) async fn check_url(url: &str, allow_private: bool) -> Result<(), String> {
+    resolve_checked(url, allow_private).await.map(|_| ())
+}
+
+/// Parses, resolves and checks a webhook URL: the URL and the address to connect to.
+async fn resolve_checked(url: &str, allow_private: bool) -> Result<(Url, SocketAddr), String> {
+    if url.len() > 2048 {
+        return Err("the URL is longer than 2048 bytes".into());
+    }
+    let parsed = Url::parse(url).map_err(|e| format!("not a valid URL ({e})"))?;
+    match parsed.scheme() {
+        "http" => {}
+        "https" => {
+            return Err(
+                "https webhooks are not supported by this gateway build (no TLS client); use an http:// URL (behind a TLS-terminating proxy if needed)"
+                    .into(),
+            );
+        }
+        other => return Err(format!("the scheme {other:?} is not allowed: use http://")),
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err("credentials in the URL are not allowed: use authentication or token".into());
+    }
+    let host = parsed
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or("the URL has no host")?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let port = parsed.port_or_known_default().unwrap_or(80);
+    let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => tokio::time::timeout(
+            RESOLVE_TIMEOUT,
+            tokio::net::lookup_host((host.as_str(), port)),
+        )
+        .await
+        .map_err(|_| format!("resolving {host:?} timed out"))?
+        .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
+        .collect(),
+    };
+    let Some(first) = addrs.first().copied() else {
+        return Err(format!("{host:?} resolves to no address"));
+    };
+    if !allow_private {
+        if let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
+            return Err(format!(
+                "{host:?} is (or resolves to) {}, a loopback, private, link-local or otherwise non-public address; this gateway does not send webhooks there (--allow-private-webhooks allows it)",
+                bad.ip()
+            ));
+        }
+    }
+    Ok((parsed, first))
+}
+
+/// True for an address a webhook may go to without `allow_private`.
+pub(crate) fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_broadcast()
+                || v4.is_multicast()
+                || v4.is_documentation()
+                || o[0] == 0
+                || (o[0] == 100 && (o[1] & 0xc0) == 64)) // 100.64/10, carrier-grade NAT
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let s = v6.segments();
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00 // fc00::/7, unique local
+                || (s[0] & 0xffc0) == 0xfe80) // fe80::/10, link-local
+        }
+    }
+}
+
+/// One notification: the task as JSON, for each of its configs.
+struct Notification {
+    body: bytes::Bytes,
+    configs: Vec<TaskPushNotificationConfig>,
+}
+
+/// Delivery settings.
+#[derive(Clone)]
+pub(crate) struct PushSettings {
+    pub allow_private: bool,
+    pub timeout: Duration,
+    pub attempts: u32,
+    pub backoff: Duration,
+    pub queue: usize,
+}
+
+/// The delivery queue (see the module docs).
+pub(crate) struct Pusher {
+    settings: PushSettings,
+    client: reqwest::Client,
+    workers: Mutex<HashMap<String, mpsc::UnboundedSender<Notification>>>,
+    pending: Arc<AtomicUsize>,
+    posts: Arc<Semaphore>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+}
+
+impl Pusher {
+    pub(crate) fn new(
+        settings: PushSettings,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> Pusher {
+        let client = reqwest::Client::builder()
+            .timeout(settings.timeout)
+            .connect_timeout(settings.timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("agent-mesh-gateway/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .unwrap_or_default();
+        Pusher {
+            settings,
+            client,
+            workers: Mutex::default(),
+            pending: Arc::new(AtomicUsize::new(0)),
+            posts: Arc::new(Semaphore::new(CONCURRENT_POSTS)),
+            metrics,
+            shutdown,
+        }
+    }
+
+    pub(crate) fn allow_private(&self) -> bool {
+        self.settings.allow_private
+    }
+
+    /// Queues `body` (a task as JSON) for every config; never blocks.
+    pub(crate) fn notify(
+        self: &Arc<Self>,
+        task_id: &str,
+        body: Vec<u8>,
+        configs: Vec<TaskPushNotificationConfig>,
+    ) {
+        if configs.is_empty() {
+            return;
+        }
+        if self.pending.fetch_add(1, Ordering::AcqRel) >= self.settings.queue {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            for _ in &configs {
+                self.metrics.webhook_dropped();
+            }
+            tracing::warn!(task = %task_id, "the webhook delivery queue is full; notification dropped");
+            return;
+        }
+        let mut notification = Notification {
+            body: bytes::Bytes::from(body),
+            configs,
+        };
+        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sender) = workers.get(task_id) {
+            match sender.send(notification) {
+                Ok(()) => return,
+                // That worker is ending: start a new one.
+                Err(mpsc::error::SendError(back)) => notification = back,
+            }
+        }
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let _ = sender.send(notification);
+        workers.insert(task_id.to_owned(), sender.clone());
+        drop(workers);
+        let pusher = self.clone();
+        let task_id = task_id.to_owned();
+        tokio::spawn(async move {
+            pusher.work(&task_id, receiver).await;
+            let mut workers = pusher.workers.lock().unwrap_or_else(|p| p.into_inner());
+            if workers
+                .get(&task_id)
+                .is_some_and(|s| s.same_channel(&sender))
+            {
+                workers.remove(&task_id);
+            }
+        });
+    }
+
+    /// Delivers one task's notifications in order until it is idle.
+    async fn work(&self, task_id: &str, mut receiver: mpsc::UnboundedReceiver<Notification>) {
+        loop {
+            // `None`: idle for a while, or shutting down.
+            let next = tokio::select! {
+                next = tokio::time::timeout(WORKER_IDLE, receiver.recv()) => next.ok(),
+                _ = self.shutdown.cancelled() => None,
+            };
+            match next {
+                Some(Some(notification)) => self.deliver_all(task_id, notification).await,
+                Some(None) => return,
+                None => {
+                    // Refuse new sends, then finish what is queued (or drop it when shutting
+                    // down).
+                    receiver.close();
+                    while let Some(notification) = receiver.recv().await {
+                        if self.shutdown.is_cancelled() {
+                            self.pending.fetch_sub(1, Ordering::AcqRel);
+                            continue;
+                        }
+                        self.deliver_all(task_id, notification).await;
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn deliver_all(&self, task_id: &str, notification: Notification) {
+        for config in &notification.configs {
+            self.deliver(task_id, config, &notification.body).await;
+        }
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    async fn deliver(
+        &self,
+        task_id: &str,
+        config: &TaskPushNotificationConfig,
+        body: &bytes::Bytes,
+    ) {
+        let attempts = self.settings.attempts.max(1);
+        let mut backoff = self.settings.backoff;
+        for attempt in 1..=attempts {
+            let outcome = self.post(config, body).await;
+            match outcome {
+                Ok(status) if (200..300).contains(&status) => {
+                    self.metrics.webhook_delivered();
+                    return;
+                }
+                Ok(status) if !(status == 408 || status == 429 || status >= 500) => {
+                    tracing::warn!(task = %task_id, url = %config.url, status, "the webhook refused the notification; not retrying");
+                    self.metrics.webhook_given_up();
+                    return;
+                }
+                Ok(status) => {
+                    tracing::debug!(task = %task_id, url = %config.url, status, attempt, "webhook failed; retrying");
+                }
+                Err(error) => {
+                    tracing::debug!(task = %task_id, url = %config.url, %error, attempt, "webhook failed; retrying");
+                }
+            }
+            if attempt == attempts {
+                break;
+            }
+            self.metrics.webhook_retry();
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = self.shutdown.cancelled() => break,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+        tracing::warn!(task = %task_id, url = %config.url, attempts, "webhook delivery given up");
+        self.metrics.webhook_given_up();
+    }
+
+    /// One POST: the HTTP status, or why there is none.
+    async fn post(
+        &self,
+        config: &TaskPushNotificationConfig,
+        body: &bytes::Bytes,
+    ) -> Result<u16, String> {
+        let (mut url, addr) = resolve_checked(&config.url, self.settings.allow_private).await?;
+        let host_header = match (url.host_str(), url.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_owned(),
+            (None, _) => return Err("no host".into()),
+        };
+        // Connect to the address that was checked, not to a second resolution.
+        url.set_ip_host(addr.ip())
+            .map_err(|_| "cannot pin the webhook's address".to_owned())?;
+        let mut request = self
+            .client
+            .post(url)
+            .header(header::HOST, host_header)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body.clone());
+        if let Some(token) = &config.token {
+            request = request.header(TOKEN_HEADER, token);
+        }
+        if let Some(auth) = &config.authentication {
+            request = request.header(
+                header::AUTHORIZATION,
+                authorization(&auth.scheme, auth.credentials.as_deref()),
+            );
+        }
+        let _permit = self
+            .posts
+            .acquire()
+            .await
+            .map_err(|_| "shutting down".to_owned())?;
+        let response = request.send().await.map_err(|e| e.to_string())?;
+        Ok(response.status().as_u16())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_ranges_are_not_public() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "::1",
+            "fc00::1",
+            "fd12::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::",
+            "100.64.0.1",
+        ] {
+            assert!(!is_public(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["8.8.8.8", "172.32.0.1", "2001:4860::8888", "93.184.216.34"] {
+            assert!(is_public(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[tokio::test]
+    async fn urls_are_checked() {
+        for (url, needle) in [
+            ("ftp://example.com/x", "scheme"),
+            ("https://example.com/x", "https"),
+            ("not a url", "valid URL"),
+            ("http://127.0.0.1:9/x", "non-public"),
+            ("http://[::1]:9/x", "non-public"),
+            ("http://localhost:9/x", "non-public"),
+            ("http://10.0.0.1/x", "non-public"),
+            ("http://169.254.169.254/latest", "non-public"),
+            ("http://user:pw@example.com/", "credentials"),
+            ("file:///etc/passwd", "scheme"),
+        ] {
+            let error = check_url(url, false).await.unwrap_err();
+            assert!(error.contains(needle), "{url}: {error}");
+        }
+        assert!(check_url("http://127.0.0.1:9/x", true).await.is_ok());
+        assert!(check_url("http://localhost:9/x", true).await.is_ok());
+        assert!(check_url("http://8.8.8.8/x", false).await.is_ok());
+    }
+}

@@ -1,0 +1,503 @@
+//! The durable task store: SQLite (compiled in, WAL mode) under a data directory, so that
+//! `tasks/get` and `tasks/list` still answer after a restart.
+//!
+//! Reads never touch the database: every task is loaded into a [`MemoryStore`] at start and
+//! served from it. Writes go behind: each change marks its task dirty in a map (a short
+//! mutex, no I/O), and a dedicated writer thread takes the whole map and writes it in one
+//! transaction, so a burst of events on one task costs one row write and a send never waits
+//! for the disk. A crash (even SIGKILL) loses at most the changes of the last few
+//! milliseconds that were not committed yet; `synchronous = NORMAL` in WAL mode keeps every
+//! committed transaction through a process crash (an OS crash may lose the last ones).
+//!
+//! Retention is the memory store's (age of finished tasks, count) and is applied to the
+//! database by the writer every minute and at start. The database is opened in SQLite's
+//! exclusive locking mode: a second gateway on the same directory is refused at start
+//! rather than corrupting the first one's view.
+
+use super::{MemoryStore, StoreError, TaskPage, TaskQuery, TaskRecord, TaskStore};
+use mesh_core::dialect::Dialect;
+use mesh_core::model::{TaskState, is_final_state};
+use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The database file in the data directory.
+pub const DB_FILE: &str = "gateway-tasks.sqlite3";
+
+/// How often the writer applies retention to the database.
+const RETENTION_EVERY: Duration = Duration::from_secs(60);
+
+/// Tasks in SQLite, served from memory. See the module docs.
+pub struct SqliteStore {
+    memory: MemoryStore,
+    queue: Arc<Queue>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    path: PathBuf,
+}
+
+/// The dirty tasks the writer has not taken yet, and what it is writing now.
+struct Queue {
+    state: Mutex<QueueState>,
+    /// Wakes the writer.
+    wake: Condvar,
+    /// Wakes flushers when a batch is committed.
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    /// Task id → its latest record, or `None` to delete it.
+    dirty: HashMap<String, Option<Arc<TaskRecord>>>,
+    /// How many changes the writer is committing now.
+    in_flight: usize,
+    closed: bool,
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, id: &str, record: Option<Arc<TaskRecord>>) {
+        let mut state = self.lock();
+        state.dirty.insert(id.to_owned(), record);
+        drop(state);
+        self.wake.notify_one();
+    }
+}
+
+/// Retention settings the writer applies to the database.
+#[derive(Clone, Copy)]
+struct Retention {
+    max_age: Duration,
+    max_tasks: usize,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) the store in `dir` (created if missing), loads every task, and
+    /// starts the writer thread. Keeps at most `max_tasks` tasks, finished ones `max_age`.
+    pub fn open(
+        dir: &Path,
+        max_age: Duration,
+        max_tasks: usize,
+    ) -> Result<SqliteStore, StoreError> {
+        let storage = |what: &str, e: &dyn std::fmt::Display| {
+            StoreError::Storage(format!("{what} {}: {e}", dir.display()))
+        };
+        let in_use = |what: &str, e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                StoreError::Storage(format!(
+                    "the task database in {} is in use by another gateway (one gateway per data directory)",
+                    dir.display()
+                ))
+            }
+            _ => storage(what, &e),
+        };
+        std::fs::create_dir_all(dir)
+            .map_err(|e| storage("cannot create the data directory", &e))?;
+        let path = dir.join(DB_FILE);
+        let conn =
+            Connection::open(&path).map_err(|e| storage("cannot open the task database in", &e))?;
+        conn.busy_timeout(Duration::from_millis(500))
+            .map_err(|e| storage("cannot configure the task database in", &e))?;
+        // Exclusive: one gateway per data directory. The lock is taken by the first write
+        // below and held until the connection closes (or the process dies).
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
+            .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
+            .and_then(|_| conn.pragma_update(None, "synchronous", "NORMAL"))
+            .map_err(|e| in_use("cannot configure the task database in", e))?;
+        conn.execute_batch(
+            "BEGIN EXCLUSIVE;
+             CREATE TABLE IF NOT EXISTS tasks (
+                 id TEXT PRIMARY KEY NOT NULL,
+                 agent TEXT NOT NULL,
+                 dialect TEXT NOT NULL,
+                 owner TEXT,
+                 created INTEGER NOT NULL,
+                 updated INTEGER NOT NULL,
+                 final INTEGER NOT NULL,
+                 task TEXT NOT NULL,
+                 push TEXT
+             );
+             CREATE INDEX IF NOT EXISTS tasks_created ON tasks (created);
+             COMMIT;",
+        )
+        .map_err(|e| in_use("cannot create the task table in", e))?;
+        let retention = Retention {
+            max_age,
+            max_tasks: max_tasks.max(1),
+        };
+        apply_retention(&conn, retention)
+            .map_err(|e| storage("cannot trim the task database in", &e))?;
+        let memory = MemoryStore::new(max_age, max_tasks);
+        let loaded =
+            load(&conn, &memory).map_err(|e| storage("cannot read the task database in", &e))?;
+        tracing::info!(path = %path.display(), tasks = loaded, "task store opened");
+        let queue = Arc::new(Queue {
+            state: Mutex::default(),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let writer = {
+            let queue = queue.clone();
+            std::thread::Builder::new()
+                .name("mesh-task-store".into())
+                .spawn(move || write_loop(conn, &queue, retention))
+                .map_err(|e| storage("cannot start the task store's writer for", &e))?
+        };
+        Ok(SqliteStore {
+            memory,
+            queue,
+            writer: Mutex::new(Some(writer)),
+            path,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes what is pending and stops the writer (also done on drop).
+    pub fn close(&self) {
+        self.queue.lock().closed = true;
+        self.queue.wake.notify_all();
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(writer) = writer {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl TaskStore for SqliteStore {
+    fn insert(&self, record: TaskRecord) {
+        let record = Arc::new(record);
+        let id = record.task.id.clone();
+        self.memory.insert_shared(record.clone());
+        self.queue.push(&id, Some(record));
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<TaskRecord>> {
+        self.memory.get(id)
+    }
+
+    fn update(&self, id: &str, apply: &mut dyn FnMut(&mut TaskRecord)) -> Option<Arc<TaskRecord>> {
+        let record = self.memory.update(id, apply)?;
+        self.queue.push(id, Some(record.clone()));
+        Some(record)
+    }
+
+    fn remove(&self, id: &str) {
+        self.memory.remove(id);
+        self.queue.push(id, None);
+    }
+
+    fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
+        self.memory.list(query)
+    }
+
+    fn len(&self) -> usize {
+        self.memory.len()
+    }
+
+    fn state_counts(&self) -> Vec<(TaskState, usize)> {
+        self.memory.state_counts()
+    }
+
+    fn pending_writes(&self) -> usize {
+        let state = self.queue.lock();
+        state.dirty.len() + state.in_flight
+    }
+
+    fn flush(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.queue.lock();
+        while !state.dirty.is_empty() || state.in_flight > 0 {
+            if state.closed && self.writer.lock().map(|w| w.is_none()).unwrap_or(true) {
+                return false;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            state = self
+                .queue
+                .done
+                .wait_timeout(state, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
+    }
+}
+
+fn millis(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn from_millis(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}
+
+fn dialect_of(text: &str) -> Dialect {
+    Dialect::from_version(text).unwrap_or(Dialect::V0_3)
+}
+
+/// Loads every row into `memory`, oldest first; rows that do not parse are skipped (and
+/// logged), never fatal.
+fn load(conn: &Connection, memory: &MemoryStore) -> rusqlite::Result<usize> {
+    let mut statement = conn.prepare(
+        "SELECT id, agent, dialect, owner, created, updated, task, push FROM tasks ORDER BY created, rowid",
+    )?;
+    let mut rows = statement.query([])?;
+    let mut loaded = 0;
+    while let Some(row) = rows.next()? {
+        let id: String = row.get(0)?;
+        let task_json: String = row.get(6)?;
+        let task = match serde_json::from_str(&task_json) {
+            Ok(task) => task,
+            Err(error) => {
+                tracing::warn!(task = %id, %error, "skipping a stored task that does not parse");
+                continue;
+            }
+        };
+        let push: Option<String> = row.get(7)?;
+        let push_configs = push
+            .and_then(|p| serde_json::from_str(&p).ok())
+            .unwrap_or_default();
+        let dialect: String = row.get(2)?;
+        let record = TaskRecord {
+            task,
+            agent: row.get(1)?,
+            dialect: dialect_of(&dialect),
+            owner: row.get(3)?,
+            created: from_millis(row.get(4)?),
+            updated: from_millis(row.get(5)?),
+            push_configs,
+        };
+        memory.insert_shared(Arc::new(record));
+        loaded += 1;
+    }
+    Ok(loaded)
+}
+
+fn apply_retention(conn: &Connection, retention: Retention) -> rusqlite::Result<()> {
+    let cutoff = millis(SystemTime::now()).saturating_sub(retention.max_age.as_millis() as i64);
+    conn.execute(
+        "DELETE FROM tasks WHERE final = 1 AND updated < ?1",
+        params![cutoff],
+    )?;
+    conn.execute(
+        "DELETE FROM tasks WHERE id IN (SELECT id FROM tasks ORDER BY created DESC LIMIT -1 OFFSET ?1)",
+        params![retention.max_tasks as i64],
+    )?;
+    Ok(())
+}
+
+fn write_batch(
+    conn: &mut Connection,
+    batch: &HashMap<String, Option<Arc<TaskRecord>>>,
+) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    {
+        let mut upsert = tx.prepare_cached(
+            "INSERT INTO tasks (id, agent, dialect, owner, created, updated, final, task, push)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT(id) DO UPDATE SET agent = ?2, dialect = ?3, owner = ?4, created = ?5,
+                 updated = ?6, final = ?7, task = ?8, push = ?9",
+        )?;
+        let mut delete = tx.prepare_cached("DELETE FROM tasks WHERE id = ?1")?;
+        for (id, record) in batch {
+            match record {
+                Some(r) => {
+                    let task = serde_json::to_string(&r.task).unwrap_or_default();
+                    let push = (!r.push_configs.is_empty())
+                        .then(|| serde_json::to_string(&r.push_configs).unwrap_or_default());
+                    upsert.execute(params![
+                        id,
+                        r.agent,
+                        r.dialect.version(),
+                        r.owner,
+                        millis(r.created),
+                        millis(r.updated),
+                        is_final_state(&r.task.status.state),
+                        task,
+                        push,
+                    ])?;
+                }
+                None => {
+                    delete.execute(params![id])?;
+                }
+            }
+        }
+    }
+    tx.commit()
+}
+
+fn write_loop(mut conn: Connection, queue: &Queue, retention: Retention) {
+    let mut last_retention = Instant::now();
+    loop {
+        let batch = {
+            let mut state = queue.lock();
+            while state.dirty.is_empty() && !state.closed {
+                let left = RETENTION_EVERY.saturating_sub(last_retention.elapsed());
+                if left.is_zero() {
+                    break;
+                }
+                state = queue
+                    .wake
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            if state.dirty.is_empty() && state.closed {
+                break;
+            }
+            let batch = std::mem::take(&mut state.dirty);
+            state.in_flight = batch.len();
+            batch
+        };
+        if !batch.is_empty() {
+            // A failed batch is retried once (a transient lock or I/O error), then dropped
+            // with an error in the log: the tasks stay served from memory.
+            let written =
+                write_batch(&mut conn, &batch).or_else(|_| write_batch(&mut conn, &batch));
+            if let Err(error) = written {
+                tracing::error!(%error, tasks = batch.len(), "could not write tasks to the task store");
+            }
+        }
+        if last_retention.elapsed() >= RETENTION_EVERY {
+            last_retention = Instant::now();
+            if let Err(error) = apply_retention(&conn, retention) {
+                tracing::warn!(%error, "could not apply retention to the task store");
+            }
+        }
+        let mut state = queue.lock();
+        state.in_flight = 0;
+        drop(state);
+        queue.done.notify_all();
+    }
+    queue.done.notify_all();
+    // Keep the row count from the last retention in the log for operators.
+    let count: Option<i64> = conn
+        .query_row("SELECT count(*) FROM tasks", [], |r| r.get(0))
+        .optional()
+        .ok()
+        .flatten();
+    tracing::debug!(tasks = count, "task store closed");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mesh_core::model::{Task, TaskStatus};
+
+    fn record(id: &str, state: TaskState) -> TaskRecord {
+        TaskRecord::new(
+            Task {
+                id: id.into(),
+                context_id: "ctx".into(),
+                status: TaskStatus {
+                    state,
+                    message: None,
+                    timestamp: None,
+                },
+                artifacts: None,
+                history: None,
+                metadata: None,
+            },
+            "echo",
+            Dialect::V1_0,
+        )
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "mesh-sqlite-{name}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn survives_a_reopen_with_owner_and_push_configs() {
+        let dir = temp_dir("reopen");
+        {
+            let store = SqliteStore::open(&dir, Duration::from_secs(60), 100).unwrap();
+            let mut r = record("t1", TaskState::Working);
+            r.owner = Some("alice".into());
+            r.push_configs
+                .push(mesh_core::model::TaskPushNotificationConfig {
+                    url: "http://example.com/hook".into(),
+                    id: Some("c1".into()),
+                    task_id: "t1".into(),
+                    token: Some("tok".into()),
+                    authentication: None,
+                    tenant: None,
+                });
+            store.insert(r);
+            store.insert(record("t2", TaskState::Working));
+            store.update("t1", &mut |r| r.task.status.state = TaskState::Completed);
+            store.remove("t2");
+            assert!(store.flush(Duration::from_secs(5)));
+            assert_eq!(store.pending_writes(), 0);
+        }
+        let store = SqliteStore::open(&dir, Duration::from_secs(60), 100).unwrap();
+        assert_eq!(store.len(), 1);
+        let t1 = store.get("t1").unwrap();
+        assert_eq!(t1.task.status.state, TaskState::Completed);
+        assert_eq!(t1.owner.as_deref(), Some("alice"));
+        assert_eq!(t1.push_configs[0].token.as_deref(), Some("tok"));
+        assert_eq!(t1.dialect, Dialect::V1_0);
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_second_store_on_the_same_directory_is_refused() {
+        let dir = temp_dir("exclusive");
+        let first = SqliteStore::open(&dir, Duration::from_secs(60), 100).unwrap();
+        first.insert(record("t", TaskState::Working));
+        assert!(first.flush(Duration::from_secs(5)));
+        let second = SqliteStore::open(&dir, Duration::from_secs(60), 100);
+        let Err(StoreError::Storage(message)) = second else {
+            panic!("a second store opened");
+        };
+        assert!(message.contains("another gateway"), "{message}");
+        drop(first);
+        assert!(SqliteStore::open(&dir, Duration::from_secs(60), 100).is_ok());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn retention_by_count_applies_on_reopen() {
+        let dir = temp_dir("retention");
+        {
+            let store = SqliteStore::open(&dir, Duration::from_secs(60), 100).unwrap();
+            for i in 0..10 {
+                let mut r = record(&format!("t{i}"), TaskState::Working);
+                r.created = UNIX_EPOCH + Duration::from_secs(1_000 + i);
+                store.insert(r);
+            }
+            assert!(store.flush(Duration::from_secs(5)));
+        }
+        let store = SqliteStore::open(&dir, Duration::from_secs(60), 3).unwrap();
+        assert_eq!(store.len(), 3);
+        assert!(store.get("t9").is_some() && store.get("t0").is_none());
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
