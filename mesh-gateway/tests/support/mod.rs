@@ -129,6 +129,31 @@ impl Mesh {
         (status, value)
     }
 
+    /// GETs a path; the status and the parsed body (Null when it is not JSON).
+    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+        let response = self.http.get(self.url(path)).send().await.expect("request");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// A JSON-RPC call to `agent` with extra headers; the status and the body.
+    pub async fn call_with(
+        &self,
+        agent: &str,
+        method: &str,
+        params: Value,
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        self.post_raw(
+            &format!("/agents/{agent}"),
+            "application/json",
+            headers,
+            rpc(method, params).to_string().into_bytes(),
+        )
+        .await
+    }
+
     /// A JSON-RPC call to `agent`; the whole response.
     pub async fn call(&self, agent: &str, method: &str, params: Value) -> Value {
         let (status, body) = self
@@ -251,4 +276,96 @@ pub fn code(body: &Value) -> i64 {
     body.pointer("/error/code")
         .and_then(Value::as_i64)
         .unwrap_or_else(|| panic!("an error: {body}"))
+}
+
+/// One request a test webhook received, and what it answered.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub headers: axum::http::HeaderMap,
+    pub body: Value,
+    pub answered: u16,
+}
+
+/// A webhook receiver on 127.0.0.1:0 that answers 500 to its first `fail_first` requests
+/// and 200 afterwards; every request is reported in order.
+pub struct Hook {
+    pub url: String,
+    received: tokio::sync::mpsc::UnboundedReceiver<Received>,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+impl Hook {
+    pub async fn start(fail_first: usize) -> Hook {
+        use axum::http::StatusCode;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let (tx, received) = tokio::sync::mpsc::unbounded_channel();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(
+                move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                    let tx = tx.clone();
+                    let seen = seen.clone();
+                    async move {
+                        let n = seen.fetch_add(1, Ordering::SeqCst);
+                        let status = if n < fail_first {
+                            StatusCode::INTERNAL_SERVER_ERROR
+                        } else {
+                            StatusCode::OK
+                        };
+                        let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                        let _ = tx.send(Received {
+                            headers,
+                            body,
+                            answered: status.as_u16(),
+                        });
+                        status
+                    }
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Hook {
+            url,
+            received,
+            _server: server,
+        }
+    }
+
+    /// The next request the webhook received (bounded wait).
+    pub async fn next(&mut self) -> Received {
+        tokio::time::timeout(WAIT, self.received.recv())
+            .await
+            .expect("a webhook request in time")
+            .expect("the receiver runs")
+    }
+
+    /// Requests until (and including) the first accepted one whose task is in `state`.
+    pub async fn until_accepted(&mut self, state: &str) -> Vec<Received> {
+        let mut all = Vec::new();
+        loop {
+            let r = self.next().await;
+            let done = r.answered == 200 && task_state(&r.body) == state;
+            all.push(r);
+            if done {
+                return all;
+            }
+        }
+    }
+}
+
+/// A task's state in any dialect (`completed`, `TASK_STATE_COMPLETED` → `completed`).
+pub fn task_state(task: &Value) -> String {
+    let state = task
+        .pointer("/status/state")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    state
+        .strip_prefix("TASK_STATE_")
+        .map(|s| s.to_ascii_lowercase().replace('_', "-"))
+        .unwrap_or_else(|| state.to_owned())
 }
