@@ -1,0 +1,153 @@
+//! The durable task store through the gateway: tasks made in every dialect survive a
+//! restart of the gateway on the same data directory (get, list, push configs), and a task
+//! waiting for input resumes after it.
+
+mod support;
+
+use mesh_agent::AgentConfig;
+use mesh_core::bus::Bus;
+use mesh_gateway::{Gateway, GatewayConfig, RunningGateway};
+use mesh_testkit::{TestBroker, fresh_namespace};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use support::*;
+
+fn temp_dir() -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "mesh-gateway-store-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ))
+}
+
+async fn gateway(broker: &TestBroker, namespace: &str, dir: &Path) -> RunningGateway {
+    let config = GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        namespace: namespace.into(),
+        gateway_id: format!("gw-{}", uuid::Uuid::new_v4().simple()),
+        task_timeout: Duration::from_secs(10),
+        shutdown_grace: Duration::from_secs(2),
+        data_dir: Some(dir.to_owned()),
+        allow_private_webhooks: true,
+        ..GatewayConfig::default()
+    };
+    let bus = Bus::connect(bus_config(broker)).await.unwrap();
+    Gateway::start(config, bus).await.unwrap()
+}
+
+async fn call(http: &reqwest::Client, gw: &RunningGateway, agent: &str, body: Value) -> Value {
+    let response = http
+        .post(format!("http://{}/agents/{agent}", gw.local_addr()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.json().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_survive_a_restart_on_the_same_data_dir() {
+    let broker = TestBroker::from_env().await;
+    let namespace = fresh_namespace();
+    let dir = temp_dir();
+    let agent_config = AgentConfig {
+        namespace: namespace.clone(),
+        heartbeat: Duration::from_secs(1),
+        shutdown_grace: Duration::from_millis(300),
+        ..AgentConfig::default()
+    };
+    let echo = mesh_examples::echo::agent()
+        .config(agent_config.clone())
+        .start(bus_config(&broker))
+        .await
+        .unwrap();
+    let booker = mesh_examples::flight_booker::agent()
+        .config(agent_config)
+        .start(bus_config(&broker))
+        .await
+        .unwrap();
+    let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
+
+    let first = gateway(&broker, &namespace, &dir).await;
+    for name in ["echo", "flight-booker"] {
+        assert!(first.registry().wait_online(name, WAIT).await);
+    }
+    let mut ids = Vec::new();
+    for (method, params) in [
+        ("message/send", msg03("one")),
+        ("SendMessage", msg10("two")),
+        ("tasks/send", msg01("v01-task", "three")),
+    ] {
+        let body = call(&http, &first, "echo", rpc(method, params)).await;
+        let task = result(&body);
+        let task = task.get("task").unwrap_or(task);
+        ids.push(task["id"].as_str().unwrap().to_owned());
+    }
+    let hook = json!({"taskId": ids[0], "pushNotificationConfig": {"url": "http://127.0.0.1:9/hook", "token": "kept"}});
+    let set = call(
+        &http,
+        &first,
+        "echo",
+        rpc("tasks/pushNotificationConfig/set", hook),
+    )
+    .await;
+    assert!(set.get("result").is_some(), "{set}");
+    let body = call(
+        &http,
+        &first,
+        "flight-booker",
+        rpc("message/send", msg03("I'd like to book a flight")),
+    )
+    .await;
+    assert_eq!(task_state(result(&body)), "input-required");
+    let booking = result(&body)["id"].as_str().unwrap().to_owned();
+    first.shutdown().await;
+
+    let second = gateway(&broker, &namespace, &dir).await;
+    for name in ["echo", "flight-booker"] {
+        assert!(second.registry().wait_online(name, WAIT).await);
+    }
+    assert_eq!(second.store().len(), 4);
+    for (id, method) in [
+        (&ids[0], "tasks/get"),
+        (&ids[1], "GetTask"),
+        (&ids[2], "tasks/get"),
+    ] {
+        let got = call(&http, &second, "echo", rpc(method, json!({"id": id}))).await;
+        let task = result(&got);
+        assert_eq!(task_state(task), "completed", "{got}");
+        assert!(task.pointer("/artifacts/0/parts/0").is_some(), "{got}");
+    }
+    // Answered in the dialect that created it: 0.1 has no "kind".
+    let got = call(
+        &http,
+        &second,
+        "echo",
+        rpc("tasks/get", json!({"id": "v01-task"})),
+    )
+    .await;
+    assert!(result(&got).get("kind").is_none(), "{got}");
+    assert_eq!(result(&got)["sessionId"], "session-1", "{got}");
+    let got = call(
+        &http,
+        &second,
+        "echo",
+        rpc("tasks/pushNotificationConfig/get", json!({"id": ids[0]})),
+    )
+    .await;
+    assert_eq!(result(&got)["pushNotificationConfig"]["token"], "kept");
+    let listed = call(&http, &second, "echo", rpc("tasks/list", json!({}))).await;
+    assert_eq!(result(&listed)["totalSize"], 3);
+
+    // The waiting booking resumes through the restarted gateway.
+    let mut follow = msg03("From JFK to LHR on 2026-10-10");
+    follow["message"]["taskId"] = json!(booking);
+    let body = call(&http, &second, "flight-booker", rpc("message/send", follow)).await;
+    assert_eq!(task_state(result(&body)), "completed", "{body}");
+    second.shutdown().await;
+    echo.shutdown().await;
+    booker.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
