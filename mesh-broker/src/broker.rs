@@ -22,8 +22,9 @@ use crate::{BrokerConfig, BrokerError};
 /// authentication: bind it to loopback unless the network is trusted).
 ///
 /// Several brokers can run in one process at once, each with its own sessions and
-/// retained messages. Dropping a `Broker` without calling [`Broker::stop`] leaves it
-/// running until the Tokio runtime shuts down.
+/// retained messages. Dropping a `Broker` without calling [`Broker::stop`] closes
+/// its listening socket but leaves connected clients served until they go or the
+/// Tokio runtime shuts down.
 pub struct Broker {
     local_addr: SocketAddr,
     scx: ServerContext,
@@ -135,13 +136,14 @@ impl Broker {
     /// Stops the broker: closes the listening socket, then disconnects every client
     /// and drops its session. The port is free again when this returns.
     ///
-    /// Clients are disconnected as by an administrator: no will is published for
-    /// them. A connection accepted but still before its CONNECT packet is closed at
-    /// the latest when its handshake timeout runs out.
-    pub async fn stop(self) {
+    /// Clients are disconnected as if their connections dropped, so their wills are
+    /// published (to the clients not yet disconnected). A connection accepted but
+    /// still before its CONNECT packet is closed at the latest when its handshake
+    /// timeout runs out.
+    pub async fn stop(mut self) {
         self.server.abort();
         // Waiting for the aborted task drops the listener, freeing the port.
-        let _ = self.server.await;
+        let _ = (&mut self.server).await;
 
         let ids: Vec<Id> = self
             .scx
@@ -162,6 +164,13 @@ impl Broker {
         }
         while kicks.join_next().await.is_some() {}
         tracing::info!(addr = %self.local_addr, "MQTT broker stopped");
+    }
+}
+
+impl Drop for Broker {
+    /// Stops listening (if [`Broker::stop`] has not already).
+    fn drop(&mut self) {
+        self.server.abort();
     }
 }
 

@@ -462,3 +462,17 @@ async fn invalid_config_is_refused() {
         Err(BrokerError::Config(_))
     ));
 }
+
+/// Dropping a broker without stop closes its listening socket.
+#[tokio::test]
+async fn dropping_a_broker_stops_listening() {
+    let broker = broker().await;
+    let addr = broker.local_addr();
+    drop(broker);
+    within("the port to close", async {
+        while tokio::net::TcpStream::connect(addr).await.is_ok() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
