@@ -60,6 +60,11 @@ impl Broker {
         let addr = config.addr;
         let max_inflight = NonZeroU16::new(config.max_inflight)
             .ok_or_else(|| BrokerError::Config("max_inflight must be at least 1".into()))?;
+        if config.max_concurrent_handshakes == 0 {
+            return Err(BrokerError::Config(
+                "max_concurrent_handshakes must be at least 1".into(),
+            ));
+        }
         if config.max_connections == 0 {
             return Err(BrokerError::Config(
                 "max_connections must be at least 1".into(),
@@ -76,6 +81,10 @@ impl Broker {
             // linger in TIME_WAIT; a port someone still listens on stays refused.
             .reuseaddr(Some(true))
             .max_connections(config.max_connections)
+            // rmqtt never frees the task queue that processes CONNECT packets (its
+            // runner holds a sender to itself), about 0.65 kB per worker: a few
+            // workers keep what a stopped broker leaks small.
+            .max_handshaking_limit(config.max_concurrent_handshakes)
             .max_packet_size(config.max_packet_size)
             .max_inflight(max_inflight)
             .max_mqueue_len(config.max_queued_messages)

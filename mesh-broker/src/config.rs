@@ -25,6 +25,10 @@ pub struct BrokerConfig {
     pub max_packet_size: u32,
     /// The most client connections open at once (default 10,000).
     pub max_connections: usize,
+    /// The most CONNECT packets processed at once (default 32); more wait their
+    /// turn. Only the processing of a received CONNECT takes a slot, not waiting for
+    /// it.
+    pub max_concurrent_handshakes: usize,
     /// The most QoS 1/2 messages in flight to one client, awaiting acknowledgement
     /// (default 64; MQTT allows at most 65,535).
     pub max_inflight: u16,
@@ -49,6 +53,7 @@ impl BrokerConfig {
             addr,
             max_packet_size: 4 * 1024 * 1024,
             max_connections: 10_000,
+            max_concurrent_handshakes: 32,
             max_inflight: 64,
             max_queued_messages: 100_000,
             max_retained_messages: 100_000,
