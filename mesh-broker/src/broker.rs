@@ -80,6 +80,8 @@ impl Broker {
             // Lets a restarted broker bind while connections of the previous one
             // linger in TIME_WAIT; a port someone still listens on stays refused.
             .reuseaddr(Some(true))
+            // Bounds the CONNECTs waiting to be processed; the connection limit
+            // itself is the context's session limit below.
             .max_connections(config.max_connections)
             // rmqtt never frees the task queue that processes CONNECT packets (its
             // runner holds a sender to itself), about 0.65 kB per worker: a few
@@ -100,7 +102,7 @@ impl Broker {
         // for local use and tests has no need of it.
         let scx = ServerContext::new()
             .busy_check_enable(false)
-            .mqtt_max_sessions(0)
+            .mqtt_max_sessions(isize::try_from(config.max_connections).unwrap_or(isize::MAX))
             .build()
             .await;
         *scx.extends.retain_mut().await =

@@ -14,16 +14,20 @@ use std::time::Duration;
 /// let mut config = BrokerConfig::new("127.0.0.1:0".parse().unwrap());
 /// config.max_connections = 100;
 /// assert_eq!(config.addr.port(), 0);
+///
+/// let other = BrokerConfig { max_packet_size: 64 * 1024, ..config.clone() };
+/// assert_eq!(other.max_connections, 100);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub struct BrokerConfig {
     /// The TCP address to listen on. Port 0 asks the OS for a free port; the port
     /// really bound is then given by [`Broker::local_addr`](crate::Broker::local_addr).
     pub addr: SocketAddr,
     /// The largest MQTT packet, in bytes, a client may send (default 4 MiB).
     pub max_packet_size: u32,
-    /// The most client connections open at once (default 10,000).
+    /// The most clients at once (default 10,000): counted as sessions held, so a
+    /// session kept for a client gone with `clean_session = false` counts too. A
+    /// client past the limit is refused with CONNACK "server unavailable".
     pub max_connections: usize,
     /// The most CONNECT packets processed at once (default 32); more wait their
     /// turn. Only the processing of a received CONNECT takes a slot, not waiting for
