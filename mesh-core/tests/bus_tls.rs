@@ -33,10 +33,9 @@ async fn a_broker_whose_certificate_is_not_trusted_is_refused() {
     // The system roots do not include the test CA.
     let mut config = BusConfig::new(&broker.url()).unwrap();
     config.connect_timeout = Duration::from_secs(5);
-    let error = Bus::connect(config)
-        .await
-        .err()
-        .expect("an untrusted certificate is refused");
+    let Err(error) = Bus::connect(config).await else {
+        panic!("an untrusted certificate is refused");
+    };
     assert!(
         matches!(
             error,

@@ -388,34 +388,6 @@ fn free_port() -> io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn namespaces_are_unique_safe_segments() {
-        let a = fresh_namespace();
-        let b = fresh_namespace();
-        assert_ne!(a, b);
-        assert!(a.starts_with('t') && a.len() == 33);
-        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
-    }
-
-    #[tokio::test]
-    async fn mosquitto_starts_stops_and_restarts_on_the_same_port() {
-        let mut broker = TestBroker::mosquitto().await;
-        let port = broker.port();
-        assert_eq!(broker.url(), format!("mqtt://127.0.0.1:{port}"));
-        assert!(tokio::net::TcpStream::connect(broker.addr()).await.is_ok());
-        broker.stop().await;
-        assert!(!broker.is_running());
-        assert!(tokio::net::TcpStream::connect(broker.addr()).await.is_err());
-        broker.restart().await;
-        assert_eq!(broker.port(), port);
-        assert!(tokio::net::TcpStream::connect(broker.addr()).await.is_ok());
-    }
-}
-
 /// Runs one scenario twice, as two tests: against a Mosquitto process and against the embedded
 /// broker. The scenario is an `async fn name(broker: TestBroker)` next to the macro call;
 /// the tests are `name::mosquitto` and `name::embedded`.
@@ -515,4 +487,32 @@ fn make_certificates(dir: &std::path::Path) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_are_unique_safe_segments() {
+        let a = fresh_namespace();
+        let b = fresh_namespace();
+        assert_ne!(a, b);
+        assert!(a.starts_with('t') && a.len() == 33);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
+    }
+
+    #[tokio::test]
+    async fn mosquitto_starts_stops_and_restarts_on_the_same_port() {
+        let mut broker = TestBroker::mosquitto().await;
+        let port = broker.port();
+        assert_eq!(broker.url(), format!("mqtt://127.0.0.1:{port}"));
+        assert!(tokio::net::TcpStream::connect(broker.addr()).await.is_ok());
+        broker.stop().await;
+        assert!(!broker.is_running());
+        assert!(tokio::net::TcpStream::connect(broker.addr()).await.is_err());
+        broker.restart().await;
+        assert_eq!(broker.port(), port);
+        assert!(tokio::net::TcpStream::connect(broker.addr()).await.is_ok());
+    }
 }
