@@ -9,7 +9,7 @@
 
 use mesh_core::dialect::Method;
 use mesh_core::error::A2aError;
-use mesh_core::model::{Message, Role, SendMessageRequest, Task};
+use mesh_core::model::{Message, Role, Task, send_params};
 use mesh_core::registry::Registry;
 use mesh_core::requester::{Delivery, ReplyStream, Requester, SendError, SendOptions};
 use mesh_core::rpc::Reply;
@@ -132,12 +132,7 @@ impl Peers {
             .requester
             .send(
                 agent,
-                SendMessageRequest {
-                    message,
-                    configuration: None,
-                    metadata: None,
-                    tenant: None,
-                },
+                send_params(message),
                 SendOptions {
                     method,
                     task_id: task_id.clone(),

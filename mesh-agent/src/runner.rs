@@ -16,7 +16,7 @@ use mesh_core::dialect::{Dialect, Method};
 use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
 use mesh_core::meta::MeshMeta;
-use mesh_core::model::{Message, SendMessageRequest, Task, TaskState, TaskStatus};
+use mesh_core::model::{Message, SendMessageRequest, Task, TaskState, TaskStatus, state_name};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -351,20 +351,6 @@ fn empty_task() -> Task {
         artifacts: None,
         history: None,
         metadata: None,
-    }
-}
-
-fn state_name(state: &TaskState) -> &'static str {
-    match state {
-        TaskState::Completed => "completed",
-        TaskState::Failed => "failed",
-        TaskState::Canceled => "canceled",
-        TaskState::Rejected => "rejected",
-        TaskState::InputRequired => "input-required",
-        TaskState::AuthRequired => "auth-required",
-        TaskState::Working => "working",
-        TaskState::Submitted => "submitted",
-        TaskState::Unspecified => "unspecified",
     }
 }
 

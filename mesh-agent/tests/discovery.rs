@@ -76,8 +76,8 @@ async fn a_changed_card_reaches_the_registry(broker: TestBroker) {
     echo.shutdown().await;
 }
 
-/// An instance that announced itself and then fell silent (a hung process whose connection
-/// lingers) expires after three heartbeats.
+// An instance that announced itself and then fell silent (a hung process whose connection
+// lingers) expires after three heartbeats.
 mesh_testkit::both_brokers!(an_instance_whose_heartbeat_stops_expires);
 async fn an_instance_whose_heartbeat_stops_expires(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;

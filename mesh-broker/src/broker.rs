@@ -22,8 +22,9 @@ use crate::{BrokerConfig, BrokerError};
 /// authentication: bind it to loopback unless the network is trusted).
 ///
 /// Several brokers can run in one process at once, each with its own sessions and
-/// retained messages. Dropping a `Broker` without calling [`Broker::stop`] leaves it
-/// running until the Tokio runtime shuts down.
+/// retained messages. Dropping a `Broker` without calling [`Broker::stop`] closes
+/// its listening socket but leaves connected clients served until they go or the
+/// Tokio runtime shuts down.
 pub struct Broker {
     local_addr: SocketAddr,
     scx: ServerContext,
@@ -59,6 +60,11 @@ impl Broker {
         let addr = config.addr;
         let max_inflight = NonZeroU16::new(config.max_inflight)
             .ok_or_else(|| BrokerError::Config("max_inflight must be at least 1".into()))?;
+        if config.max_concurrent_handshakes == 0 {
+            return Err(BrokerError::Config(
+                "max_concurrent_handshakes must be at least 1".into(),
+            ));
+        }
         if config.max_connections == 0 {
             return Err(BrokerError::Config(
                 "max_connections must be at least 1".into(),
@@ -74,7 +80,13 @@ impl Broker {
             // Lets a restarted broker bind while connections of the previous one
             // linger in TIME_WAIT; a port someone still listens on stays refused.
             .reuseaddr(Some(true))
+            // Bounds the CONNECTs waiting to be processed; the connection limit
+            // itself is the context's session limit below.
             .max_connections(config.max_connections)
+            // rmqtt never frees the task queue that processes CONNECT packets (its
+            // runner holds a sender to itself), about 0.65 kB per worker: a few
+            // workers keep what a stopped broker leaks small.
+            .max_handshaking_limit(config.max_concurrent_handshakes)
             .max_packet_size(config.max_packet_size)
             .max_inflight(max_inflight)
             .max_mqueue_len(config.max_queued_messages)
@@ -90,7 +102,7 @@ impl Broker {
         // for local use and tests has no need of it.
         let scx = ServerContext::new()
             .busy_check_enable(false)
-            .mqtt_max_sessions(0)
+            .mqtt_max_sessions(isize::try_from(config.max_connections).unwrap_or(isize::MAX))
             .build()
             .await;
         *scx.extends.retain_mut().await =
@@ -135,13 +147,14 @@ impl Broker {
     /// Stops the broker: closes the listening socket, then disconnects every client
     /// and drops its session. The port is free again when this returns.
     ///
-    /// Clients are disconnected as by an administrator: no will is published for
-    /// them. A connection accepted but still before its CONNECT packet is closed at
-    /// the latest when its handshake timeout runs out.
-    pub async fn stop(self) {
+    /// Clients are disconnected as if their connections dropped, so their wills are
+    /// published (to the clients not yet disconnected). A connection accepted but
+    /// still before its CONNECT packet is closed at the latest when its handshake
+    /// timeout runs out.
+    pub async fn stop(mut self) {
         self.server.abort();
         // Waiting for the aborted task drops the listener, freeing the port.
-        let _ = self.server.await;
+        let _ = (&mut self.server).await;
 
         let ids: Vec<Id> = self
             .scx
@@ -162,6 +175,13 @@ impl Broker {
         }
         while kicks.join_next().await.is_some() {}
         tracing::info!(addr = %self.local_addr, "MQTT broker stopped");
+    }
+}
+
+impl Drop for Broker {
+    /// Stops listening (if [`Broker::stop`] has not already).
+    fn drop(&mut self) {
+        self.server.abort();
     }
 }
 

@@ -14,17 +14,25 @@ use std::time::Duration;
 /// let mut config = BrokerConfig::new("127.0.0.1:0".parse().unwrap());
 /// config.max_connections = 100;
 /// assert_eq!(config.addr.port(), 0);
+///
+/// let other = BrokerConfig { max_packet_size: 64 * 1024, ..config.clone() };
+/// assert_eq!(other.max_connections, 100);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
 pub struct BrokerConfig {
     /// The TCP address to listen on. Port 0 asks the OS for a free port; the port
     /// really bound is then given by [`Broker::local_addr`](crate::Broker::local_addr).
     pub addr: SocketAddr,
     /// The largest MQTT packet, in bytes, a client may send (default 4 MiB).
     pub max_packet_size: u32,
-    /// The most client connections open at once (default 10,000).
+    /// The most clients at once (default 10,000): counted as sessions held, so a
+    /// session kept for a client gone with `clean_session = false` counts too. A
+    /// client past the limit is refused with CONNACK "server unavailable".
     pub max_connections: usize,
+    /// The most CONNECT packets processed at once (default 32); more wait their
+    /// turn. Only the processing of a received CONNECT takes a slot, not waiting for
+    /// it.
+    pub max_concurrent_handshakes: usize,
     /// The most QoS 1/2 messages in flight to one client, awaiting acknowledgement
     /// (default 64; MQTT allows at most 65,535).
     pub max_inflight: u16,
@@ -49,6 +57,7 @@ impl BrokerConfig {
             addr,
             max_packet_size: 4 * 1024 * 1024,
             max_connections: 10_000,
+            max_concurrent_handshakes: 32,
             max_inflight: 64,
             max_queued_messages: 100_000,
             max_retained_messages: 100_000,

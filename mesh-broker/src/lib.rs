@@ -27,6 +27,21 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! ## Behaviour worth knowing (from rmqtt 0.24)
+//!
+//! - After a client's DISCONNECT the broker discards its will but leaves closing the
+//!   socket to the client (rumqttc: stop polling and drop the event loop).
+//! - A client reconnecting with the same client id while the broker still processes
+//!   its previous connection may be refused once with CONNACK "server unavailable";
+//!   retrying succeeds.
+//! - Retained messages are sent just after the SUBACK: a retained message published
+//!   in that instant can reach the new subscriber twice (live, then as retained).
+//! - [`Broker::stop`] frees the port and every session, but rmqtt keeps one idle
+//!   task per stopped broker (about 40 kB with the default
+//!   [`BrokerConfig::max_concurrent_handshakes`]) until the Tokio runtime ends.
+
+#![warn(missing_docs)]
 
 mod broker;
 mod config;

@@ -452,6 +452,32 @@ async fn bad_input_does_not_hurt_the_broker() {
     broker.stop().await;
 }
 
+/// Clients past `max_connections` are refused; a freed slot can be taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_limit_is_enforced() {
+    let mut config = BrokerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+    config.max_connections = 2;
+    let broker = Broker::start_with(config).await.expect("start");
+    let addr = broker.local_addr();
+
+    let first = connect(addr, "first").await;
+    let _second = connect(addr, "second").await;
+    common::wait_until("two connections", || broker.connection_count() == 2).await;
+    let (client, eventloop) = rumqttc::AsyncClient::new(common::options(addr, "third"), 8);
+    let mut third = common::drive(client, eventloop);
+    match within("CONNACK", third.incoming.recv()).await {
+        Some(Err(rumqttc::ConnectionError::ConnectionRefused(code))) => {
+            assert_eq!(code, rumqttc::ConnectReturnCode::ServiceUnavailable)
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+
+    first.driver.abort();
+    common::wait_sessions(&broker, 1).await;
+    connect(addr, "fourth").await;
+    broker.stop().await;
+}
+
 /// An invalid configuration is refused before anything is bound.
 #[tokio::test]
 async fn invalid_config_is_refused() {
@@ -461,4 +487,18 @@ async fn invalid_config_is_refused() {
         Broker::start_with(config).await,
         Err(BrokerError::Config(_))
     ));
+}
+
+/// Dropping a broker without stop closes its listening socket.
+#[tokio::test]
+async fn dropping_a_broker_stops_listening() {
+    let broker = broker().await;
+    let addr = broker.local_addr();
+    drop(broker);
+    within("the port to close", async {
+        while tokio::net::TcpStream::connect(addr).await.is_ok() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
 }

@@ -12,7 +12,9 @@ use mesh_core::bus::Bus;
 use mesh_core::codec;
 use mesh_core::dialect::{Dialect, Method};
 use mesh_core::jsonrpc::JsonRpcId;
-use mesh_core::model::{Message, Part, PartContent, Role, SendMessageRequest, Task, TaskState};
+use mesh_core::model::{
+    Message, Part, PartContent, Role, Task, TaskState, send_params, state_name,
+};
 use mesh_core::registry::Registry;
 use mesh_core::requester::{Requester, RequesterKind, SendOptions, strip_reply_meta};
 use mesh_core::rpc::{Call, Reply, Request};
@@ -195,12 +197,7 @@ async fn send_over_bus(
     let mut replies = requester
         .send(
             agent,
-            SendMessageRequest {
-                message,
-                configuration: None,
-                metadata: None,
-                tenant: None,
-            },
+            send_params(message),
             SendOptions {
                 method: if stream {
                     Method::SendStreamingMessage
@@ -361,12 +358,7 @@ impl Gateway {
             },
             dialect: Dialect::V0_3,
             shared_method: false,
-            call: Call::Send(SendMessageRequest {
-                message,
-                configuration: None,
-                metadata: None,
-                tenant: None,
-            }),
+            call: Call::Send(send_params(message)),
         };
         let response = self
             .http
@@ -582,19 +574,5 @@ fn part_text(part: &Part) -> String {
             "[file {} at {url}]",
             part.filename.as_deref().unwrap_or("unnamed")
         ),
-    }
-}
-
-fn state_name(state: &TaskState) -> &'static str {
-    match state {
-        TaskState::Submitted => "submitted",
-        TaskState::Working => "working",
-        TaskState::Completed => "completed",
-        TaskState::Failed => "failed",
-        TaskState::Canceled => "canceled",
-        TaskState::Rejected => "rejected",
-        TaskState::InputRequired => "input-required",
-        TaskState::AuthRequired => "auth-required",
-        TaskState::Unspecified => "unknown",
     }
 }

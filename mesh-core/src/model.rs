@@ -30,6 +30,32 @@ pub type Metadata = std::collections::HashMap<String, serde_json::Value>;
 /// use it in `params.metadata` for bus routing; the codecs carry that verbatim.
 pub const MESH_KEY: &str = "_mesh";
 
+/// A state's name as people and the 0.x dialects spell it: `input-required`, `completed`, …
+/// (`unknown` for unspecified).
+pub fn state_name(state: &TaskState) -> &'static str {
+    match state {
+        TaskState::Unspecified => "unknown",
+        TaskState::Submitted => "submitted",
+        TaskState::Working => "working",
+        TaskState::Completed => "completed",
+        TaskState::Failed => "failed",
+        TaskState::Canceled => "canceled",
+        TaskState::InputRequired => "input-required",
+        TaskState::Rejected => "rejected",
+        TaskState::AuthRequired => "auth-required",
+    }
+}
+
+/// The params of a send with only a message (no configuration, metadata or tenant).
+pub fn send_params(message: Message) -> SendMessageRequest {
+    SendMessageRequest {
+        message,
+        configuration: None,
+        metadata: None,
+        tenant: None,
+    }
+}
+
 /// Whether a status update ends its stream, as 0.1/0.3 `final` expresses it: terminal
 /// states and the interrupted states (input-required, auth-required).
 pub fn is_final_state(state: &TaskState) -> bool {

@@ -122,7 +122,34 @@ impl TestBroker {
 
     /// The broker's URL: `mqtt://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
-        format!("mqtt://127.0.0.1:{}", self.port())
+        match &self.kind {
+            Kind::Mosquitto(m) if m.tls => format!("mqtts://localhost:{}", self.port()),
+            _ => format!("mqtt://127.0.0.1:{}", self.port()),
+        }
+    }
+
+    /// Starts a Mosquitto process whose listener speaks TLS only, with a server certificate
+    /// for `localhost` and `127.0.0.1` signed by a throwaway CA ([`TestBroker::ca_file`]).
+    /// [`TestBroker::url`] is then `mqtts://localhost:<port>`. Needs the `openssl` command.
+    ///
+    /// # Panics
+    ///
+    /// If Mosquitto or openssl is missing or does not start.
+    pub async fn mosquitto_tls() -> TestBroker {
+        match Mosquitto::start_with(true).await {
+            Ok(m) => TestBroker {
+                kind: Kind::Mosquitto(m),
+            },
+            Err(e) => panic!("mesh-testkit: cannot start a TLS Mosquitto test broker: {e}"),
+        }
+    }
+
+    /// The PEM file of the CA that signed a TLS broker's certificate.
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        match &self.kind {
+            Kind::Mosquitto(m) if m.tls => Some(m.dir.join("ca.pem")),
+            _ => None,
+        }
     }
 
     /// The port the broker listens on (the same across [`TestBroker::restart`]).
@@ -198,10 +225,16 @@ struct Mosquitto {
     dir: PathBuf,
     port: u16,
     child: Option<Child>,
+    /// TLS on the listener: the server certificate and key in `dir`, signed by `ca.pem`.
+    tls: bool,
 }
 
 impl Mosquitto {
     async fn start() -> io::Result<Mosquitto> {
+        Self::start_with(false).await
+    }
+
+    async fn start_with(tls: bool) -> io::Result<Mosquitto> {
         let binary = mosquitto_binary().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
@@ -217,11 +250,15 @@ impl Mosquitto {
         // try a few.
         for _ in 0..5 {
             let port = free_port()?;
+            if tls {
+                make_certificates(&dir)?;
+            }
             let mut m = Mosquitto {
                 binary: binary.clone(),
                 dir: dir.clone(),
                 port,
                 child: None,
+                tls,
             };
             match m.spawn_and_wait().await {
                 Ok(()) => return Ok(m),
@@ -260,6 +297,14 @@ impl Mosquitto {
              log_type notice\n",
             port = self.port
         );
+        let config = if self.tls {
+            format!(
+                "{config}cafile {dir}/ca.pem\ncertfile {dir}/server.pem\nkeyfile {dir}/server.key\n",
+                dir = self.dir.display()
+            )
+        } else {
+            config
+        };
         std::fs::write(self.config_path(), config)
     }
 
@@ -343,6 +388,107 @@ fn free_port() -> io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
+/// Runs one scenario twice, as two tests: against a Mosquitto process and against the embedded
+/// broker. The scenario is an `async fn name(broker: TestBroker)` next to the macro call;
+/// the tests are `name::mosquitto` and `name::embedded`.
+#[macro_export]
+macro_rules! both_brokers {
+    ($scenario:ident) => {
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mosquitto() {
+                super::$scenario($crate::TestBroker::mosquitto().await).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                super::$scenario($crate::TestBroker::embedded().await).await
+            }
+        }
+    };
+}
+
+/// A throwaway CA and a server certificate for `localhost` / `127.0.0.1` in `dir`, made with
+/// the `openssl` command, readable by a broker that drops its privileges.
+fn make_certificates(dir: &std::path::Path) -> io::Result<()> {
+    let run = |args: &[&str]| -> io::Result<()> {
+        let status = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| io::Error::new(e.kind(), format!("openssl: {e} (install openssl)")))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!("openssl {args:?} failed")))
+        }
+    };
+    let days = ["-days", "2"];
+    run(&[
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-subj",
+            "/CN=mesh-testkit-ca",
+        ][..],
+        &days[..],
+    ]
+    .concat())?;
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ])?;
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )?;
+    run(&[
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-extfile",
+            "ext.cnf",
+        ][..],
+        &days[..],
+    ]
+    .concat())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        for file in ["ca.pem", "server.pem", "server.key"] {
+            std::fs::set_permissions(dir.join(file), std::fs::Permissions::from_mode(0o644))?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,24 +515,4 @@ mod tests {
         assert_eq!(broker.port(), port);
         assert!(tokio::net::TcpStream::connect(broker.addr()).await.is_ok());
     }
-}
-
-/// Runs one scenario twice, as two tests: against a Mosquitto process and against the embedded
-/// broker. The scenario is an `async fn name(broker: TestBroker)` next to the macro call;
-/// the tests are `name::mosquitto` and `name::embedded`.
-#[macro_export]
-macro_rules! both_brokers {
-    ($scenario:ident) => {
-        mod $scenario {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mosquitto() {
-                super::$scenario($crate::TestBroker::mosquitto().await).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded() {
-                super::$scenario($crate::TestBroker::embedded().await).await
-            }
-        }
-    };
 }

@@ -6,7 +6,7 @@
 use mesh_agent::{Agent, AgentConfig, RunningAgent};
 use mesh_core::bus::{Bus, BusConfig};
 use mesh_core::dialect::Method;
-use mesh_core::model::{Message, Part, Role, SendMessageRequest, Task};
+use mesh_core::model::{Message, Part, Role, Task, send_params};
 use mesh_core::registry::Registry;
 use mesh_core::requester::{Delivery, ReplyStream, Requester, RequesterKind, SendOptions};
 use mesh_core::topic::Topics;
@@ -99,12 +99,7 @@ impl Mesh {
             .requester
             .send(
                 agent,
-                SendMessageRequest {
-                    message,
-                    configuration: None,
-                    metadata: None,
-                    tenant: None,
-                },
+                send_params(message),
                 SendOptions {
                     method,
                     task_id: task_id.clone(),

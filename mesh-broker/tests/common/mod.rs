@@ -32,14 +32,20 @@ pub async fn broker() -> Broker {
         .expect("broker starts on an ephemeral port")
 }
 
-/// Waits until `broker` holds exactly `n` sessions (polling its counter).
-pub async fn wait_sessions(broker: &Broker, n: usize) {
-    within("the session count", async {
-        while broker.session_count() != n {
+/// Waits until `condition` holds, checking it every 2 ms (for broker state that no
+/// MQTT event announces).
+pub async fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    within(what, async {
+        while !condition() {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     })
     .await
+}
+
+/// Waits until `broker` holds exactly `n` sessions.
+pub async fn wait_sessions(broker: &Broker, n: usize) {
+    wait_until("the session count", || broker.session_count() == n).await
 }
 
 /// A connected MQTT client whose incoming packets arrive on `incoming`.
@@ -76,7 +82,7 @@ pub async fn connect_with_will(addr: SocketAddr, id: &str, will: LastWill) -> Pe
 /// Connects a client with `options` and waits for its CONNACK.
 pub async fn connect_with(options: MqttOptions) -> Peer {
     let (client, eventloop) = AsyncClient::new(options, 64);
-    let mut peer = spawn_driver(client, eventloop);
+    let mut peer = drive(client, eventloop);
     let first = within("CONNACK", peer.incoming.recv()).await;
     match first {
         Some(Ok(Packet::ConnAck(_))) => peer,
@@ -84,7 +90,8 @@ pub async fn connect_with(options: MqttOptions) -> Peer {
     }
 }
 
-fn spawn_driver(client: AsyncClient, mut eventloop: EventLoop) -> Peer {
+/// Drives a client's event loop (with `TCP_NODELAY`) without waiting for anything.
+pub fn drive(client: AsyncClient, mut eventloop: EventLoop) -> Peer {
     let mut network = NetworkOptions::new();
     network.set_tcp_nodelay(true);
     eventloop.set_network_options(network);

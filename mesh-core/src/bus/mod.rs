@@ -28,7 +28,11 @@
 //!   not say which subscription a message came through, so routing is by topic: a topic that
 //!   matches both a shared and a plain subscription of the same connection reaches both, and
 //!   re-subscribing (a new subscription to a filter, or after a reconnect) makes the broker
-//!   send retained messages again (they carry `retain = true`).
+//!   send retained messages again (they carry `retain = true`). When two subscriptions of one
+//!   connection overlap, a broker may send a message once per matching subscription (MQTT
+//!   3.1.1, section 3.3.5: the embedded broker does, Mosquitto does not), and each of them
+//!   then gets every copy: the mesh's own components never overlap their filters on one
+//!   connection, and every receiver of the protocol de-duplicates (docs/protocol.md).
 //! - **Backpressure.** Each subscription buffers [`BusConfig::subscription_capacity`]
 //!   messages. When one is full, the dispatcher waits for room: the bus stops reading from
 //!   the socket and the broker holds the rest (bounded memory, no silent loss). A consumer

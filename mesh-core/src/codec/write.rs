@@ -62,18 +62,7 @@ pub(crate) fn state(s: &TaskState, d: Dialect) -> Value {
     if d == Dialect::V1_0 {
         return ser(s);
     }
-    match s {
-        TaskState::Unspecified => "unknown",
-        TaskState::Submitted => "submitted",
-        TaskState::Working => "working",
-        TaskState::Completed => "completed",
-        TaskState::Failed => "failed",
-        TaskState::Canceled => "canceled",
-        TaskState::InputRequired => "input-required",
-        TaskState::Rejected => "rejected",
-        TaskState::AuthRequired => "auth-required",
-    }
-    .into()
+    crate::model::state_name(s).into()
 }
 
 /// Writes a timestamp as RFC 3339 UTC (`Z`).
