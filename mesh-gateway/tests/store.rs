@@ -151,3 +151,72 @@ async fn tasks_survive_a_restart_on_the_same_data_dir() {
     booker.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A quick local measurement of what the durable store costs a send: sequential blocking
+/// `message/send` to echo through a gateway with the in-memory store and with SQLite.
+/// `cargo test -p mesh-gateway --test store -- --ignored --nocapture store_cost`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a test"]
+async fn store_cost() {
+    let broker = TestBroker::from_env().await;
+    let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
+    let n: usize = std::env::var("STORE_COST_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    for durable in [false, true, false, true] {
+        let namespace = fresh_namespace();
+        let dir = temp_dir();
+        let echo = mesh_examples::echo::agent()
+            .config(AgentConfig {
+                namespace: namespace.clone(),
+                ..AgentConfig::default()
+            })
+            .start(bus_config(&broker))
+            .await
+            .unwrap();
+        let config = GatewayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            namespace: namespace.clone(),
+            data_dir: durable.then(|| dir.clone()),
+            ..GatewayConfig::default()
+        };
+        let gw = Gateway::start(config, Bus::connect(bus_config(&broker)).await.unwrap())
+            .await
+            .unwrap();
+        assert!(gw.registry().wait_online("echo", WAIT).await);
+        let mut took = Vec::with_capacity(n);
+        let began = std::time::Instant::now();
+        for i in 0..n {
+            let t = std::time::Instant::now();
+            let body = call(
+                &http,
+                &gw,
+                "echo",
+                rpc("message/send", msg03(&format!("m{i}"))),
+            )
+            .await;
+            took.push(t.elapsed());
+            assert_eq!(task_state(result(&body)), "completed");
+        }
+        let total = began.elapsed();
+        took.sort();
+        let store = gw.store();
+        let pending = store.pending_writes();
+        let flush = std::time::Instant::now();
+        assert!(store.flush(WAIT));
+        println!(
+            "{:>6}: {n} sends in {:.2?} ({:.0}/s), p50 {:.2?}, p99 {:.2?}, pending at the end {} (flushed in {:.2?})",
+            if durable { "sqlite" } else { "memory" },
+            total,
+            n as f64 / total.as_secs_f64(),
+            took[n / 2],
+            took[n * 99 / 100],
+            pending,
+            flush.elapsed(),
+        );
+        gw.shutdown().await;
+        echo.shutdown().await;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
