@@ -14,10 +14,12 @@
 //! A worker POSTs with a timeout, retries a connection error, a timeout, a 408, a 429 or a
 //! 5xx with exponential backoff, and gives up on any other answer or after the last
 //! attempt: at-least-once while the gateway runs (the queue is in memory: deliveries
-//! pending at a crash are lost). Each attempt resolves the host again, checks it, and
-//! connects to the checked address (no DNS rebinding). Headers: `X-A2A-Notification-Token`
+//! pending at a crash are lost). Each attempt resolves the host again through the client's
+//! own resolver, which refuses the name when any address is not public (no DNS rebinding:
+//! the addresses checked are the addresses connected to). Headers: `X-A2A-Notification-Token`
 //! when the config has a token (0.3), `Authorization: <scheme> <credentials>` when it has
-//! authentication (1.0). Redirects are not followed.
+//! authentication (1.0). Redirects are not followed, and proxies (`HTTP_PROXY`) are not
+//! used.
 
 use crate::metrics::Metrics;
 use axum::http::{HeaderValue, header};
@@ -112,7 +114,7 @@ async fn resolve_checked(url: &str, allow_private: bool) -> Result<(Url, SocketA
         "http" => {}
         "https" => {
             return Err(
-                "https webhooks are not supported by this gateway build (no TLS client); use an http:// URL (behind a TLS-terminating proxy if needed)"
+                "https webhooks are not supported by this gateway build (no TLS client); use an http:// URL"
                     .into(),
             );
         }
@@ -202,7 +204,8 @@ pub(crate) struct PushSettings {
 /// The delivery queue (see the module docs).
 pub(crate) struct Pusher {
     settings: PushSettings,
-    client: reqwest::Client,
+    /// The webhook client (an error when it could not be built: every delivery then fails).
+    client: Result<reqwest::Client, String>,
     workers: Mutex<HashMap<String, mpsc::UnboundedSender<Notification>>>,
     pending: Arc<AtomicUsize>,
     posts: Arc<Semaphore>,
@@ -221,8 +224,16 @@ impl Pusher {
             .connect_timeout(settings.timeout)
             .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("agent-mesh-gateway/", env!("CARGO_PKG_VERSION")))
+            // A proxy would resolve names itself, around the check below.
+            .no_proxy()
+            .dns_resolver(Arc::new(CheckedResolver {
+                allow_private: settings.allow_private,
+            }))
             .build()
-            .unwrap_or_default();
+            .map_err(|error| {
+                tracing::error!(%error, "cannot build the webhook client; webhooks will fail");
+                format!("no webhook client: {error}")
+            });
         Pusher {
             settings,
             client,
@@ -368,19 +379,18 @@ impl Pusher {
         config: &TaskPushNotificationConfig,
         body: &bytes::Bytes,
     ) -> Result<u16, String> {
-        let (mut url, addr) = resolve_checked(&config.url, self.settings.allow_private).await?;
-        let host_header = match (url.host_str(), url.port()) {
-            (Some(h), Some(p)) => format!("{h}:{p}"),
-            (Some(h), None) => h.to_owned(),
-            (None, _) => return Err("no host".into()),
-        };
-        // Connect to the address that was checked, not to a second resolution.
-        url.set_ip_host(addr.ip())
-            .map_err(|_| "cannot pin the webhook's address".to_owned())?;
-        let mut request = self
-            .client
+        let url = Url::parse(&config.url).map_err(|e| e.to_string())?;
+        // A literal address is not resolved (the resolver below checks names): check it here.
+        let literal = url
+            .host_str()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+            .and_then(|h| h.parse::<IpAddr>().ok());
+        if literal.is_some_and(|ip| !self.settings.allow_private && !is_public(ip)) {
+            return Err(format!("{} is not a public address", config.url));
+        }
+        let client = self.client.as_ref().map_err(Clone::clone)?;
+        let mut request = client
             .post(url)
-            .header(header::HOST, host_header)
             .header(header::CONTENT_TYPE, "application/json")
             .body(body.clone());
         if let Some(token) = &config.token {
@@ -399,6 +409,37 @@ impl Pusher {
             .map_err(|_| "shutting down".to_owned())?;
         let response = request.send().await.map_err(|e| e.to_string())?;
         Ok(response.status().as_u16())
+    }
+}
+
+/// The webhook client's resolver: the system's, refusing a name any of whose addresses is
+/// not public (unless private webhooks are allowed). The client connects only to the
+/// addresses this returns.
+struct CheckedResolver {
+    allow_private: bool,
+}
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let allow_private = self.allow_private;
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host.as_str(), 0)))
+                    .await
+                    .map_err(|_| format!("resolving {host:?} timed out"))?
+                    .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
+                    .collect();
+            if !allow_private {
+                if let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
+                    return Err(
+                        format!("{host:?} resolves to {}, not a public address", bad.ip()).into(),
+                    );
+                }
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
+            Ok(addrs)
+        })
     }
 }
 
@@ -451,5 +492,24 @@ mod tests {
         assert!(check_url("http://127.0.0.1:9/x", true).await.is_ok());
         assert!(check_url("http://localhost:9/x", true).await.is_ok());
         assert!(check_url("http://8.8.8.8/x", false).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_client_resolver_refuses_private_names() {
+        use reqwest::dns::Resolve;
+        let strict = CheckedResolver {
+            allow_private: false,
+        };
+        let name: reqwest::dns::Name = "localhost".parse().unwrap();
+        let refused = strict.resolve(name).await.err().unwrap();
+        assert!(
+            refused.to_string().contains("not a public address"),
+            "{refused}"
+        );
+        let lenient = CheckedResolver {
+            allow_private: true,
+        };
+        let name: reqwest::dns::Name = "localhost".parse().unwrap();
+        assert!(lenient.resolve(name).await.is_ok());
     }
 }
