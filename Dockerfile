@@ -7,8 +7,12 @@ RUN cargo build --release --locked -p mesh-cli \
     && strip target/release/mesh
 
 FROM debian:bookworm-slim
-RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin mesh
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin mesh \
+    && mkdir -p /var/lib/mesh && chown 10001:10001 /var/lib/mesh
 COPY --from=build /src/target/release/mesh /usr/local/bin/mesh
+# The gateway's durable task store (the user has no home directory for the default one).
+ENV MESH_DATA_DIR=/var/lib/mesh
+VOLUME /var/lib/mesh
 USER 10001:10001
 EXPOSE 8080 1884
 ENTRYPOINT ["mesh"]
