@@ -500,4 +500,37 @@ mod tests {
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();
     }
+
+    /// The hot-path cost of write-behind and what the writer sustains:
+    /// `cargo test -p mesh-gateway --lib -- --ignored --nocapture write_behind_cost`.
+    #[test]
+    #[ignore = "a measurement, not a test"]
+    fn write_behind_cost() {
+        let n = 50_000;
+        let memory = MemoryStore::new(Duration::from_secs(3600), 1_000_000);
+        let dir = temp_dir("cost");
+        let sqlite = SqliteStore::open(&dir, Duration::from_secs(3600), 1_000_000).unwrap();
+        let stores: [(&str, &dyn TaskStore); 2] = [("memory", &memory), ("sqlite", &sqlite)];
+        for (name, store) in stores {
+            let began = Instant::now();
+            for i in 0..n {
+                let id = format!("t{i}");
+                store.insert(record(&id, TaskState::Submitted));
+                store.update(&id, &mut |r| r.task.status.state = TaskState::Working);
+                store.update(&id, &mut |r| r.task.status.state = TaskState::Completed);
+            }
+            let calls = began.elapsed();
+            let flushing = Instant::now();
+            assert!(store.flush(Duration::from_secs(120)));
+            println!(
+                "{name:>6}: {n} tasks x 3 changes: {:.2?} in the callers ({:.2?} per change), then {:.2?} until durable; {:.0} tasks/s end to end",
+                calls,
+                calls / (3 * n as u32),
+                flushing.elapsed(),
+                n as f64 / began.elapsed().as_secs_f64(),
+            );
+        }
+        drop(sqlite);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
