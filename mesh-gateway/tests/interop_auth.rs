@@ -1,0 +1,40 @@
+//! Interoperability with API keys: the official A2A Python SDK reads a card with security
+//! schemes, is refused without a key, and with one sends in 1.0 and 0.3 and reads the
+//! extended card (tests/interop/a2a_sdk_auth.py). Runs when `MESH_INTEROP_PYTHON` names a
+//! Python with the SDK (scripts/test sets it); otherwise it says so and passes.
+
+mod support;
+
+use mesh_gateway::ApiKey;
+use std::time::Duration;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_a2a_sdk_authenticates_with_a_bearer_key() {
+    let Some(python) = std::env::var_os("MESH_INTEROP_PYTHON") else {
+        eprintln!("SKIPPED: MESH_INTEROP_PYTHON is unset");
+        return;
+    };
+    let mut mesh = Mesh::start_with(|c| {
+        c.api_keys = vec![ApiKey::parse("carol=carol-key-1", 1).unwrap()];
+    })
+    .await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/a2a_sdk_auth.py");
+    let mut child = tokio::process::Command::new(python);
+    child
+        .args([script, &mesh.base, "carol-key-1", "carol"])
+        .kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), child.output())
+        .await
+        .expect("the interop script finishes within 120 s")
+        .expect("the interop script runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "the a2a-sdk client failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("interop auth: all checks passed"));
+}
