@@ -362,3 +362,48 @@ async fn metrics_count_requests_tasks_streams_and_webhooks() {
     );
     assert_eq!(metric(&text, "mesh_gateway_store_pending_writes"), 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bus_reconnects_and_open_streams_are_counted() {
+    let mut mesh = Mesh::start().await;
+    let gate = Gate::default();
+    mesh.run(slow_agent("slow", gate.clone())).await;
+    let scrape = |mesh: &Mesh| {
+        let http = mesh.http.clone();
+        let url = mesh.url("/metrics");
+        async move { http.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+
+    // A stream held open counts while it is open.
+    let mut response = mesh.open_sse("slow", "message/stream", msg03("hold")).await;
+    let first = tokio::time::timeout(WAIT, response.chunk())
+        .await
+        .expect("the first event in time")
+        .unwrap();
+    assert!(first.is_some());
+    assert_eq!(
+        metric(&scrape(&mesh).await, "mesh_gateway_sse_streams_open"),
+        1.0
+    );
+    gate.open();
+    read_sse(response).await;
+    assert_eq!(
+        metric(&scrape(&mesh).await, "mesh_gateway_sse_streams_open"),
+        0.0
+    );
+
+    // The broker goes away and comes back: one reconnect.
+    mesh.broker.restart().await;
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let text = scrape(&mesh).await;
+        if metric(&text, "mesh_gateway_bus_reconnects_total") >= 1.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a reconnect is counted:\n{text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
