@@ -153,7 +153,8 @@ async fn tasks_survive_a_restart_on_the_same_data_dir() {
 }
 
 /// A quick local measurement of what the durable store costs a send: sequential blocking
-/// `message/send` to echo through a gateway with the in-memory store and with SQLite.
+/// `message/send` to echo (16 clients at a time, `STORE_COST_CONCURRENCY`) through a gateway
+/// with the in-memory store and with SQLite.
 /// `cargo test -p mesh-gateway --test store -- --ignored --nocapture store_cost`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement, not a test"]
@@ -185,19 +186,36 @@ async fn store_cost() {
             .await
             .unwrap();
         assert!(gw.registry().wait_online("echo", WAIT).await);
-        let mut took = Vec::with_capacity(n);
+        let concurrency: usize = std::env::var("STORE_COST_CONCURRENCY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(16)
+            .max(1);
         let began = std::time::Instant::now();
-        for i in 0..n {
-            let t = std::time::Instant::now();
-            let body = call(
-                &http,
-                &gw,
-                "echo",
-                rpc("message/send", msg03(&format!("m{i}"))),
-            )
-            .await;
-            took.push(t.elapsed());
-            assert_eq!(task_state(result(&body)), "completed");
+        let base = format!("http://{}", gw.local_addr());
+        let workers = (0..concurrency).map(|w| {
+            let http = http.clone();
+            let base = base.clone();
+            tokio::spawn(async move {
+                let mut took = Vec::new();
+                for i in (w..n).step_by(concurrency) {
+                    let t = std::time::Instant::now();
+                    let response = http
+                        .post(format!("{base}/agents/echo"))
+                        .json(&rpc("message/send", msg03(&format!("m{i}"))))
+                        .send()
+                        .await
+                        .unwrap();
+                    let body: Value = response.json().await.unwrap();
+                    took.push(t.elapsed());
+                    assert_eq!(task_state(result(&body)), "completed");
+                }
+                took
+            })
+        });
+        let mut took = Vec::with_capacity(n);
+        for worker in futures_util::future::join_all(workers).await {
+            took.extend(worker.unwrap());
         }
         let total = began.elapsed();
         took.sort();
@@ -206,7 +224,7 @@ async fn store_cost() {
         let flush = std::time::Instant::now();
         assert!(store.flush(WAIT));
         println!(
-            "{:>6}: {n} sends in {:.2?} ({:.0}/s), p50 {:.2?}, p99 {:.2?}, pending at the end {} (flushed in {:.2?})",
+            "{:>6}, {concurrency} clients: {n} sends in {:.2?} ({:.0}/s), p50 {:.2?}, p99 {:.2?}, pending at the end {} (flushed in {:.2?})",
             if durable { "sqlite" } else { "memory" },
             total,
             n as f64 / total.as_secs_f64(),
