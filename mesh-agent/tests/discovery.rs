@@ -262,3 +262,54 @@ async fn on_a_broker_that_drops_shared_subscriptions_the_probe_fails_loudly() {
     assert_eq!(answered_by.as_deref(), Some(echo.instance_id()));
     echo.shutdown().await;
 }
+
+mesh_testkit::both_brokers!(a_crashed_instances_retained_will_is_cleared_by_the_next_registry);
+async fn a_crashed_instances_retained_will_is_cleared_by_the_next_registry(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
+    let crashing = mesh.run(mesh_examples::echo::agent()).await;
+    let presence_topic = mesh
+        .topics
+        .presence("echo", crashing.instance_id())
+        .unwrap();
+    crashing.abort();
+    assert!(mesh.registry.wait_offline("echo", WAIT).await);
+
+    // A registry that starts now receives the retained will and clears it.
+    let bus = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+    let newcomer = Registry::start(&bus, &mesh.topics).await.unwrap();
+    assert!(newcomer.wait_loaded(WAIT).await);
+    assert!(!newcomer.is_online("echo"));
+
+    // Afterwards the broker holds no retained presence for that instance: a fresh subscriber
+    // gets nothing on the topic (the marker published after subscribing arrives first).
+    let watcher = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut retained = watcher
+            .subscribe(&presence_topic, QoS::AtLeastOnce)
+            .await
+            .unwrap();
+        let marker = mesh.topics.presence("echo", "marker").unwrap();
+        let mut marker_sub = watcher.subscribe(&marker, QoS::AtLeastOnce).await.unwrap();
+        watcher
+            .publish(&marker, b"m".to_vec(), QoS::AtLeastOnce, false)
+            .await
+            .unwrap();
+        tokio::time::timeout(WAIT, marker_sub.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        match retained.try_recv() {
+            None => break,
+            Some(m) if m.payload.is_empty() => break,
+            Some(_) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the stale will is still retained"
+                );
+                drop(retained);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}

@@ -7,7 +7,9 @@
 //! which the broker delivers after the retained messages). Instances whose presence says
 //! `offline` (a graceful shutdown, or the last will the broker publishes for a crashed one) are
 //! removed at once, and an instance whose heartbeat stays silent for three intervals expires.
-//! Every change is also a [`RegistryEvent`] on a broadcast stream.
+//! Every change is also a [`RegistryEvent`] on a broadcast stream. A retained "offline" that
+//! arrives when the registry subscribes is the last will of an instance that crashed earlier:
+//! the registry clears it, so that crashes leave no retained messages behind.
 
 use crate::bus::{Bus, BusError, BusMessage, QoS};
 use crate::codec::card;
@@ -152,6 +154,7 @@ impl Registry {
         let registry = Registry { shared };
         let worker = registry.clone();
         let topics = topics.clone();
+        let janitor = bus.clone();
         tokio::spawn(async move {
             let mut sweep = tokio::time::interval(Duration::from_millis(500));
             loop {
@@ -164,8 +167,16 @@ impl Registry {
                         Some(message) => {
                             if message.topic == marker_topic {
                                 worker.shared.loaded.send_replace(true);
-                            } else {
-                                worker.on_presence(&topics, &message);
+                            } else if worker.on_presence(&topics, &message) {
+                                // A retained "offline" is the last will of an instance that
+                                // crashed before this registry started: history. Clear it, or
+                                // every crash would leave a retained message behind forever.
+                                if let Err(error) = janitor
+                                    .publish(&message.topic, Vec::new(), QoS::AtLeastOnce, true)
+                                    .await
+                                {
+                                    tracing::debug!(%error, "stale presence not cleared");
+                                }
                             }
                         }
                         None => break,
@@ -297,15 +308,16 @@ impl Registry {
         }
     }
 
-    fn on_presence(&self, topics: &Topics, message: &BusMessage) {
+    /// Applies a presence message; true when it is a stale retained "offline" to clear.
+    fn on_presence(&self, topics: &Topics, message: &BusMessage) -> bool {
         let Some(TopicKind::Presence {
             agent, instance, ..
         }) = topics.parse_own(&message.topic)
         else {
-            return;
+            return false;
         };
         if agent == REGISTRY_MARKER_AGENT {
-            return; // another registry's load marker
+            return false; // another registry's load marker
         }
         let (agent, instance) = (agent.to_owned(), instance.to_owned());
         let presence: Option<Presence> = if message.payload.is_empty() {
@@ -315,7 +327,7 @@ impl Registry {
                 Ok(presence) => Some(presence),
                 Err(error) => {
                     tracing::warn!(%agent, %instance, %error, "unreadable presence ignored");
-                    return;
+                    return false;
                 }
             }
         };
@@ -343,8 +355,19 @@ impl Registry {
                 if is_new {
                     self.emit(RegistryEvent::InstanceOnline { agent, instance });
                 }
+                false
             }
-            _ => self.remove_instance(&agent, &instance),
+            Some(Presence {
+                status: PresenceStatus::Offline,
+                ..
+            }) => {
+                self.remove_instance(&agent, &instance);
+                message.retain
+            }
+            None => {
+                self.remove_instance(&agent, &instance);
+                false
+            }
         }
     }
 
