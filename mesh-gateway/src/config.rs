@@ -1,5 +1,7 @@
 //! The gateway's settings: where it listens, how it names itself on the bus and in agent
-//! cards, which agent `POST /` reaches, and the limits that keep every request bounded.
+//! cards, which agent `POST /` reaches, the limits that keep every request bounded, where
+//! its tasks are kept (memory, or SQLite in a data directory), API keys, CORS origins and
+//! webhook delivery.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

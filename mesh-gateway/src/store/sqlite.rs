@@ -54,6 +54,8 @@ struct QueueState {
     /// How many changes the writer is committing now.
     in_flight: usize,
     closed: bool,
+    /// The writer thread has ended.
+    stopped: bool,
 }
 
 impl Queue {
@@ -222,7 +224,7 @@ impl TaskStore for SqliteStore {
         let deadline = Instant::now() + timeout;
         let mut state = self.queue.lock();
         while !state.dirty.is_empty() || state.in_flight > 0 {
-            if state.closed && self.writer.lock().map(|w| w.is_none()).unwrap_or(true) {
+            if state.stopped {
                 return false;
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -388,6 +390,7 @@ fn write_loop(mut conn: Connection, queue: &Queue, retention: Retention) {
         drop(state);
         queue.done.notify_all();
     }
+    queue.lock().stopped = true;
     queue.done.notify_all();
     // Keep the row count from the last retention in the log for operators.
     let count: Option<i64> = conn
