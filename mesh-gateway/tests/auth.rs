@@ -318,9 +318,18 @@ async fn metrics_count_requests_tasks_streams_and_webhooks() {
     hook.until_accepted("completed").await;
     mesh.post("/agents/echo", &json!({"not": "json-rpc"})).await;
 
-    let response = mesh.http.get(mesh.url("/metrics")).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let text = response.text().await.unwrap();
+    // The receiver has answered; the gateway counts the delivery when the answer reaches it.
+    let deadline = std::time::Instant::now() + WAIT;
+    let text = loop {
+        let response = mesh.http.get(mesh.url("/metrics")).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let text = response.text().await.unwrap();
+        if metric(&text, "mesh_gateway_webhook_deliveries_total") >= 1.0 {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
     assert!(
         metric(
             &text,

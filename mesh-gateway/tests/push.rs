@@ -11,6 +11,8 @@ use support::*;
 fn allow_loopback(config: &mut mesh_gateway::GatewayConfig) {
     config.allow_private_webhooks = true;
     config.webhook_backoff = Duration::from_millis(20);
+    // A stalled attempt is retried well within the tests' waits.
+    config.webhook_timeout = Duration::from_secs(2);
 }
 
 fn rank(state: &str) -> usize {
@@ -378,4 +380,39 @@ async fn a_dead_webhook_does_not_slow_the_task_and_push_shows_on_the_card() {
     assert_eq!(task_state(result(&body)), "completed");
     assert!(started.elapsed() < Duration::from_secs(5));
     drop(hook);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_delivery_queue_drops_and_counts_without_slowing_sends() {
+    // One delivery may wait; the receiver never accepts, so it stays queued (retrying).
+    let mut hook = Hook::start(usize::MAX).await;
+    let mut mesh = Mesh::start_with(|c| {
+        c.allow_private_webhooks = true;
+        c.webhook_queue = 1;
+        c.webhook_attempts = 100;
+        c.webhook_backoff = Duration::from_millis(200);
+    })
+    .await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let mut params = msg03("first");
+    params["configuration"] = json!({"pushNotificationConfig": {"url": hook.url}});
+    mesh.call("echo", "message/send", params).await;
+    hook.next().await; // the first attempt arrived: that delivery now retries
+    for i in 0..3 {
+        let mut params = msg03(&format!("more {i}"));
+        params["configuration"] = json!({"pushNotificationConfig": {"url": hook.url}});
+        let body = mesh.call("echo", "message/send", params).await;
+        assert_eq!(task_state(result(&body)), "completed");
+    }
+    let (_, text) = {
+        let response = mesh.http.get(mesh.url("/metrics")).send().await.unwrap();
+        (response.status(), response.text().await.unwrap())
+    };
+    let dropped: f64 = text
+        .lines()
+        .find(|l| l.starts_with("mesh_gateway_webhook_failures_total{reason=\"dropped\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(dropped >= 3.0, "{text}");
 }

@@ -348,7 +348,13 @@ impl Hook {
     pub async fn until_accepted(&mut self, state: &str) -> Vec<Received> {
         let mut all = Vec::new();
         loop {
-            let r = self.next().await;
+            let Ok(Some(r)) = tokio::time::timeout(WAIT, self.received.recv()).await else {
+                let seen: Vec<(u16, String)> = all
+                    .iter()
+                    .map(|r: &Received| (r.answered, task_state(&r.body)))
+                    .collect();
+                panic!("no accepted {state:?} notification in time; received {seen:?}");
+            };
             let done = r.answered == 200 && task_state(&r.body) == state;
             all.push(r);
             if done {
