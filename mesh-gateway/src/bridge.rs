@@ -1,11 +1,13 @@
-//! The pump between the bus and HTTP: a task's [`ReplyStream`] feeds the task store and a
-//! broadcast that every live subscriber (the client that started the task, resubscribers)
-//! reads.
+//! The pump between the bus and HTTP: a task's [`ReplyStream`] feeds the task store and every
+//! live subscriber (the client that started the task, resubscribers).
 //!
-//! Each running task has one [`LiveTask`]: a broadcast sender and a small gate (a mutex held
-//! only while one event is applied to the store and sent, never across an await), so that a
-//! subscriber that takes a snapshot and subscribes under the same gate sees every event
-//! exactly once after its snapshot. The pump runs in its own tokio task, independent of any
+//! Each running task has one [`LiveTask`]: its subscribers and a small gate (a mutex held
+//! only while one event is applied to the store and handed out, never across an await), so
+//! that a subscriber that takes a snapshot and subscribes under the same gate sees every event
+//! exactly once after its snapshot. The pump hands each event straight into every
+//! subscriber's own buffer without waiting (a burst of thousands of chunks reaches an SSE
+//! client event by event however its socket keeps up); a subscriber whose buffer is full (a
+//! client that stopped reading) misses events and is told so, to resynchronise from the store. The pump runs in its own tokio task, independent of any
 //! HTTP connection: a client that goes away does not cancel the task. `_mesh` metadata is
 //! stripped before an event reaches the store or a subscriber.
 //!
@@ -24,25 +26,75 @@ use mesh_core::requester::{ReplyStream, is_deadline_error, strip_reply_meta};
 use mesh_core::rpc::Reply;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::broadcast;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 
-/// How many events a slow subscriber of a streaming task may fall behind before it is
-/// resynchronised from the store.
-pub(crate) const STREAM_CAPACITY: usize = 256;
+/// How many events a subscriber of a streaming task may have waiting before it misses some
+/// and is resynchronised from the store. The buffer grows in blocks as events wait, so a
+/// subscriber that keeps up costs little.
+pub(crate) const STREAM_CAPACITY: usize = 65_536;
 
-/// The same for a task started with a blocking send: the bus carries at most a progress
-/// Task and the final answer, so a small channel does (and costs less per request).
+/// The same for the client of a blocking send: the bus carries at most a progress Task and
+/// the final answer, so a small buffer does.
 pub(crate) const SEND_CAPACITY: usize = 8;
 
 /// One event of a live task: a (stripped) reply, or the error that rejected the request.
 pub(crate) type LiveEvent = Arc<Result<Reply, A2aError>>;
 
+/// What a live task's subscriber receives, in order.
+pub(crate) enum Live {
+    /// The next event.
+    Event(LiveEvent),
+    /// The subscriber's buffer was full and it missed events: resynchronise from the store.
+    Lagged,
+}
+
+/// A subscriber's end of a live task: every event after its snapshot; `None` once the pump
+/// ended.
+pub(crate) type Subscription = mpsc::Receiver<Live>;
+
+struct Subscriber {
+    tx: mpsc::Sender<Live>,
+    /// Missed an event; is told so before its next one.
+    lagged: bool,
+}
+
 /// A task whose reply stream is being pumped.
 pub(crate) struct LiveTask {
-    sender: broadcast::Sender<LiveEvent>,
+    subscribers: Mutex<Vec<Subscriber>>,
     gate: Mutex<()>,
     stop: CancellationToken,
+}
+
+impl LiveTask {
+    fn subscribe(&self, capacity: usize) -> Subscription {
+        let (tx, rx) = mpsc::channel(capacity);
+        lock(&self.subscribers).push(Subscriber { tx, lagged: false });
+        rx
+    }
+
+    /// Hands `event` to every subscriber without waiting: one whose buffer is full misses it
+    /// (and is told so before its next event); one that went away is forgotten.
+    fn send(&self, event: LiveEvent) {
+        lock(&self.subscribers).retain_mut(|subscriber| {
+            if subscriber.lagged {
+                match subscriber.tx.try_send(Live::Lagged) {
+                    Ok(()) => subscriber.lagged = false,
+                    Err(TrySendError::Full(_)) => return true,
+                    Err(TrySendError::Closed(_)) => return false,
+                }
+            }
+            match subscriber.tx.try_send(Live::Event(event.clone())) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    subscriber.lagged = true;
+                    true
+                }
+                Err(TrySendError::Closed(_)) => false,
+            }
+        });
+    }
 }
 
 /// What the pump needs to undo when the agent rejects the request before the task started.
@@ -100,21 +152,17 @@ impl Bridge {
 
     /// Marks a task live and subscribes its originator; `None` when it already is (a second
     /// message to a running task).
-    pub(crate) fn begin(
-        &self,
-        id: &str,
-        capacity: usize,
-    ) -> Option<(Arc<LiveTask>, broadcast::Receiver<LiveEvent>)> {
+    pub(crate) fn begin(&self, id: &str, capacity: usize) -> Option<(Arc<LiveTask>, Subscription)> {
         let mut live = self.live_map();
         if live.contains_key(id) {
             return None;
         }
-        let (sender, receiver) = broadcast::channel(capacity);
         let task = Arc::new(LiveTask {
-            sender,
+            subscribers: Mutex::default(),
             gate: Mutex::new(()),
             stop: CancellationToken::new(),
         });
+        let receiver = task.subscribe(capacity);
         live.insert(id.to_owned(), task.clone());
         Some((task, receiver))
     }
@@ -129,15 +177,12 @@ impl Bridge {
 
     /// The task as it stands and, while it is live, a receiver of every event after that
     /// snapshot.
-    pub(crate) fn attach(
-        &self,
-        id: &str,
-    ) -> Option<(Arc<TaskRecord>, Option<broadcast::Receiver<LiveEvent>>)> {
+    pub(crate) fn attach(&self, id: &str) -> Option<(Arc<TaskRecord>, Option<Subscription>)> {
         match self.live(id) {
             Some(live) => {
                 let _gate = lock(&live.gate);
                 let record = self.store.get(id)?;
-                Some((record, Some(live.sender.subscribe())))
+                Some((record, Some(live.subscribe(STREAM_CAPACITY))))
             }
             None => self.store.get(id).map(|record| (record, None)),
         }
@@ -184,7 +229,7 @@ impl Bridge {
                         Undo::Remove => self.store.remove(id),
                         Undo::Restore(previous) => self.store.insert(TaskRecord::clone(previous)),
                     }
-                    let _ = live.sender.send(Arc::new(Err(error)));
+                    live.send(Arc::new(Err(error)));
                     return;
                 }
                 Err(error) => {
@@ -218,7 +263,7 @@ impl Bridge {
                 self.notify_push(&record);
             }
         }
-        let _ = live.sender.send(Arc::new(Ok(reply)));
+        live.send(Arc::new(Ok(reply)));
         true
     }
 
@@ -241,7 +286,7 @@ impl Bridge {
             if let Some(record) = &record {
                 self.notify_push(record);
             }
-            let _ = live.sender.send(Arc::new(Ok(Reply::StatusUpdate(event))));
+            live.send(Arc::new(Ok(Reply::StatusUpdate(event))));
             live.stop.cancel();
             record
         };

@@ -16,7 +16,7 @@
 //! extended card.
 
 use crate::auth::Caller;
-use crate::bridge::{LiveEvent, Undo, set_status};
+use crate::bridge::{Live, Undo, set_status};
 use crate::push::{MAX_PUSH_CONFIGS, check_config};
 use crate::server::Shared;
 use crate::sse::EventStream;
@@ -40,7 +40,6 @@ use mesh_core::requester::{SendError, SendOptions};
 use mesh_core::rpc::{Call, Reply, Request, RequestError};
 use serde_json::{Map, Value};
 use std::sync::Arc;
-use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 /// The default and largest page of `ListTasks`.
@@ -333,7 +332,7 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
 /// A task the gateway just handed to the bus.
 struct Started {
     task_id: String,
-    events: broadcast::Receiver<LiveEvent>,
+    events: crate::bridge::Subscription,
 }
 
 /// Checks the agent can take a message now: known, online, the bus up (and streaming, when
@@ -577,9 +576,9 @@ async fn send_message(
         match received {
             // The wait is over: the task as it stands, for the client to poll or resubscribe.
             Err(_) => return task_answer(gw),
-            Ok(Err(broadcast::error::RecvError::Closed)) => return task_answer(gw),
-            Ok(Err(broadcast::error::RecvError::Lagged(_))) => continue,
-            Ok(Ok(event)) => match &*event {
+            Ok(None) => return task_answer(gw),
+            Ok(Some(Live::Lagged)) => continue,
+            Ok(Some(Live::Event(event))) => match &*event {
                 Err(e) => return Err((dialect, e.clone())),
                 Ok(Reply::Message(message)) => {
                     return Ok(Answer::Json(codec::encode_reply(
@@ -614,9 +613,9 @@ async fn stream_message(
                 return Err((dialect, A2aError::internal("the gateway is shutting down")));
             }
             received = started.events.recv() => match received {
-                Ok(event) => break event,
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => {
+                Some(Live::Event(event)) => break event,
+                Some(Live::Lagged) => continue,
+                None => {
                     return Err((dialect, A2aError::internal("the task's event stream ended before its first event")));
                 }
             },

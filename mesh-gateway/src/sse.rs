@@ -5,10 +5,10 @@
 //! then close); 0.1 streams carry status and artifact updates only, so a Task becomes its
 //! artifacts and its status. Every stream closes after the event that ends the task (a
 //! terminal or interrupted state: `final: true` in 0.1 and 0.3), sends keep-alive comments
-//! while idle, and ends when the gateway shuts down. A subscriber that falls behind the
-//! broadcast is resynchronised with the task as the store has it.
+//! while idle, and ends when the gateway shuts down. A subscriber that stopped reading long
+//! enough to miss events is resynchronised with the task as the store has it.
 
-use crate::bridge::{LiveEvent, artifact_events, ends_task, status_event};
+use crate::bridge::{Live, LiveEvent, artifact_events, ends_task, status_event};
 use crate::store::TaskStore;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -24,7 +24,6 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 /// Everything one SSE response needs.
@@ -34,7 +33,7 @@ pub(crate) struct EventStream {
     /// Events already known (the first event, a snapshot).
     pub first: Vec<LiveEvent>,
     /// The live events after them; `None` when the stream is only `first`.
-    pub live: Option<broadcast::Receiver<LiveEvent>>,
+    pub live: Option<crate::bridge::Subscription>,
     /// Where to resynchronise a subscriber that fell behind.
     pub store: Arc<dyn TaskStore>,
     pub task_id: String,
@@ -100,15 +99,15 @@ fn events(state: State) -> impl Stream<Item = Result<Event, Infallible>> + Send 
                 received = live.recv() => received,
             };
             match received {
-                Ok(event) => state.push(&event),
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::debug!(task = %state.s.task_id, missed, "slow subscriber resynchronised");
+                Some(Live::Event(event)) => state.push(&event),
+                Some(Live::Lagged) => {
+                    tracing::debug!(task = %state.s.task_id, "slow subscriber resynchronised");
                     match state.s.store.get(&state.s.task_id) {
                         Some(record) => state.push(&Ok(Reply::Task(record.task.clone()))),
                         None => state.done = true,
                     }
                 }
-                Err(broadcast::error::RecvError::Closed) => {
+                None => {
                     // The pump ended without a final event (stopped): close with the task as
                     // it stands when that ends it.
                     if let Some(record) = state.s.store.get(&state.s.task_id) {

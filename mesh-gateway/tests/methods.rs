@@ -684,3 +684,39 @@ async fn many_concurrent_requests_all_complete() {
         .await;
     assert_eq!(result(&listed)["totalSize"], 200);
 }
+
+/// A burst far larger than the live broadcast (the writer streams as fast as the bus goes)
+/// still reaches an SSE client event by event, in order: nothing collapsed, nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_ten_thousand_chunks_reaches_the_sse_client_event_by_event() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::writer::agent()).await;
+    let request = rpc("message/stream", msg03("bursts, chunks: 10000"));
+    let response = mesh
+        .http
+        .post(mesh.url("/agents/writer"))
+        .header("content-type", "application/json")
+        .body(request.to_string())
+        .send()
+        .await
+        .unwrap();
+    let events = read_sse(response).await;
+    let results: Vec<&Value> = events.iter().map(result).collect();
+    let chunks: Vec<&str> = results
+        .iter()
+        .filter(|r| r["kind"] == "artifact-update")
+        .map(|r| {
+            r.pointer("/artifact/parts/0/text")
+                .and_then(Value::as_str)
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(chunks.len(), 10_000, "every chunk, one event each");
+    for (i, chunk) in chunks.iter().enumerate() {
+        assert!(
+            chunk.starts_with(&format!("[{i}]")),
+            "chunk {i} in order: {chunk}"
+        );
+    }
+    assert_eq!(state(results.last().unwrap()), "completed");
+}
