@@ -228,8 +228,8 @@ async fn send_over_bus(
 
 async fn bus_registry(settings: &Settings) -> Result<(Bus, Registry), Failure> {
     let url = settings.broker_url_or_default();
-    let config =
-        bus_config(&url)?.with_client_id(format!("mesh-cli-{}", uuid::Uuid::new_v4().simple()));
+    let config = bus_config(settings, &url)?
+        .with_client_id(format!("mesh-cli-{}", uuid::Uuid::new_v4().simple()));
     let bus = Bus::connect(config).await.map_err(|e| {
         Failure::Unreachable(format!(
             "neither the gateway at {} nor the broker answers; {}",

@@ -140,7 +140,7 @@ async fn start_agent(settings: &Settings, url: &str, name: &str) -> Result<Runni
     };
     agent
         .config(config)
-        .start(bus_config(url)?)
+        .start(bus_config(settings, url)?)
         .await
         .map_err(|e| match e {
             AgentError::Bus(bus) => unreachable_broker(url, bus),
@@ -151,7 +151,8 @@ async fn start_agent(settings: &Settings, url: &str, name: &str) -> Result<Runni
 
 async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway, Failure> {
     let bus = Bus::connect(
-        bus_config(url)?.with_client_id(format!("mesh-gateway-{}", uuid::Uuid::new_v4().simple())),
+        bus_config(settings, url)?
+            .with_client_id(format!("mesh-gateway-{}", uuid::Uuid::new_v4().simple())),
     )
     .await
     .map_err(|e| unreachable_broker(url, e))?;
@@ -177,9 +178,20 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
     })
 }
 
-/// The bus settings of a connection to `url`.
-pub fn bus_config(url: &str) -> Result<BusConfig, Failure> {
-    BusConfig::new(url).map_err(|e| Failure::Usage(format!("{e} (--broker-url)")))
+/// The bus settings of a connection to `url` (with --broker-ca for an `mqtts://` broker).
+pub fn bus_config(settings: &Settings, url: &str) -> Result<BusConfig, Failure> {
+    let mut config =
+        BusConfig::new(url).map_err(|e| Failure::Usage(format!("{e} (--broker-url)")))?;
+    if let Some(ca) = &settings.broker_ca {
+        if !ca.is_file() {
+            return Err(Failure::Usage(format!(
+                "--broker-ca {}: no such file",
+                ca.display()
+            )));
+        }
+        config.tls_roots.ca_file = Some(ca.clone());
+    }
+    Ok(config)
 }
 
 /// A bus error, said as "the broker does not answer".

@@ -7,6 +7,7 @@
 //! | broker to connect to | `--broker-url` | `MESH_BROKER_URL` | `mqtt://127.0.0.1:1884` |
 //! | gateway listen address | `--http-addr` | `MESH_HTTP_ADDR` | `127.0.0.1:8080` |
 //! | gateway to talk to | `--gateway-url` | `MESH_GATEWAY_URL` | `http://127.0.0.1:8080` |
+//! | CA file of an `mqtts://` broker | `--broker-ca` | `MESH_BROKER_CA` | the system's roots |
 //! | namespace | `--namespace` | `MESH_NAMESPACE` | `mesh` |
 //! | default agent for `POST /` | `--default-agent` | `MESH_DEFAULT_AGENT` | `echo` in `up`, none otherwise |
 //! | URL clients reach the gateway at | `--public-url` | `MESH_PUBLIC_URL` | the bound address |
@@ -46,6 +47,10 @@ pub struct Common {
     /// starting the embedded broker when given.
     #[arg(long, env = "MESH_BROKER_URL", global = true, value_name = "URL")]
     pub broker_url: Option<String>,
+    /// A PEM file of the CA(s) that an `mqtts://` broker's certificate chains to [default:
+    /// the system's roots].
+    #[arg(long, env = "MESH_BROKER_CA", global = true, value_name = "PEM_FILE")]
+    pub broker_ca: Option<PathBuf>,
     /// The gateway to talk to [default: http://127.0.0.1:8080].
     #[arg(long, env = "MESH_GATEWAY_URL", global = true, value_name = "URL")]
     pub gateway_url: Option<String>,
@@ -118,6 +123,7 @@ pub enum LogFormat {
 struct File {
     namespace: Option<String>,
     broker_url: Option<String>,
+    broker_ca: Option<PathBuf>,
     gateway_url: Option<String>,
     log_format: Option<LogFormat>,
     broker_addr: Option<SocketAddr>,
@@ -137,6 +143,8 @@ pub struct Settings {
     pub namespace: String,
     /// `None`: not given anywhere (`up` then starts the embedded broker).
     pub broker_url: Option<String>,
+    /// The CA file for an `mqtts://` broker; `None`: the system's roots.
+    pub broker_ca: Option<PathBuf>,
     pub gateway_url: String,
     pub log_format: LogFormat,
     pub broker_addr: SocketAddr,
@@ -219,6 +227,7 @@ impl Settings {
                 .or(file.gateway_url)
                 .unwrap_or_else(|| format!("http://{DEFAULT_HTTP_ADDR}")),
             log_format: common.log_format.or(file.log_format).unwrap_or_default(),
+            broker_ca: common.broker_ca.clone().or(file.broker_ca),
             broker_addr: serve
                 .broker_addr
                 .or(file.broker_addr)

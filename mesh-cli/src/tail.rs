@@ -20,7 +20,8 @@ pub async fn tail(
     let topics =
         Topics::new(settings.namespace.clone()).map_err(|e| Failure::Usage(e.to_string()))?;
     let bus = Bus::connect(
-        bus_config(&url)?.with_client_id(format!("mesh-tail-{}", uuid::Uuid::new_v4().simple())),
+        bus_config(settings, &url)?
+            .with_client_id(format!("mesh-tail-{}", uuid::Uuid::new_v4().simple())),
     )
     .await
     .map_err(|e| unreachable_broker(&url, e))?;

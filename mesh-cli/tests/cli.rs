@@ -311,3 +311,34 @@ async fn three_processes_with_default_settings_find_each_other() {
     assert!(agent.interrupt().await.success());
     assert!(broker.interrupt().await.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mqtts_broker_is_reached_with_its_ca_and_refused_without() {
+    let broker = mesh_testkit::TestBroker::mosquitto_tls().await;
+    let ca = broker.ca_file().unwrap();
+    let url = broker.url();
+    let namespace = mesh_testkit::fresh_namespace();
+    let no_gateway = [
+        "--gateway-url",
+        "http://127.0.0.1:1",
+        "--namespace",
+        namespace.as_str(),
+    ];
+    let (code, out, err) = run(&[
+        &no_gateway[..],
+        &[
+            "--broker-url",
+            &url,
+            "--broker-ca",
+            ca.to_str().unwrap(),
+            "agents",
+        ],
+    ]
+    .concat())
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("no agents"), "{out}");
+
+    let (code, _, err) = run(&[&no_gateway[..], &["--broker-url", &url, "agents"]].concat()).await;
+    assert_eq!(code, 3, "an untrusted certificate: {err}");
+}
