@@ -3,9 +3,9 @@
 //! codecs`. Under `cargo test` each runs once.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use mesh_bench::samples::{self, DIALECTS};
 use mesh_core::codec;
 use mesh_core::topic::Topics;
-use mesh_bench::samples::{self, DIALECTS};
 use std::hint::black_box;
 
 fn codecs(c: &mut Criterion) {

@@ -36,8 +36,7 @@ pub fn wrk_binary() -> Option<PathBuf> {
 }
 
 /// What to say when wrk is missing.
-pub const WRK_MISSING: &str =
-    "wrk is not installed: `sudo apt-get install -y wrk` (scripts/bench does it); the HTTP rows are skipped";
+pub const WRK_MISSING: &str = "wrk is not installed: `sudo apt-get install -y wrk` (scripts/bench does it); the HTTP rows are skipped";
 
 /// Runs wrk against `url` with `connections` connections on one thread for at most
 /// `duration`, stopping after `limit` answers when given. Request numbers start after
@@ -89,10 +88,16 @@ fn parse(stdout: &str) -> Result<WrkResult, String> {
         match words.next() {
             Some("BENCH_RESPONSES") => responses = words.next().and_then(|w| w.parse().ok()),
             Some("BENCH_ERRORS") => {
-                errors += words.next().and_then(|w| w.parse::<u64>().ok()).unwrap_or(0)
+                errors += words
+                    .next()
+                    .and_then(|w| w.parse::<u64>().ok())
+                    .unwrap_or(0)
             }
             Some("BENCH_SOCKET_ERRORS") => {
-                errors += words.next().and_then(|w| w.parse::<u64>().ok()).unwrap_or(0)
+                errors += words
+                    .next()
+                    .and_then(|w| w.parse::<u64>().ok())
+                    .unwrap_or(0)
             }
             Some("BENCH_ELAPSED_US") => {
                 elapsed = words

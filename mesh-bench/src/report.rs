@@ -17,6 +17,8 @@ fn dur(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
     if us < 1.0 {
         format!("{:.0} ns", d.as_secs_f64() * 1e9)
+    } else if us < 10.0 {
+        format!("{us:.2} µs")
     } else if us < 1000.0 {
         format!("{us:.0} µs")
     } else if us < 1e6 {
@@ -51,7 +53,10 @@ fn cell<T>(f: &Figure<T>, notes: &mut Vec<String>, show: impl Fn(&T) -> String) 
             if !notes.contains(e) {
                 notes.push(e.clone());
             }
-            format!("— (note {})", notes.iter().position(|n| n == e).unwrap_or(0) + 1)
+            format!(
+                "— (note {})",
+                notes.iter().position(|n| n == e).unwrap_or(0) + 1
+            )
         }
     }
 }
@@ -60,26 +65,57 @@ fn cell<T>(f: &Figure<T>, notes: &mut Vec<String>, show: impl Fn(&T) -> String) 
 pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
     let mut notes = Vec::new();
     let mut rows: Vec<(String, Vec<String>, String)> = Vec::new();
-    let mut row = |name: &str, target: &str, f: &mut dyn FnMut(&Figures, &mut Vec<String>) -> String| {
-        let cells = all.iter().map(|fig| f(fig, &mut notes)).collect();
-        rows.push((name.to_string(), cells, target.to_string()));
-    };
+    let mut row =
+        |name: &str, target: &str, f: &mut dyn FnMut(&Figures, &mut Vec<String>) -> String| {
+            let cells = all.iter().map(|fig| f(fig, &mut notes)).collect();
+            rows.push((name.to_string(), cells, target.to_string()));
+        };
 
-    row("1. raw MQTT RTT, QoS 1, sequential: p50 / p99", "the limit", &mut |f, n| {
-        cell(&f.raw, n, |r| format!("{} / {}", dur(r.qos1.rtt.percentile(50.0)), dur(r.qos1.rtt.percentile(99.0))))
-    });
-    row("1. raw MQTT RTT, QoS 0, sequential: p50 / p99", "reference", &mut |f, n| {
-        cell(&f.raw, n, |r| format!("{} / {}", dur(r.qos0.rtt.percentile(50.0)), dur(r.qos0.rtt.percentile(99.0))))
-    });
-    row("1. raw MQTT pipelined (64 in flight), QoS 1: replies/s", "the limit", &mut |f, n| {
-        cell(&f.raw, n, |r| rate(r.qos1.pipelined_per_s))
-    });
-    row("1. raw MQTT pipelined (64 in flight), QoS 0: replies/s", "reference", &mut |f, n| {
-        cell(&f.raw, n, |r| rate(r.qos0.pipelined_per_s))
-    });
-    row("2. HTTP message/send → echo, concurrency 1: p50 / p99", "", &mut |f, n| {
-        cell(&f.c1, n, |r| format!("{} / {}{}", dur(r.p50), dur(r.p99), errors(r.errors)))
-    });
+    row(
+        "1. raw MQTT RTT, QoS 1, sequential: p50 / p99",
+        "the limit",
+        &mut |f, n| {
+            cell(&f.raw, n, |r| {
+                format!(
+                    "{} / {}",
+                    dur(r.qos1.rtt.percentile(50.0)),
+                    dur(r.qos1.rtt.percentile(99.0))
+                )
+            })
+        },
+    );
+    row(
+        "1. raw MQTT RTT, QoS 0, sequential: p50 / p99",
+        "reference",
+        &mut |f, n| {
+            cell(&f.raw, n, |r| {
+                format!(
+                    "{} / {}",
+                    dur(r.qos0.rtt.percentile(50.0)),
+                    dur(r.qos0.rtt.percentile(99.0))
+                )
+            })
+        },
+    );
+    row(
+        "1. raw MQTT pipelined (64 in flight), QoS 1: replies/s",
+        "the limit",
+        &mut |f, n| cell(&f.raw, n, |r| rate(r.qos1.pipelined_per_s)),
+    );
+    row(
+        "1. raw MQTT pipelined (64 in flight), QoS 0: replies/s",
+        "reference",
+        &mut |f, n| cell(&f.raw, n, |r| rate(r.qos0.pipelined_per_s)),
+    );
+    row(
+        "2. HTTP message/send → echo, concurrency 1: p50 / p99",
+        "",
+        &mut |f, n| {
+            cell(&f.c1, n, |r| {
+                format!("{} / {}{}", dur(r.p50), dur(r.p99), errors(r.errors))
+            })
+        },
+    );
     row("2. … p50 / raw QoS 1 p50", "≤ 2×", &mut |f, n| {
         let pair = both(&f.c1, &f.raw);
         cell(&pair, n, |(c1, raw)| {
@@ -87,12 +123,21 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
             format!("{ratio:.1}×{}", verdict(ratio <= 2.0))
         })
     });
-    row("3. HTTP message/send → echo, concurrency 64: requests/s", "≥ 20× Python SDK (≥ 8,000/s)", &mut |f, n| {
-        cell(&f.c64, n, |r| {
-            let x = r.per_s() / PYTHON_SDK_PER_S;
-            format!("{} = {x:.0}× Python{}{}", rate(r.per_s()), verdict(x >= 20.0), errors(r.errors))
-        })
-    });
+    row(
+        "3. HTTP message/send → echo, concurrency 64: requests/s",
+        "≥ 20× Python SDK (≥ 8,000/s)",
+        &mut |f, n| {
+            cell(&f.c64, n, |r| {
+                let x = r.per_s() / PYTHON_SDK_PER_S;
+                format!(
+                    "{} = {x:.0}× Python{}{}",
+                    rate(r.per_s()),
+                    verdict(x >= 20.0),
+                    errors(r.errors)
+                )
+            })
+        },
+    );
     row("3. … p50 / p99", "", &mut |f, n| {
         cell(&f.c64, n, |r| format!("{} / {}", dur(r.p50), dur(r.p99)))
     });
@@ -105,25 +150,57 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
     });
     row("4. SSE, one stream: events/s", "", &mut |f, n| {
         cell(&f.sse, n, |s| {
-            let cut = if s.complete { "" } else { " (cut at the time bound)" };
+            let cut = if s.complete {
+                ""
+            } else {
+                " (cut at the time bound)"
+            };
             format!("{} ({} events){cut}", rate(s.per_s), s.events)
         })
     });
-    row("4. SSE: time to first event", "", &mut |f, n| cell(&f.sse, n, |s| dur(s.first_event)));
-    row("5. discovery: agent start → listed at the gateway", "< 100 ms", &mut |f, n| {
-        cell(&f.discovery, n, |d| format!("{}{}", dur(*d), verdict(*d < Duration::from_millis(100))))
+    row("4. SSE: time to first event", "", &mut |f, n| {
+        cell(&f.sse, n, |s| dur(s.first_event))
     });
+    row(
+        "5. discovery: agent start → listed at the gateway",
+        "< 100 ms",
+        &mut |f, n| {
+            cell(&f.discovery, n, |d| {
+                format!("{}{}", dur(*d), verdict(*d < Duration::from_millis(100)))
+            })
+        },
+    );
     let offline_target = format!("≤ 1.5 × keep-alive ({} s)", KEEP_ALIVE.as_secs());
-    row("5. discovery: kill -9 of last instance → offline", &offline_target, &mut |f, n| {
-        cell(&f.offline, n, |d| format!("{}{}", dur(*d), verdict(d.as_secs_f64() <= 1.5 * KEEP_ALIVE.as_secs_f64())))
-    });
+    row(
+        "5. discovery: kill -9 of last instance → offline",
+        &offline_target,
+        &mut |f, n| {
+            cell(&f.offline, n, |d| {
+                format!(
+                    "{}{}",
+                    dur(*d),
+                    verdict(d.as_secs_f64() <= 1.5 * KEEP_ALIVE.as_secs_f64())
+                )
+            })
+        },
+    );
     row("6. RSS: idle echo agent", "< 15 MB", &mut |f, n| {
-        cell(&f.agent_idle, n, |r| format!("{r}{}", verdict((r.kib * 1024) < 15_000_000)))
+        cell(&f.agent_idle, n, |r| {
+            format!("{r}{}", verdict((r.kib * 1024) < 15_000_000))
+        })
     });
-    row("6. RSS: idle gateway", "", &mut |f, n| cell(&f.gateway_idle, n, |r| r.to_string()));
-    row("6. RSS: gateway holding the stored tasks", "", &mut |f, n| {
-        cell(&f.gateway_full, n, |(r, tasks)| format!("{r} ({} tasks)", rate(*tasks as f64)))
+    row("6. RSS: idle gateway", "", &mut |f, n| {
+        cell(&f.gateway_idle, n, |r| r.to_string())
     });
+    row(
+        "6. RSS: gateway holding the stored tasks",
+        "",
+        &mut |f, n| {
+            cell(&f.gateway_full, n, |(r, tasks)| {
+                format!("{r} ({} tasks)", rate(*tasks as f64))
+            })
+        },
+    );
 
     let mut out = String::new();
     let _ = writeln!(out, "{header}\n");
@@ -147,7 +224,11 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
     };
     for c in codecs {
         let cells = span(format!("{} per message", dur(c.per_message)));
-        let _ = writeln!(out, "| 7. codec: {} | {cells} | no broker involved |", c.name);
+        let _ = writeln!(
+            out,
+            "| 7. codec: {} | {cells} | no broker involved |",
+            c.name
+        );
     }
     let python = span("420/s, p50 2.2 ms at c=1; 400/s, p50 70 ms at c=32".into());
     let _ = writeln!(
@@ -161,7 +242,11 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
 }
 
 fn errors(n: u64) -> String {
-    if n == 0 { String::new() } else { format!(" ({n} errors)") }
+    if n == 0 {
+        String::new()
+    } else {
+        format!(" ({n} errors)")
+    }
 }
 
 fn both<'a, A, B>(a: &'a Figure<A>, b: &'a Figure<B>) -> Figure<(&'a A, &'a B)> {

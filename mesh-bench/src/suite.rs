@@ -52,18 +52,17 @@ pub struct Figures {
 
 impl Figures {
     fn failed(broker: BrokerKind, why: String) -> Figures {
-        let e = || Err(why.clone());
         Figures {
             broker,
-            raw: e(),
-            c1: e(),
-            c64: e(),
-            sse: e(),
-            discovery: e(),
-            offline: e(),
-            agent_idle: e(),
-            gateway_idle: e(),
-            gateway_full: e(),
+            raw: Err(why.clone()),
+            c1: Err(why.clone()),
+            c64: Err(why.clone()),
+            sse: Err(why.clone()),
+            discovery: Err(why.clone()),
+            offline: Err(why.clone()),
+            agent_idle: Err(why.clone()),
+            gateway_idle: Err(why.clone()),
+            gateway_full: Err(why),
         }
     }
 }
@@ -102,8 +101,7 @@ async fn mesh_cases(
         .map_err(|e| e.to_string())?;
     let ns = format!("bench{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let url = broker.url();
-    let (gateway, base) =
-        procs::start_gateway(&plan.dir, &plan.mesh, &url, &ns, &http).await?;
+    let (gateway, base) = procs::start_gateway(&plan.dir, &plan.mesh, &url, &ns, &http).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let gateway_idle = memory::of(&gateway);
 
@@ -134,7 +132,13 @@ async fn mesh_cases(
     let c64 = wrk_case(plan, &echo_url, &mut sent, 64, plan.case, None);
 
     log(&format!("[{label}] SSE"));
-    let sse = sse::run(&http, &base, plan.sse_chunks, plan.case.max(Duration::from_secs(30))).await;
+    let sse = sse::run(
+        &http,
+        &base,
+        plan.sse_chunks,
+        plan.case.max(Duration::from_secs(30)),
+    )
+    .await;
 
     log(&format!(
         "[{label}] filling the gateway's store to {} tasks",
@@ -142,7 +146,15 @@ async fn mesh_cases(
     ));
     let missing = plan.stored_tasks.saturating_sub(sent);
     let fill = if missing > 0 {
-        wrk_case(plan, &echo_url, &mut sent, 64, Duration::from_secs(120), Some(missing)).map(|_| ())
+        wrk_case(
+            plan,
+            &echo_url,
+            &mut sent,
+            64,
+            Duration::from_secs(120),
+            Some(missing),
+        )
+        .map(|_| ())
     } else {
         Ok(())
     };
@@ -154,12 +166,11 @@ async fn mesh_cases(
     log(&format!("[{label}] kill -9 of the echo agent"));
     let killed = Instant::now();
     echo.kill9();
-    let offline = match discovery::wait_listed(&http, &base, "echo", false, Duration::from_secs(50))
-        .await
-    {
-        Some(t) => Ok(t.duration_since(killed)),
-        None => Err("still listed online 50 s after SIGKILL".into()),
-    };
+    let offline =
+        match discovery::wait_listed(&http, &base, "echo", false, Duration::from_secs(50)).await {
+            Some(t) => Ok(t.duration_since(killed)),
+            None => Err("still listed online 50 s after SIGKILL".into()),
+        };
     check_logs(&plan.dir);
     Ok(Figures {
         broker: kind,
