@@ -155,7 +155,12 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
             } else {
                 " (cut at the time bound)"
             };
-            format!("{} ({} events){cut}", rate(s.per_s), s.events)
+            format!(
+                "{} ({} events for {} chunks){cut}",
+                rate(s.per_s),
+                rate(s.events as f64),
+                rate(s.chunks as f64)
+            )
         })
     });
     row("4. SSE: time to first event", "", &mut |f, n| {

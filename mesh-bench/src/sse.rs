@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub struct SseResult {
     pub events: u64,
+    /// The chunks asked of the writer (the stream carries them plus the task and its
+    /// status updates, unless a lagging subscriber was resynchronised with a snapshot).
+    pub chunks: usize,
     pub first_event: Duration,
     pub per_s: f64,
     /// True when the stream ended on its own (the task finished) before the time bound.
@@ -72,6 +75,7 @@ pub async fn run(
     let span = last.duration_since(first).as_secs_f64();
     Ok(SseResult {
         events,
+        chunks,
         first_event: first.duration_since(start),
         per_s: if span > 0.0 {
             (events - 1) as f64 / span

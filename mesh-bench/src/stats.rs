@@ -14,11 +14,6 @@ impl Latencies {
         self.samples.push(d);
     }
 
-    /// How many samples.
-    pub fn len(&self) -> usize {
-        self.samples.len()
-    }
-
     /// The `p`-th percentile (0–100), nearest rank; zero without samples.
     pub fn percentile(&self, p: f64) -> Duration {
         if self.samples.is_empty() {
