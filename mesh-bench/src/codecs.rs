@@ -40,6 +40,23 @@ pub fn run(each: Duration) -> Vec<CodecCost> {
             black_box(codec::encode_reply(d, &id, black_box(&reply)));
         }));
     }
+    // The floors the codecs stand on: the same 0.3 request parsed into a `Value` only, and
+    // into typed structs (what a serde-derive codec would do).
+    let req_bytes = samples::send_request(mesh_core::dialect::Dialect::V0_3);
+    out.push(time(
+        "reference: serde_json → Value only (0.3 request)".into(),
+        each,
+        || {
+            black_box(serde_json::from_slice::<serde_json::Value>(black_box(&req_bytes)).is_ok());
+        },
+    ));
+    out.push(time(
+        "reference: serde_json → typed structs (0.3 request)".into(),
+        each,
+        || {
+            black_box(serde_json::from_slice::<typed::Envelope>(black_box(&req_bytes)).is_ok());
+        },
+    ));
     out.push(time("parse topics (request + reply)".into(), each, || {
         for t in samples::TOPICS {
             black_box(Topics::parse(black_box(t)));
@@ -63,5 +80,46 @@ fn time(name: String, each: Duration, mut op: impl FnMut()) -> CodecCost {
     CodecCost {
         name,
         per_message: start.elapsed() / n.max(1) as u32,
+    }
+}
+
+/// A typed reading of the 0.3 send request, for the reference row.
+mod typed {
+    #![allow(dead_code)]
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub struct Envelope {
+        jsonrpc: String,
+        id: String,
+        method: String,
+        params: Params,
+    }
+
+    #[derive(Deserialize)]
+    struct Params {
+        message: Message,
+        configuration: Option<Configuration>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Configuration {
+        blocking: Option<bool>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Message {
+        kind: String,
+        role: String,
+        message_id: String,
+        parts: Vec<Part>,
+    }
+
+    #[derive(Deserialize)]
+    struct Part {
+        kind: String,
+        text: String,
     }
 }
