@@ -1,0 +1,45 @@
+//! Discovery as a client sees it: `GET /agents` at the gateway, polled every millisecond
+//! (over one kept-alive HTTP connection) until the agent is listed online, or offline.
+//! Measured from spawning `mesh agent echo` (process start, connection, card and presence
+//! included) and from SIGKILL of its only instance (`std::process::Child::kill`, what
+//! `kill -9` does).
+
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// Polls until `agent` is listed with `online == want` (a missing agent counts as
+/// offline), for at most `bound`. Returns when it was seen, or `None` on time-out.
+pub async fn wait_listed(
+    http: &reqwest::Client,
+    gateway: &str,
+    agent: &str,
+    want: bool,
+    bound: Duration,
+) -> Option<Instant> {
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        if is_online(http, gateway, agent).await == Some(want) {
+            return Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    None
+}
+
+/// Whether `GET /agents` lists `agent` online; `None` when the gateway does not answer.
+async fn is_online(http: &reqwest::Client, gateway: &str, agent: &str) -> Option<bool> {
+    let body = http
+        .get(format!("{gateway}/agents"))
+        .send()
+        .await
+        .ok()?
+        .bytes()
+        .await
+        .ok()?;
+    let v: Value = serde_json::from_slice(&body).ok()?;
+    let online = v["agents"]
+        .as_array()?
+        .iter()
+        .any(|a| a["name"] == agent && a["online"] == true);
+    Some(online)
+}

@@ -1,0 +1,25 @@
+//! # mesh-bench
+//!
+//! The mesh measured against the physical limit (raw MQTT request/reply through the same
+//! broker, in the same run) and against its peers, in one command:
+//! `cargo run --release -p mesh-bench` (or `scripts/bench`, which installs wrk and builds the
+//! `mesh` binary first). See `docs/benchmarks.md` for the table and what dominates each
+//! figure. The criterion micro-benchmarks of the codecs are `benches/codecs.rs`.
+
+pub mod codecs;
+pub mod discovery;
+pub mod e2e;
+pub mod memory;
+pub mod payload;
+pub mod procs;
+pub mod raw_mqtt;
+pub mod report;
+pub mod samples;
+pub mod sse;
+pub mod stats;
+pub mod suite;
+
+/// A progress line on stderr (the table goes to stdout).
+pub fn log(line: &str) {
+    eprintln!("mesh-bench: {line}");
+}

@@ -1,0 +1,108 @@
+//! `mesh-bench`: starts what it needs (brokers, gateway and agents as separate processes, wrk
+//! as the HTTP load), runs each case for a bounded time, and prints one table.
+//!
+//! ```text
+//! cargo build --release -p mesh-cli -p mesh-bench
+//! target/release/mesh-bench [--broker embedded|mosquitto|both] [--seconds N] [--quick]
+//! ```
+
+use clap::{Parser, ValueEnum};
+use mesh_bench::procs::{self, BrokerKind};
+use mesh_bench::suite::{self, Plan};
+use mesh_bench::{codecs, e2e, log, report};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Benchmarks of the mesh against raw MQTT through the same broker, in one run.
+#[derive(Parser, Debug)]
+#[command(name = "mesh-bench", version, about)]
+struct Args {
+    /// The broker(s) under test.
+    #[arg(long, value_enum, default_value = "both")]
+    broker: Which,
+    /// Seconds per timed case.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// A short run: 1 s per case, 10,000 stored tasks, 2,000 SSE chunks.
+    #[arg(long)]
+    quick: bool,
+    /// The `mesh` binary [default: next to this executable].
+    #[arg(long, value_name = "PATH")]
+    mesh_bin: Option<PathBuf>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+enum Which {
+    Embedded,
+    Mosquitto,
+    Both,
+}
+
+fn main() {
+    let args = Args::parse();
+    let mesh = match procs::mesh_binary(args.mesh_bin.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("mesh-bench: {e}");
+            std::process::exit(2);
+        }
+    };
+    let wrk = e2e::wrk_binary();
+    if wrk.is_none() {
+        log(e2e::WRK_MISSING);
+    }
+    let dir = std::env::temp_dir().join(format!("mesh-bench-{}", std::process::id()));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("mesh-bench: cannot create {}: {e}", dir.display());
+        std::process::exit(2);
+    }
+    let plan = Plan {
+        case: Duration::from_secs(if args.quick { 1 } else { args.seconds.max(1) }),
+        stored_tasks: if args.quick { 10_000 } else { 100_000 },
+        sse_chunks: if args.quick { 2_000 } else { 20_000 },
+        mesh,
+        wrk,
+        dir: dir.clone(),
+    };
+    let brokers: &[BrokerKind] = match args.broker {
+        Which::Embedded => &[BrokerKind::Embedded],
+        Which::Mosquitto => &[BrokerKind::Mosquitto],
+        Which::Both => &[BrokerKind::Embedded, BrokerKind::Mosquitto],
+    };
+    log(&format!("logs and scripts in {}", dir.display()));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let mut all = Vec::new();
+    for &kind in brokers {
+        all.push(runtime.block_on(suite::run(kind, &plan)));
+    }
+    log("codecs");
+    let codec_costs = codecs::run(if args.quick {
+        Duration::from_millis(100)
+    } else {
+        Duration::from_millis(500)
+    });
+    let header = format!(
+        "mesh-bench: {} s per case, {} cores, {}; HTTP load: wrk (1 thread); payload {} bytes",
+        plan.case.as_secs(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model(),
+        mesh_bench::payload::PAYLOAD_LEN,
+    );
+    println!("{}", report::render(&all, &codec_costs, &header));
+}
+
+/// The CPU model from /proc/cpuinfo.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}

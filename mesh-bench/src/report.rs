@@ -1,0 +1,291 @@
+//! The one table: a Markdown table (readable in a terminal, pasted as is into
+//! `docs/benchmarks.md`), one column per broker, each ratio taken against the raw MQTT
+//! figure of the same broker in the same run, each target marked met or MISSED.
+
+use crate::codecs::CodecCost;
+use crate::suite::{Figure, Figures};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// The Python a2a-sdk's figure at concurrency 32 (requests/s), from the issue's baseline.
+pub const PYTHON_SDK_PER_S: f64 = 400.0;
+/// The MQTT keep-alive of the mesh's bus connections (mesh-core's `BusConfig` default).
+pub const KEEP_ALIVE: Duration = Duration::from_secs(30);
+
+/// A figure as shown.
+fn dur(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 1.0 {
+        format!("{:.0} ns", d.as_secs_f64() * 1e9)
+    } else if us < 10.0 {
+        format!("{us:.2} µs")
+    } else if us < 1000.0 {
+        format!("{us:.0} µs")
+    } else if us < 1e6 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{:.2} s", us / 1e6)
+    }
+}
+
+fn rate(r: f64) -> String {
+    let r = r.round() as u64;
+    let s = r.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { " (met)" } else { " (MISSED)" }
+}
+
+/// One cell: the figure, or `—` with the reason kept for the notes.
+fn cell<T>(f: &Figure<T>, notes: &mut Vec<String>, show: impl Fn(&T) -> String) -> String {
+    match f {
+        Ok(v) => show(v),
+        Err(e) => {
+            if !notes.contains(e) {
+                notes.push(e.clone());
+            }
+            format!(
+                "— (note {})",
+                notes.iter().position(|n| n == e).unwrap_or(0) + 1
+            )
+        }
+    }
+}
+
+/// Renders the table.
+pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
+    let mut notes = Vec::new();
+    let mut rows: Vec<(String, Vec<String>, String)> = Vec::new();
+    let mut row =
+        |name: &str, target: &str, f: &mut dyn FnMut(&Figures, &mut Vec<String>) -> String| {
+            let cells = all.iter().map(|fig| f(fig, &mut notes)).collect();
+            rows.push((name.to_string(), cells, target.to_string()));
+        };
+
+    row(
+        "1. raw MQTT RTT, QoS 1, sequential: p50 / p99",
+        "the limit",
+        &mut |f, n| {
+            cell(&f.raw, n, |r| {
+                format!(
+                    "{} / {}",
+                    dur(r.qos1.rtt.percentile(50.0)),
+                    dur(r.qos1.rtt.percentile(99.0))
+                )
+            })
+        },
+    );
+    row(
+        "1. raw MQTT RTT, QoS 0, sequential: p50 / p99",
+        "reference",
+        &mut |f, n| {
+            cell(&f.raw, n, |r| {
+                format!(
+                    "{} / {}",
+                    dur(r.qos0.rtt.percentile(50.0)),
+                    dur(r.qos0.rtt.percentile(99.0))
+                )
+            })
+        },
+    );
+    row(
+        "1. raw MQTT pipelined (64 in flight), QoS 1: replies/s",
+        "the limit",
+        &mut |f, n| cell(&f.raw, n, |r| rate(r.qos1.pipelined_per_s)),
+    );
+    row(
+        "1. raw MQTT pipelined (64 in flight), QoS 0: replies/s",
+        "reference",
+        &mut |f, n| cell(&f.raw, n, |r| rate(r.qos0.pipelined_per_s)),
+    );
+    row(
+        "2. HTTP message/send → echo, concurrency 1: p50 / p99",
+        "",
+        &mut |f, n| {
+            cell(&f.c1, n, |r| {
+                format!("{} / {}{}", dur(r.p50), dur(r.p99), errors(r.errors))
+            })
+        },
+    );
+    row("2. … p50 / raw QoS 1 p50", "≤ 2×", &mut |f, n| {
+        let pair = both(&f.c1, &f.raw);
+        cell(&pair, n, |(c1, raw)| {
+            let ratio = c1.p50.as_secs_f64() / raw.qos1.rtt.percentile(50.0).as_secs_f64();
+            format!("{ratio:.1}×{}", verdict(ratio <= 2.0))
+        })
+    });
+    row(
+        "3. HTTP message/send → echo, concurrency 64: requests/s",
+        "≥ 20× Python SDK (≥ 8,000/s)",
+        &mut |f, n| {
+            cell(&f.c64, n, |r| {
+                let x = r.per_s() / PYTHON_SDK_PER_S;
+                format!(
+                    "{} = {x:.0}× Python{}{}",
+                    rate(r.per_s()),
+                    verdict(x >= 20.0),
+                    errors(r.errors)
+                )
+            })
+        },
+    );
+    row("3. … p50 / p99", "", &mut |f, n| {
+        cell(&f.c64, n, |r| format!("{} / {}", dur(r.p50), dur(r.p99)))
+    });
+    row(
+        "3. … through a gateway with the durable SQLite store: requests/s",
+        "the store's cost",
+        &mut |f, n| {
+            let pair = both(&f.c64_durable, &f.c64);
+            cell(&pair, n, |(durable, memory)| {
+                format!(
+                    "{} ({:+.0} % against the memory store){}",
+                    rate(durable.per_s()),
+                    100.0 * (durable.per_s() / memory.per_s() - 1.0),
+                    errors(durable.errors)
+                )
+            })
+        },
+    );
+    row("3. … / raw QoS 1 pipelined", "≥ 40 %", &mut |f, n| {
+        let pair = both(&f.c64, &f.raw);
+        cell(&pair, n, |(c64, raw)| {
+            let pct = 100.0 * c64.per_s() / raw.qos1.pipelined_per_s;
+            format!("{pct:.0} %{}", verdict(pct >= 40.0))
+        })
+    });
+    row("4. SSE, one stream: events/s", "", &mut |f, n| {
+        cell(&f.sse, n, |s| {
+            let cut = if s.complete {
+                ""
+            } else {
+                " (cut at the time bound)"
+            };
+            format!(
+                "{} ({} events for {} chunks){cut}",
+                rate(s.per_s),
+                rate(s.events as f64),
+                rate(s.chunks as f64)
+            )
+        })
+    });
+    row("4. SSE: time to first event", "", &mut |f, n| {
+        cell(&f.sse, n, |s| dur(s.first_event))
+    });
+    row(
+        "5. discovery: agent start → listed at the gateway",
+        "< 100 ms",
+        &mut |f, n| {
+            cell(&f.discovery, n, |d| {
+                format!("{}{}", dur(*d), verdict(*d < Duration::from_millis(100)))
+            })
+        },
+    );
+    let offline_target = format!("≤ 1.5 × keep-alive ({} s)", KEEP_ALIVE.as_secs());
+    row(
+        "5. discovery: kill -9 of last instance → offline",
+        &offline_target,
+        &mut |f, n| {
+            cell(&f.offline, n, |d| {
+                format!(
+                    "{}{}",
+                    dur(*d),
+                    verdict(d.as_secs_f64() <= 1.5 * KEEP_ALIVE.as_secs_f64())
+                )
+            })
+        },
+    );
+    row("6. RSS: idle echo agent", "< 15 MB", &mut |f, n| {
+        cell(&f.agent_idle, n, |r| {
+            format!("{r}{}", verdict((r.kib * 1024) < 15_000_000))
+        })
+    });
+    row("6. RSS: idle gateway", "", &mut |f, n| {
+        cell(&f.gateway_idle, n, |r| r.to_string())
+    });
+    row(
+        "6. RSS: gateway holding the stored tasks",
+        "",
+        &mut |f, n| {
+            cell(&f.gateway_full, n, |(r, tasks)| {
+                format!("{r} ({} tasks)", rate(*tasks as f64))
+            })
+        },
+    );
+
+    let mut out = String::new();
+    let _ = writeln!(out, "{header}\n");
+    let _ = write!(out, "| case | ");
+    for f in all {
+        let _ = write!(out, "{} | ", f.broker.label());
+    }
+    let _ = writeln!(out, "target |");
+    let _ = write!(out, "| --- | ");
+    for _ in all {
+        let _ = write!(out, "--- | ");
+    }
+    let _ = writeln!(out, "--- |");
+    for (name, cells, target) in &rows {
+        let _ = writeln!(out, "| {name} | {} | {target} |", cells.join(" | "));
+    }
+    let span = |first: String| {
+        let mut cells = vec![first];
+        cells.resize(all.len().max(1), "″".to_string());
+        cells.join(" | ")
+    };
+    for c in codecs {
+        let cells = span(format!("{} per message", dur(c.per_message)));
+        let _ = writeln!(
+            out,
+            "| 7. codec: {} | {cells} | no broker involved |",
+            c.name
+        );
+    }
+    let python = span("420/s, p50 2.2 ms at c=1; 400/s, p50 70 ms at c=32".into());
+    let _ = writeln!(
+        out,
+        "| Python a2a-sdk 1.3 over HTTP, no broker (issue baseline, not run here) | {python} | reference |"
+    );
+    for (i, n) in notes.iter().enumerate() {
+        let _ = writeln!(out, "\nnote {}: {n}", i + 1);
+    }
+    out
+}
+
+fn errors(n: u64) -> String {
+    if n == 0 {
+        String::new()
+    } else {
+        format!(" ({n} errors)")
+    }
+}
+
+fn both<'a, A, B>(a: &'a Figure<A>, b: &'a Figure<B>) -> Figure<(&'a A, &'a B)> {
+    match (a, b) {
+        (Ok(a), Ok(b)) => Ok((a, b)),
+        (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_are_formatted() {
+        assert_eq!(rate(1234567.4), "1,234,567");
+        assert_eq!(rate(999.0), "999");
+        assert_eq!(dur(Duration::from_micros(90)), "90 µs");
+        assert_eq!(dur(Duration::from_micros(2200)), "2.20 ms");
+        assert_eq!(dur(Duration::from_nanos(450)), "450 ns");
+    }
+}

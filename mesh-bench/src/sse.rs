@@ -1,0 +1,87 @@
+//! SSE: one `message/stream` request to the `writer` agent (a separate `mesh agent writer`
+//! process) asking for many chunks; this process reads the one stream and counts its
+//! `data:` events. Time to first event: from sending the request to the first event's
+//! arrival. Events per second: events after the first, over the time from the first to the
+//! last.
+
+use crate::payload;
+use std::time::{Duration, Instant};
+
+/// What the stream measured.
+#[derive(Debug, Clone)]
+pub struct SseResult {
+    pub events: u64,
+    /// The chunks asked of the writer (the stream carries them plus the task and its
+    /// status updates, unless a lagging subscriber was resynchronised with a snapshot).
+    pub chunks: usize,
+    pub first_event: Duration,
+    pub per_s: f64,
+    /// True when the stream ended on its own (the task finished) before the time bound.
+    pub complete: bool,
+}
+
+/// Streams `chunks` chunks from the writer agent behind `gateway`, reading for at most
+/// `bound`.
+pub async fn run(
+    http: &reqwest::Client,
+    gateway: &str,
+    chunks: usize,
+    bound: Duration,
+) -> Result<SseResult, String> {
+    let body = payload::request("message/stream", &format!("bench chunks: {chunks} "), 1);
+    let start = Instant::now();
+    let deadline = start + bound;
+    let mut response = http
+        .post(format!("{gateway}/agents/writer"))
+        .header("content-type", "application/json")
+        .header("accept", "text/event-stream")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("SSE request: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!("SSE request: HTTP {}", response.status()));
+    }
+    let mut events = 0u64;
+    let mut first = None;
+    let mut last = start;
+    let mut line = Vec::new();
+    let mut complete = false;
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline.into(), response.chunk()).await {
+            Err(_) => break,
+            Ok(Err(e)) => return Err(format!("SSE stream: {e}")),
+            Ok(Ok(None)) => {
+                complete = true;
+                break;
+            }
+            Ok(Ok(Some(chunk))) => chunk,
+        };
+        let now = Instant::now();
+        for &b in chunk.iter() {
+            if b == b'\n' {
+                if line.starts_with(b"data:") {
+                    events += 1;
+                    first.get_or_insert(now);
+                    last = now;
+                }
+                line.clear();
+            } else {
+                line.push(b);
+            }
+        }
+    }
+    let first = first.ok_or("the stream sent no event")?;
+    let span = last.duration_since(first).as_secs_f64();
+    Ok(SseResult {
+        events,
+        chunks,
+        first_event: first.duration_since(start),
+        per_s: if span > 0.0 {
+            (events - 1) as f64 / span
+        } else {
+            0.0
+        },
+        complete,
+    })
+}

@@ -1,0 +1,266 @@
+//! One broker's run, in order: the broker process; the raw MQTT limit through it; a gateway
+//! process (its idle RSS); `mesh agent echo` spawned and timed until the gateway lists it
+//! (then its idle RSS); `mesh agent writer`; wrk at concurrency 1 and 64; one SSE stream;
+//! wrk again until the gateway holds 100,000 tasks (its RSS); SIGKILL of the echo agent,
+//! timed until the gateway lists it offline. Every case is bounded in time; a case that
+//! cannot run says why instead of giving a figure.
+
+use crate::e2e::{self, WrkResult};
+use crate::memory::{self, Rss};
+use crate::procs::{self, BrokerKind, BrokerProc};
+use crate::raw_mqtt::{self, RawResult};
+use crate::sse::{self, SseResult};
+use crate::{discovery, log};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How the run is sized.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The length of each timed case.
+    pub case: Duration,
+    /// How many tasks the gateway should hold for its loaded RSS.
+    pub stored_tasks: u64,
+    /// How many chunks the SSE stream carries.
+    pub sse_chunks: usize,
+    /// The `mesh` binary.
+    pub mesh: PathBuf,
+    /// wrk, if installed.
+    pub wrk: Option<PathBuf>,
+    /// The directory for configs, scripts and logs.
+    pub dir: PathBuf,
+}
+
+/// The figure of a case, or why there is none.
+pub type Figure<T> = Result<T, String>;
+
+/// Everything one broker's run measured.
+#[derive(Debug, Clone)]
+pub struct Figures {
+    pub broker: BrokerKind,
+    pub raw: Figure<RawResult>,
+    pub c1: Figure<WrkResult>,
+    pub c64: Figure<WrkResult>,
+    /// Concurrency 64 through a second gateway that keeps its tasks in SQLite.
+    pub c64_durable: Figure<WrkResult>,
+    pub sse: Figure<SseResult>,
+    pub discovery: Figure<Duration>,
+    pub offline: Figure<Duration>,
+    pub agent_idle: Figure<Rss>,
+    pub gateway_idle: Figure<Rss>,
+    /// The gateway's RSS and how many tasks it then held.
+    pub gateway_full: Figure<(Rss, u64)>,
+}
+
+impl Figures {
+    fn failed(broker: BrokerKind, why: String) -> Figures {
+        Figures {
+            broker,
+            raw: Err(why.clone()),
+            c1: Err(why.clone()),
+            c64: Err(why.clone()),
+            c64_durable: Err(why.clone()),
+            sse: Err(why.clone()),
+            discovery: Err(why.clone()),
+            offline: Err(why.clone()),
+            agent_idle: Err(why.clone()),
+            gateway_idle: Err(why.clone()),
+            gateway_full: Err(why),
+        }
+    }
+}
+
+/// Runs every case against a broker of `kind`.
+pub async fn run(kind: BrokerKind, plan: &Plan) -> Figures {
+    let broker = match BrokerProc::start(kind, &plan.dir, &plan.mesh) {
+        Ok(b) => b,
+        Err(e) => return Figures::failed(kind, e),
+    };
+    log(&format!("[{}] broker on {}", kind.label(), broker.url()));
+
+    log(&format!("[{}] raw MQTT", kind.label()));
+    let raw = raw_mqtt::run(broker.port, plan.case).await;
+
+    match mesh_cases(kind, &broker, plan, raw.clone()).await {
+        Ok(f) => f,
+        Err(e) => {
+            let mut f = Figures::failed(kind, e);
+            f.raw = raw;
+            f
+        }
+    }
+}
+
+async fn mesh_cases(
+    kind: BrokerKind,
+    broker: &BrokerProc,
+    plan: &Plan,
+    raw: Figure<RawResult>,
+) -> Result<Figures, String> {
+    let label = kind.label();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let ns = format!("bench{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let url = broker.url();
+    let (gateway, base) = procs::start_gateway(
+        &plan.dir,
+        &plan.mesh,
+        &url,
+        &ns,
+        procs::Store::Memory,
+        &http,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let gateway_idle = memory::of(&gateway);
+
+    log(&format!("[{label}] discovery"));
+    let spawned = Instant::now();
+    let mut echo = procs::spawn_agent(&plan.dir, &plan.mesh, "echo", &url, &ns)?;
+    let seen = discovery::wait_listed(&http, &base, "echo", true, Duration::from_secs(10)).await;
+    let discovery = match seen {
+        Some(t) => Ok(t.duration_since(spawned)),
+        None => return Err("the echo agent was not listed within 10 s".into()),
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let agent_idle = memory::of(&echo);
+
+    let _writer = procs::spawn_agent(&plan.dir, &plan.mesh, "writer", &url, &ns)?;
+    if discovery::wait_listed(&http, &base, "writer", true, Duration::from_secs(10))
+        .await
+        .is_none()
+    {
+        return Err("the writer agent was not listed within 10 s".into());
+    }
+
+    let echo_url = format!("{base}/agents/echo");
+    let mut sent = 0u64;
+    log(&format!("[{label}] HTTP message/send, concurrency 1"));
+    let c1 = wrk_case(plan, &echo_url, &mut sent, 1, plan.case, None);
+    log(&format!("[{label}] HTTP message/send, concurrency 64"));
+    let c64 = wrk_case(plan, &echo_url, &mut sent, 64, plan.case, None);
+    log(&format!(
+        "[{label}] HTTP message/send, concurrency 64, through a gateway with the SQLite store"
+    ));
+    let c64_durable = match procs::start_gateway(
+        &plan.dir,
+        &plan.mesh,
+        &url,
+        &ns,
+        procs::Store::Durable,
+        &http,
+    )
+    .await
+    {
+        Ok((durable, durable_base)) => {
+            let mut uncounted = 0u64;
+            let figure = wrk_case(
+                plan,
+                &format!("{durable_base}/agents/echo"),
+                &mut uncounted,
+                64,
+                plan.case,
+                None,
+            );
+            drop(durable);
+            figure
+        }
+        Err(e) => Err(e),
+    };
+
+    log(&format!("[{label}] SSE"));
+    let sse = sse::run(
+        &http,
+        &base,
+        plan.sse_chunks,
+        plan.case.max(Duration::from_secs(30)),
+    )
+    .await;
+
+    log(&format!(
+        "[{label}] filling the gateway's store to {} tasks",
+        plan.stored_tasks
+    ));
+    let missing = plan.stored_tasks.saturating_sub(sent);
+    let fill = if missing > 0 {
+        wrk_case(
+            plan,
+            &echo_url,
+            &mut sent,
+            64,
+            Duration::from_secs(120),
+            Some(missing),
+        )
+        .map(|_| ())
+    } else {
+        Ok(())
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let gateway_full = fill
+        .and_then(|()| memory::of(&gateway))
+        .map(|rss| (rss, sent.min(100_000)));
+
+    log(&format!("[{label}] kill -9 of the echo agent"));
+    let killed = Instant::now();
+    echo.kill9();
+    let offline =
+        match discovery::wait_listed(&http, &base, "echo", false, Duration::from_secs(50)).await {
+            Some(t) => Ok(t.duration_since(killed)),
+            None => Err("still listed online 50 s after SIGKILL".into()),
+        };
+    check_logs(&plan.dir);
+    Ok(Figures {
+        broker: kind,
+        raw,
+        c1,
+        c64,
+        c64_durable,
+        sse,
+        discovery,
+        offline,
+        agent_idle,
+        gateway_idle,
+        gateway_full,
+    })
+}
+
+/// One wrk run against `url`; `sent` counts the answers of every run (the tasks stored).
+fn wrk_case(
+    plan: &Plan,
+    url: &str,
+    sent: &mut u64,
+    connections: usize,
+    bound: Duration,
+    limit: Option<u64>,
+) -> Figure<WrkResult> {
+    let result = match &plan.wrk {
+        None => Err(e2e::WRK_MISSING.to_string()),
+        Some(wrk) => e2e::run(wrk, &plan.dir, url, connections, bound, limit, *sent),
+    };
+    if let Ok(r) = &result {
+        *sent += r.responses;
+    }
+    result
+}
+
+/// Says how much the processes logged (per-request logging is a cost worth seeing).
+fn check_logs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            if len > 100_000 {
+                log(&format!(
+                    "note: {} logged {} KiB",
+                    path.display(),
+                    len / 1024
+                ));
+            }
+        }
+    }
+}
