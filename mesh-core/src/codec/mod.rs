@@ -40,15 +40,17 @@
 pub mod card;
 mod params;
 mod read;
+#[cfg(test)]
+mod tests;
+mod wire;
+#[cfg(test)]
 mod write;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::dialect::{Dialect, Method, method_name, resolve_method};
+use crate::dialect::{Dialect, Method, resolve_method};
 use crate::error::{A2aError, ErrorKind};
-use crate::jsonrpc::{
-    self, Incoming, JsonRpcId, json_type, parse_envelope, parse_incoming, to_bytes,
-};
+use crate::jsonrpc::{Incoming, JsonRpcId, json_type, parse_envelope, parse_incoming};
 use crate::model::{ListTaskPushNotificationConfigsResponse, ListTasksResponse, Message, Task};
 use crate::rpc::{Reply, Request, RequestError};
 
@@ -141,91 +143,32 @@ pub fn decode_value(value: Value) -> Result<Request, RequestError> {
 /// Encodes a request in `req.dialect` (method name from [`method_name`]; no `id` member for
 /// a notification).
 pub fn encode_request(req: &Request) -> Vec<u8> {
-    let mut obj = Map::new();
-    obj.insert("jsonrpc".into(), "2.0".into());
-    if let Some(id) = &req.id {
-        obj.insert("id".into(), id.to_value());
-    }
-    obj.insert("method".into(), method_name(req.method, req.dialect).into());
-    if let Some(p) = params::write_call(&req.call, req.dialect) {
-        obj.insert("params".into(), p);
-    }
-    to_bytes(&Value::Object(obj))
+    wire::to_vec(&wire::WRequest(req))
 }
 
 /// Encodes a success response (or SSE event payload) in `dialect`. In 1.0 a task or message
 /// is wrapped (`{"task": …}`), as SendMessage and stream events require; use
 /// [`encode_reply_to`] for GetTask/CancelTask, which answer a bare task in 1.0.
 pub fn encode_reply(dialect: Dialect, id: &JsonRpcId, reply: &Reply) -> Vec<u8> {
-    jsonrpc::write_result(id, write_reply(dialect, reply))
+    wire::to_vec(&wire::WResult(id, wire::reply_for(None, dialect, reply)))
 }
 
 /// Encodes the answer to `method` in `dialect` (1.0 GetTask/CancelTask: bare task).
 pub fn encode_reply_to(method: Method, dialect: Dialect, id: &JsonRpcId, reply: &Reply) -> Vec<u8> {
-    let result = match (dialect, method, reply) {
-        (Dialect::V1_0, Method::GetTask | Method::CancelTask, Reply::Task(t)) => {
-            write::task(t, dialect)
-        }
-        _ => write_reply(dialect, reply),
-    };
-    jsonrpc::write_result(id, result)
+    wire::to_vec(&wire::WResult(
+        id,
+        wire::reply_for(Some(method), dialect, reply),
+    ))
 }
 
 /// Encodes an error response in `dialect` (`id` null when unknown).
 pub fn encode_error(dialect: Dialect, id: Option<&JsonRpcId>, err: &A2aError) -> Vec<u8> {
-    jsonrpc::write_error(id, err.to_json(dialect))
+    wire::to_vec(&wire::WError(id, err.to_json(dialect)))
 }
 
 /// The JSON of a reply (a response's `result`) in `dialect`.
 pub fn write_reply(d: Dialect, reply: &Reply) -> Value {
-    let wrap = |key: &str, v: Value| {
-        if d == Dialect::V1_0 {
-            let mut o = Map::new();
-            o.insert(key.into(), v);
-            Value::Object(o)
-        } else {
-            v
-        }
-    };
-    match reply {
-        Reply::Task(t) => wrap("task", write::task(t, d)),
-        Reply::Message(m) => wrap("message", write::message(m, d)),
-        Reply::StatusUpdate(e) => wrap("statusUpdate", write::status_event(e, d)),
-        Reply::ArtifactUpdate(e) => wrap("artifactUpdate", write::artifact_event(e, d)),
-        Reply::Tasks(l) => {
-            let mut o = Map::new();
-            o.insert(
-                "tasks".into(),
-                Value::Array(l.tasks.iter().map(|t| write::task(t, d)).collect()),
-            );
-            o.insert("nextPageToken".into(), l.next_page_token.clone().into());
-            o.insert("pageSize".into(), l.page_size.into());
-            o.insert("totalSize".into(), l.total_size.into());
-            Value::Object(o)
-        }
-        Reply::PushConfig(c) => write::push_config(c, d),
-        Reply::PushConfigs(l) => {
-            let list: Vec<Value> = l.configs.iter().map(|c| write::push_config(c, d)).collect();
-            if d == Dialect::V1_0 {
-                let mut o = Map::new();
-                o.insert("configs".into(), Value::Array(list));
-                if let Some(t) = &l.next_page_token {
-                    o.insert("nextPageToken".into(), t.clone().into());
-                }
-                Value::Object(o)
-            } else {
-                Value::Array(list)
-            }
-        }
-        Reply::Card(c) => match d {
-            Dialect::V1_0 => card::write_card_v1(c),
-            _ => card::write_card_v03(c),
-        },
-        Reply::Empty => match d {
-            Dialect::V1_0 => Value::Object(Map::new()),
-            _ => Value::Null,
-        },
-    }
+    wire::to_value(&wire::reply_for(None, d, reply))
 }
 
 /// Reads a reply (a response's `result` or a stream event) written in `dialect`; the shape
@@ -418,7 +361,7 @@ pub fn decode_reply(bytes: &[u8], dialect: Dialect) -> Result<DecodedReply, A2aE
 
 /// Writes a task in `dialect` (bare, e.g. a push-notification body).
 pub fn write_task(task: &Task, dialect: Dialect) -> Value {
-    write::task(task, dialect)
+    wire::to_value(&wire::WTask(task, dialect))
 }
 
 /// Reads a bare task written in any dialect (`-32602` naming the field).
@@ -428,7 +371,7 @@ pub fn read_task(v: Value) -> Result<Task, A2aError> {
 
 /// Writes a message in `dialect` (bare).
 pub fn write_message(message: &Message, dialect: Dialect) -> Value {
-    write::message(message, dialect)
+    wire::to_value(&wire::WMessage(message, dialect))
 }
 
 /// Reads a bare message written in any dialect (a missing `messageId` is generated).
