@@ -38,6 +38,7 @@
 //! - Empty object `metadata` reads as absent (except `params.metadata`, kept verbatim).
 
 pub mod card;
+mod fast;
 mod params;
 mod read;
 #[cfg(test)]
@@ -67,6 +68,14 @@ pub enum Decoded {
 /// Decodes a payload that may be a batch. Invalid JSON and an empty batch give
 /// `Single(Err(..))` (`-32700` / `-32600`).
 pub fn decode(bytes: &[u8]) -> Decoded {
+    match fast::decode_request(bytes) {
+        Some(req) => Decoded::Single(Ok(req)),
+        None => decode_lenient(bytes),
+    }
+}
+
+/// [`decode`] without the typed fast path: the definition of what is accepted.
+fn decode_lenient(bytes: &[u8]) -> Decoded {
     match parse_incoming(bytes) {
         Err(e) => Decoded::Single(Err(RequestError {
             id: e.id,
@@ -330,6 +339,14 @@ pub type DecodedReply = (JsonRpcId, Result<Reply, A2aError>);
 
 /// See [`DecodedReply`]. SSE framing (`data: `) must be stripped by the caller.
 pub fn decode_reply(bytes: &[u8], dialect: Dialect) -> Result<DecodedReply, A2aError> {
+    match fast::decode_reply(bytes, dialect) {
+        Some(r) => Ok(r),
+        None => decode_reply_lenient(bytes, dialect),
+    }
+}
+
+/// [`decode_reply`] without the typed fast path: the definition of what is accepted.
+fn decode_reply_lenient(bytes: &[u8], dialect: Dialect) -> Result<DecodedReply, A2aError> {
     let v: Value = serde_json::from_slice(bytes)
         .map_err(|e| A2aError::parse(format!("Invalid JSON payload: {e}")))?;
     let Value::Object(mut obj) = v else {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::{wire, write};
+use super::{fast, wire, write};
 use crate::dialect::{Dialect, Method};
 use crate::jsonrpc::JsonRpcId;
 use crate::model::*;
@@ -366,6 +366,171 @@ proptest! {
             let req = Request { id: id.clone(), method, dialect: d, shared_method: false, call: call.clone() };
             let bytes = super::encode_request(&req);
             prop_assert_eq!(parse(&bytes), reference_request(&req), "dialect {}", d);
+        }
+    }
+}
+
+/// A mutation of one object in a payload, to leave the canonical shapes.
+#[derive(Debug, Clone, Copy)]
+enum Mutation {
+    SnakeCase,
+    DropKind,
+    AddUnknown,
+    BadType,
+    Null,
+    Remove,
+}
+
+fn mutation() -> impl Strategy<Value = (Mutation, usize, usize)> {
+    (
+        prop_oneof![
+            Just(Mutation::SnakeCase),
+            Just(Mutation::DropKind),
+            Just(Mutation::AddUnknown),
+            Just(Mutation::BadType),
+            Just(Mutation::Null),
+            Just(Mutation::Remove),
+        ],
+        any::<usize>(),
+        any::<usize>(),
+    )
+}
+
+fn snake(k: &str) -> String {
+    let mut out = String::new();
+    for c in k.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn count_objects(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => 1 + m.values().map(count_objects).sum::<usize>(),
+        Value::Array(a) => a.iter().map(count_objects).sum(),
+        _ => 0,
+    }
+}
+
+fn mutate_nth(v: &mut Value, n: &mut usize, how: Mutation, key: usize) -> bool {
+    match v {
+        Value::Object(m) => {
+            if *n == 0 {
+                let keys: Vec<String> = m.keys().cloned().collect();
+                let k = (!keys.is_empty()).then(|| keys[key % keys.len()].clone());
+                match (how, k) {
+                    (Mutation::SnakeCase, Some(k)) => {
+                        if let Some(x) = m.remove(&k) {
+                            m.insert(snake(&k), x);
+                        }
+                    }
+                    (Mutation::DropKind, _) => {
+                        m.remove("kind");
+                    }
+                    (Mutation::AddUnknown, _) => {
+                        m.insert("unknownMember".into(), json!(1));
+                    }
+                    (Mutation::BadType, Some(k)) => {
+                        m.insert(k, json!(5));
+                    }
+                    (Mutation::Null, Some(k)) => {
+                        m.insert(k, Value::Null);
+                    }
+                    (Mutation::Remove, Some(k)) => {
+                        m.remove(&k);
+                    }
+                    _ => {}
+                }
+                return true;
+            }
+            *n -= 1;
+            m.values_mut().any(|c| mutate_nth(c, n, how, key))
+        }
+        Value::Array(a) => a.iter_mut().any(|c| mutate_nth(c, n, how, key)),
+        _ => false,
+    }
+}
+
+fn mutate(bytes: &[u8], (how, which, key): (Mutation, usize, usize)) -> Vec<u8> {
+    let mut v = parse(bytes);
+    let mut n = which % count_objects(&v).max(1);
+    mutate_nth(&mut v, &mut n, how, key);
+    serde_json::to_vec(&v).expect("serializes")
+}
+
+/// The fast path either declines or answers exactly what the lenient reader answers.
+fn check_request(bytes: &[u8]) -> Result<(), TestCaseError> {
+    if let Some(fast) = fast::decode_request(bytes) {
+        prop_assert_eq!(
+            super::decode_lenient(bytes),
+            super::Decoded::Single(Ok(fast)),
+            "{}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+    Ok(())
+}
+
+fn check_reply(bytes: &[u8], d: Dialect) -> Result<(), TestCaseError> {
+    if let Some(fast) = fast::decode_reply(bytes, d) {
+        prop_assert_eq!(
+            super::decode_reply_lenient(bytes, d),
+            Ok(fast),
+            "{}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    #[test]
+    fn fast_reader_matches_lenient_replies(r in reply(), id in id(), muts in prop::collection::vec(mutation(), 1..3)) {
+        let id = id.unwrap_or(JsonRpcId::Null);
+        for d in Dialect::ALL {
+            for m in [Method::GetTask, Method::SendMessage] {
+                let bytes = super::encode_reply_to(m, d, &id, &r);
+                check_reply(&bytes, d)?;
+                // What the bus carries is covered by the fast path.
+                let canonical = d != Dialect::V0_1
+                    && matches!(r, Reply::Task(_) | Reply::Message(_) | Reply::StatusUpdate(_) | Reply::ArtifactUpdate(_) | Reply::Empty)
+                    && !(d == Dialect::V0_3 && matches!(r, Reply::Empty));
+                if canonical {
+                    prop_assert!(fast::decode_reply(&bytes, d).is_some(), "not covered: {}", String::from_utf8_lossy(&bytes));
+                }
+                let mut mutated = bytes.clone();
+                for m in &muts {
+                    mutated = mutate(&mutated, *m);
+                    check_reply(&mutated, d)?;
+                }
+            }
+        }
+        let err = super::encode_error(Dialect::V0_3, Some(&id), &crate::error::A2aError::invalid_params("x"));
+        prop_assert!(fast::decode_reply(&err, Dialect::V0_3).is_some());
+        check_reply(&err, Dialect::V0_3)?;
+    }
+
+    #[test]
+    fn fast_reader_matches_lenient_requests((method, call) in call(), id in id(), muts in prop::collection::vec(mutation(), 1..3)) {
+        for d in Dialect::ALL {
+            let req = Request { id: id.clone(), method, dialect: d, shared_method: false, call: call.clone() };
+            let bytes = super::encode_request(&req);
+            check_request(&bytes)?;
+            if d != Dialect::V0_1 && matches!(call, Call::Send(_)) {
+                prop_assert!(fast::decode_request(&bytes).is_some(), "not covered: {}", String::from_utf8_lossy(&bytes));
+            }
+            let mut mutated = bytes.clone();
+            for m in &muts {
+                mutated = mutate(&mutated, *m);
+                check_request(&mutated)?;
+            }
         }
     }
 }
