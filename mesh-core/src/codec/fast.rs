@@ -610,57 +610,23 @@ struct FResponse<'a> {
     error: Option<&'a RawValue>,
 }
 
-/// Members of a bare task (what a 1.0 GetTask answers).
-const TASK_KEYS: [&str; 6] = [
-    "id",
-    "contextId",
-    "status",
-    "artifacts",
-    "history",
-    "metadata",
-];
+/// Counts the members of an object without building anything.
+struct Members(usize);
 
-/// What a result object looks like, read without building anything.
-#[derive(Default)]
-struct Peek<'a> {
-    members: usize,
-    kind: Option<&'a RawValue>,
-    wrapper: Option<&'static str>,
-    /// Some member is not a bare task's, or is `type`.
-    other: bool,
-    status: bool,
-}
-
-impl<'de> Deserialize<'de> for Peek<'de> {
+impl<'de> Deserialize<'de> for Members {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Peek<'de>;
+            type Value = Members;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("an object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Peek<'de>, A::Error> {
-                let mut p = Peek::default();
-                while let Some(key) = map.next_key::<Str<'de>>()? {
-                    p.members += 1;
-                    match key.as_ref() {
-                        "kind" => {
-                            p.kind = Some(map.next_value::<&RawValue>()?);
-                            continue;
-                        }
-                        "task" => p.wrapper = Some("task"),
-                        "message" => p.wrapper = Some("message"),
-                        "statusUpdate" => p.wrapper = Some("statusUpdate"),
-                        "artifactUpdate" => p.wrapper = Some("artifactUpdate"),
-                        "status" => p.status = true,
-                        _ => {}
-                    }
-                    if !TASK_KEYS.contains(&key.as_ref()) {
-                        p.other = true;
-                    }
-                    map.next_value::<IgnoredAny>()?;
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut n = 0;
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {
+                    n += 1;
                 }
-                Ok(p)
+                Ok(Members(n))
             }
         }
         d.deserialize_map(V)
@@ -699,42 +665,53 @@ fn typed<'a, T: Deserialize<'a>>(raw: &'a RawValue) -> Option<T> {
     serde_json::from_str::<M<T>>(raw.get()).ok().map(|M(t)| t)
 }
 
-/// The typed decode of a canonical result: a task, message or event (0.3 `kind`-tagged,
-/// 1.0 wrapped, or a bare 1.0 task), or an empty object.
-fn reply(raw: &RawValue) -> Option<Reply> {
-    let peek: Peek = typed(raw)?;
-    if peek.members == 0 {
-        return Some(Reply::Empty);
-    }
-    if peek.members == 1 {
-        match peek.wrapper {
-            Some("task") => return Some(Reply::Task(task(typed::<WrapTask>(raw)?.task.0)?)),
-            Some("message") => {
-                return Some(Reply::Message(message(
-                    typed::<WrapMessage>(raw)?.message.0,
-                )?));
-            }
-            Some("statusUpdate") => {
-                let e = typed::<WrapStatus>(raw)?.status_update.0;
-                return Some(Reply::StatusUpdate(status_event(e)?));
-            }
-            Some("artifactUpdate") => {
-                let e = typed::<WrapArtifact>(raw)?.artifact_update.0;
-                return Some(Reply::ArtifactUpdate(artifact_event(e)?));
-            }
-            _ => {}
+/// The typed decode of a canonical result: a task, message or event (bare, with or without
+/// its 0.3 `kind`, or 1.0-wrapped), or an empty object.
+///
+/// Each typed struct fails at the first member it does not know, so the attempts are cheap;
+/// the order puts the likeliest shape of the dialect first. Every attempt is exact: a bare
+/// struct that decodes has at least two members, only its own members and its kind (if
+/// any) checked, which is how the lenient reader dispatches such an object too; a wrapper
+/// that decodes has exactly its one member.
+fn reply(raw: &RawValue, d: Dialect) -> Option<Reply> {
+    fn bare(raw: &RawValue) -> Option<Option<Reply>> {
+        if let Some(t) = typed(raw) {
+            return Some(task(t).map(Reply::Task));
         }
+        if let Some(e) = typed(raw) {
+            return Some(status_event(e).map(Reply::StatusUpdate));
+        }
+        if let Some(e) = typed(raw) {
+            return Some(artifact_event(e).map(Reply::ArtifactUpdate));
+        }
+        if let Some(m) = typed(raw) {
+            return Some(message(m).map(Reply::Message));
+        }
+        None
     }
-    match peek.kind {
-        Some(k) => match serde_json::from_str::<Str>(k.get()).ok()?.as_ref() {
-            "task" => Some(Reply::Task(task(typed(raw)?)?)),
-            "message" => Some(Reply::Message(message(typed(raw)?)?)),
-            "status-update" => Some(Reply::StatusUpdate(status_event(typed(raw)?)?)),
-            "artifact-update" => Some(Reply::ArtifactUpdate(artifact_event(typed(raw)?)?)),
-            _ => None,
-        },
-        None if !peek.other && peek.status => Some(Reply::Task(task(typed(raw)?)?)),
-        None => None,
+    fn wrapped(raw: &RawValue) -> Option<Option<Reply>> {
+        if let Some(w) = typed::<WrapTask>(raw) {
+            return Some(task(w.task.0).map(Reply::Task));
+        }
+        if let Some(w) = typed::<WrapStatus>(raw) {
+            return Some(status_event(w.status_update.0).map(Reply::StatusUpdate));
+        }
+        if let Some(w) = typed::<WrapArtifact>(raw) {
+            return Some(artifact_event(w.artifact_update.0).map(Reply::ArtifactUpdate));
+        }
+        if let Some(w) = typed::<WrapMessage>(raw) {
+            return Some(message(w.message.0).map(Reply::Message));
+        }
+        None
+    }
+    let found = if d == Dialect::V1_0 {
+        wrapped(raw).or_else(|| bare(raw))
+    } else {
+        bare(raw).or_else(|| wrapped(raw))
+    };
+    match found {
+        Some(r) => r,
+        None => (typed::<Members>(raw)?.0 == 0).then_some(Reply::Empty),
     }
 }
 
@@ -756,5 +733,5 @@ pub(crate) fn decode_reply(
         let v: Value = serde_json::from_str(err.get()).ok()?;
         return Some((id, Err(A2aError::from_json(v, dialect).ok()?)));
     }
-    Some((id, Ok(reply(env.result?)?)))
+    Some((id, Ok(reply(env.result?, dialect)?)))
 }

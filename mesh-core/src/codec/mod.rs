@@ -15,8 +15,22 @@
 //! Reading is lenient (see the `read` module docs: camelCase or snake_case, tagged or
 //! untagged parts, any state spelling); writing is canonical camelCase per dialect.
 //! What 0.1/0.3 have no field for travels in `metadata._mesh` and is restored on read.
-//! The bytes are parsed once into a `serde_json::Value` which the readers then consume by
-//! moving out of it (no second copy).
+//!
+//! # Fast path and fallback
+//! - Writing never builds a `serde_json::Value`: the `wire` module's `Serialize` adapters
+//!   borrow the model and write each dialect straight into the output bytes (the public
+//!   helpers that return a `Value` serialize the same adapters into one).
+//! - Reading first tries the `fast` module: a typed `serde` decode of the canonical shapes
+//!   (the JSON-RPC envelope with `params`/`result` as borrowed `RawValue`s; 0.3 and 1.0
+//!   SendMessage/SendStreamingMessage params, GetTask/CancelTask/SubscribeToTask params;
+//!   results that are a `kind`-tagged 0.3 or wrapped 1.0 task, message, status update or
+//!   artifact update, a bare 1.0 task, `{}`; error responses). Its structs accept only the
+//!   canonical member names, so anything else (snake_case, untagged or `type`-tagged parts,
+//!   0.1 shapes, unknown or duplicate members, wrong types, batches, other methods and
+//!   results) falls back to the lenient reader on the same bytes, which parses once into a
+//!   `Value` and consumes it by moving out of it. The lenient reader stays the one
+//!   definition of what is accepted and of every error message; the fast path answers
+//!   either nothing or exactly what the lenient reader answers (property-tested).
 //!
 //! # Mapping notes
 //! - `_mesh` stash (0.1): message `messageId`, `contextId`, `taskId`, `extensions`,
@@ -149,7 +163,8 @@ pub fn decode_value(value: Value) -> Result<Request, RequestError> {
     }
 }
 
-/// Encodes a request in `req.dialect` (method name from [`method_name`]; no `id` member for
+/// Encodes a request in `req.dialect` (method name from
+/// [`crate::dialect::method_name`]; no `id` member for
 /// a notification).
 pub fn encode_request(req: &Request) -> Vec<u8> {
     wire::to_vec(&wire::WRequest(req))
