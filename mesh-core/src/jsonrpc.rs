@@ -1,7 +1,9 @@
 //! The JSON-RPC 2.0 envelope: request ids, envelope parsing (with notification and batch
 //! detection) and response writing.
 //!
-//! This layer knows nothing about A2A methods; [`crate::codec`] builds on it.
+//! This layer knows nothing about A2A methods; [`crate::codec`] builds on it (and reads
+//! and writes canonical envelopes with its own typed fast path). Responses are serialized
+//! straight into bytes, without building a `Value` envelope.
 //! Error codes: `-32700` when the bytes are not JSON, `-32600` when the JSON is not a
 //! request object (not an object, `jsonrpc` missing or not `"2.0"`, `method` not a string,
 //! `id` neither string, integer nor null, empty batch).
@@ -235,7 +237,7 @@ pub fn parse_envelope(value: Value) -> Result<Envelope, EnvelopeError> {
 
 /// Writes `{"jsonrpc":"2.0","id":…,"result":…}`.
 pub fn write_result(id: &JsonRpcId, result: Value) -> Vec<u8> {
-    to_bytes(&Envelope2 {
+    to_bytes(&ResponseEnvelope {
         id: Some(id),
         key: "result",
         value: &result,
@@ -244,7 +246,7 @@ pub fn write_result(id: &JsonRpcId, result: Value) -> Vec<u8> {
 
 /// Writes `{"jsonrpc":"2.0","id":…,"error":…}` (`id` null when unknown).
 pub fn write_error(id: Option<&JsonRpcId>, error: Value) -> Vec<u8> {
-    to_bytes(&Envelope2 {
+    to_bytes(&ResponseEnvelope {
         id,
         key: "error",
         value: &error,
@@ -252,13 +254,13 @@ pub fn write_error(id: Option<&JsonRpcId>, error: Value) -> Vec<u8> {
 }
 
 /// A response envelope, serialized without building a `Value`.
-struct Envelope2<'a, T> {
+struct ResponseEnvelope<'a, T> {
     id: Option<&'a JsonRpcId>,
     key: &'static str,
     value: &'a T,
 }
 
-impl<T: Serialize> Serialize for Envelope2<'_, T> {
+impl<T: Serialize> Serialize for ResponseEnvelope<'_, T> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut m = s.serialize_map(Some(3))?;

@@ -74,6 +74,13 @@ fn codec_timing() {
     time("parse 0.3 echo answer (task)", out.len(), || {
         black_box(decode_reply(black_box(&out), Dialect::V0_3).is_ok());
     });
+    time(
+        "(reference) answer into serde_json::Value",
+        out.len(),
+        || {
+            black_box(serde_json::from_slice::<serde_json::Value>(black_box(&out)).is_ok());
+        },
+    );
     let out10 = encode_reply(Dialect::V1_0, &id, &reply);
     time("write 1.0 echo answer (task)", out10.len(), || {
         black_box(encode_reply(Dialect::V1_0, &id, black_box(&reply)));
