@@ -551,3 +551,81 @@ fn typed_writer_matches_reference_errors() {
     }
     let _ = wire::to_vec(&Value::Null);
 }
+
+/// Hand-picked payloads at the edge of the canonical shapes: the fast path declines or
+/// agrees with the lenient reader (results and error messages).
+#[test]
+fn fast_reader_edge_cases() {
+    let msg =
+        r#"{"kind":"message","messageId":"m","role":"user","parts":[{"kind":"text","text":"hi"}]}"#;
+    let requests = [
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":null,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1.5,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":true,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"id":2,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message\/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"1.0","id":1,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"[{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg}}}}}]"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":[{msg}]}}"#),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":[1]}}"#.to_string(),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"extra":1}}}}"#),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"messageId":"m","role":"user","parts":[{"kind":{"text":null},"text":"hi"}]}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"messageId":"m","role":"user","parts":[{"kind":"text","text":"hi","data":null}]}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"role":"user","parts":[{"text":"hi"}]}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"messageId":"m","role":"user","parts":[]}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"messageId":"m","role":"user","parts":[{"text":"a"}],"metadata":{"_mesh":{}}},"configuration":{"blocking":false,"returnImmediately":false}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"raw":"aGk="}]},"configuration":{}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t","metadata":{"a":1}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t","historyLength":2.0}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tasks/cancel","params":{"id":"t","metadata":{}}}"#.to_string(),
+    ];
+    for r in &requests {
+        let fast = fast::decode_request(r.as_bytes());
+        if let Some(f) = fast {
+            assert_eq!(
+                super::decode_lenient(r.as_bytes()),
+                super::Decoded::Single(Ok(f)),
+                "{r}"
+            );
+        }
+        assert_eq!(
+            super::decode(r.as_bytes()),
+            super::decode_lenient(r.as_bytes()),
+            "{r}"
+        );
+    }
+    let task = r#"{"kind":"task","id":"t","contextId":"c","status":{"state":"completed"}}"#;
+    let replies = [
+        format!(r#"{{"jsonrpc":"2.0","id":1,"result":{task}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"task":{task}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"task":{task},"id":null}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"result":{task},"error":null}}"#),
+        format!(r#"{{"jsonrpc":"2.0","result":{task}}}"#),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"kind":null,"id":"t","status":{"state":"working"}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"kind":"status-update","id":"t","status":{"state":"working"}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"type":"task","id":"t","status":{"state":"working"}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"taskId":"t","status":{"state":"working"},"final":true}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"taskId":"t","artifact":{"artifactId":"a","parts":[{"text":"x"}]}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"role":"agent","parts":[{"text":"x"}],"messageId":"m"}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"role":"agent","parts":[{"text":"x"}]}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":null}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":[]}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"nope"}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1}"#.to_string(),
+    ];
+    for r in &replies {
+        for d in Dialect::ALL {
+            if let Some(f) = fast::decode_reply(r.as_bytes(), d) {
+                assert_eq!(super::decode_reply_lenient(r.as_bytes(), d), Ok(f), "{r}");
+            }
+        }
+    }
+    // The canonical ones are covered.
+    assert!(fast::decode_request(requests[0].as_bytes()).is_some());
+    assert!(fast::decode_reply(replies[0].as_bytes(), Dialect::V0_3).is_some());
+    assert!(fast::decode_reply(replies[1].as_bytes(), Dialect::V1_0).is_some());
+}
