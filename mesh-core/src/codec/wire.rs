@@ -8,7 +8,7 @@
 //! `metadata._mesh` (see [`crate::model::MESH_KEY`]) and is restored by the readers.
 //!
 //! The output is member-for-member what the reference `Value` writer (the test-only
-//! `write` module) produces; `tests::typed_writer_matches_reference` checks it for random
+//! `write` module) produces; the `typed_writer_matches_reference_*` tests check it for random
 //! models in every dialect. Only the rare cases that merge entries into `metadata._mesh`
 //! build a small map; the agent card is written by [`super::card`].
 
