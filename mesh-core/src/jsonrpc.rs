@@ -1,13 +1,15 @@
 //! The JSON-RPC 2.0 envelope: request ids, envelope parsing (with notification and batch
 //! detection) and response writing.
 //!
-//! This layer knows nothing about A2A methods; [`crate::codec`] builds on it.
+//! This layer knows nothing about A2A methods; [`crate::codec`] builds on it (and reads
+//! and writes canonical envelopes with its own typed fast path). Responses are serialized
+//! straight into bytes, without building a `Value` envelope.
 //! Error codes: `-32700` when the bytes are not JSON, `-32600` when the JSON is not a
 //! request object (not an object, `jsonrpc` missing or not `"2.0"`, `method` not a string,
 //! `id` neither string, integer nor null, empty batch).
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Number, Value};
+use serde_json::{Number, Value};
 use std::fmt;
 
 use crate::error::A2aError;
@@ -235,24 +237,42 @@ pub fn parse_envelope(value: Value) -> Result<Envelope, EnvelopeError> {
 
 /// Writes `{"jsonrpc":"2.0","id":…,"result":…}`.
 pub fn write_result(id: &JsonRpcId, result: Value) -> Vec<u8> {
-    let mut obj = Map::new();
-    obj.insert("jsonrpc".into(), "2.0".into());
-    obj.insert("id".into(), id.to_value());
-    obj.insert("result".into(), result);
-    to_bytes(&Value::Object(obj))
+    to_bytes(&ResponseEnvelope {
+        id: Some(id),
+        key: "result",
+        value: &result,
+    })
 }
 
 /// Writes `{"jsonrpc":"2.0","id":…,"error":…}` (`id` null when unknown).
 pub fn write_error(id: Option<&JsonRpcId>, error: Value) -> Vec<u8> {
-    let mut obj = Map::new();
-    obj.insert("jsonrpc".into(), "2.0".into());
-    obj.insert("id".into(), id.map_or(Value::Null, JsonRpcId::to_value));
-    obj.insert("error".into(), error);
-    to_bytes(&Value::Object(obj))
+    to_bytes(&ResponseEnvelope {
+        id,
+        key: "error",
+        value: &error,
+    })
 }
 
-/// Serializes a JSON value (cannot fail for `Value`; falls back to `null` defensively).
-pub(crate) fn to_bytes(v: &Value) -> Vec<u8> {
+/// A response envelope, serialized without building a `Value`.
+struct ResponseEnvelope<'a, T> {
+    id: Option<&'a JsonRpcId>,
+    key: &'static str,
+    value: &'a T,
+}
+
+impl<T: Serialize> Serialize for ResponseEnvelope<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("jsonrpc", "2.0")?;
+        m.serialize_entry("id", self.id.unwrap_or(&JsonRpcId::Null))?;
+        m.serialize_entry(self.key, self.value)?;
+        m.end()
+    }
+}
+
+/// Serializes into bytes (cannot fail for these types; falls back to `null` defensively).
+pub(crate) fn to_bytes<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).unwrap_or_else(|_| b"null".to_vec())
 }
 

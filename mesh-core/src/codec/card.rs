@@ -7,11 +7,15 @@
 
 use serde_json::{Map, Value, json};
 
-use super::write::ser;
 use crate::error::A2aError;
 use crate::model::{
     AgentCapabilities, AgentCard, AgentInterface, SecurityScheme, TRANSPORT_PROTOCOL_JSONRPC,
 };
+
+/// Serializes a model value (infallible for these types; `null` defensively).
+fn ser<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
 
 fn bad(e: impl std::fmt::Display) -> A2aError {
     A2aError::invalid_agent_response(format!("agent card: {e}"))

@@ -15,8 +15,22 @@
 //! Reading is lenient (see the `read` module docs: camelCase or snake_case, tagged or
 //! untagged parts, any state spelling); writing is canonical camelCase per dialect.
 //! What 0.1/0.3 have no field for travels in `metadata._mesh` and is restored on read.
-//! The bytes are parsed once into a `serde_json::Value` which the readers then consume by
-//! moving out of it (no second copy).
+//!
+//! # Fast path and fallback
+//! - Writing never builds a `serde_json::Value`: the `wire` module's `Serialize` adapters
+//!   borrow the model and write each dialect straight into the output bytes (the public
+//!   helpers that return a `Value` serialize the same adapters into one).
+//! - Reading first tries the `fast` module: a typed `serde` decode of the canonical shapes
+//!   (the JSON-RPC envelope with `params`/`result` as borrowed `RawValue`s; 0.3 and 1.0
+//!   SendMessage/SendStreamingMessage params, GetTask/CancelTask/SubscribeToTask params;
+//!   results that are a `kind`-tagged 0.3 or wrapped 1.0 task, message, status update or
+//!   artifact update, a bare 1.0 task, `{}`; error responses). Its structs accept only the
+//!   canonical member names, so anything else (snake_case, untagged or `type`-tagged parts,
+//!   0.1 shapes, unknown or duplicate members, wrong types, batches, other methods and
+//!   results) falls back to the lenient reader on the same bytes, which parses once into a
+//!   `Value` and consumes it by moving out of it. The lenient reader stays the one
+//!   definition of what is accepted and of every error message; the fast path answers
+//!   either nothing or exactly what the lenient reader answers (property-tested).
 //!
 //! # Mapping notes
 //! - `_mesh` stash (0.1): message `messageId`, `contextId`, `taskId`, `extensions`,
@@ -38,17 +52,20 @@
 //! - Empty object `metadata` reads as absent (except `params.metadata`, kept verbatim).
 
 pub mod card;
+mod fast;
 mod params;
 mod read;
+#[cfg(test)]
+mod tests;
+mod wire;
+#[cfg(test)]
 mod write;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use crate::dialect::{Dialect, Method, method_name, resolve_method};
+use crate::dialect::{Dialect, Method, resolve_method};
 use crate::error::{A2aError, ErrorKind};
-use crate::jsonrpc::{
-    self, Incoming, JsonRpcId, json_type, parse_envelope, parse_incoming, to_bytes,
-};
+use crate::jsonrpc::{Incoming, JsonRpcId, json_type, parse_envelope, parse_incoming};
 use crate::model::{ListTaskPushNotificationConfigsResponse, ListTasksResponse, Message, Task};
 use crate::rpc::{Reply, Request, RequestError};
 
@@ -65,6 +82,14 @@ pub enum Decoded {
 /// Decodes a payload that may be a batch. Invalid JSON and an empty batch give
 /// `Single(Err(..))` (`-32700` / `-32600`).
 pub fn decode(bytes: &[u8]) -> Decoded {
+    match fast::decode_request(bytes) {
+        Some(req) => Decoded::Single(Ok(req)),
+        None => decode_lenient(bytes),
+    }
+}
+
+/// [`decode`] without the typed fast path: the definition of what is accepted.
+fn decode_lenient(bytes: &[u8]) -> Decoded {
     match parse_incoming(bytes) {
         Err(e) => Decoded::Single(Err(RequestError {
             id: e.id,
@@ -138,94 +163,36 @@ pub fn decode_value(value: Value) -> Result<Request, RequestError> {
     }
 }
 
-/// Encodes a request in `req.dialect` (method name from [`method_name`]; no `id` member for
+/// Encodes a request in `req.dialect` (method name from
+/// [`crate::dialect::method_name`]; no `id` member for
 /// a notification).
 pub fn encode_request(req: &Request) -> Vec<u8> {
-    let mut obj = Map::new();
-    obj.insert("jsonrpc".into(), "2.0".into());
-    if let Some(id) = &req.id {
-        obj.insert("id".into(), id.to_value());
-    }
-    obj.insert("method".into(), method_name(req.method, req.dialect).into());
-    if let Some(p) = params::write_call(&req.call, req.dialect) {
-        obj.insert("params".into(), p);
-    }
-    to_bytes(&Value::Object(obj))
+    wire::to_vec(&wire::WRequest(req))
 }
 
 /// Encodes a success response (or SSE event payload) in `dialect`. In 1.0 a task or message
 /// is wrapped (`{"task": …}`), as SendMessage and stream events require; use
 /// [`encode_reply_to`] for GetTask/CancelTask, which answer a bare task in 1.0.
 pub fn encode_reply(dialect: Dialect, id: &JsonRpcId, reply: &Reply) -> Vec<u8> {
-    jsonrpc::write_result(id, write_reply(dialect, reply))
+    wire::to_vec(&wire::WResult(id, wire::reply_for(None, dialect, reply)))
 }
 
 /// Encodes the answer to `method` in `dialect` (1.0 GetTask/CancelTask: bare task).
 pub fn encode_reply_to(method: Method, dialect: Dialect, id: &JsonRpcId, reply: &Reply) -> Vec<u8> {
-    let result = match (dialect, method, reply) {
-        (Dialect::V1_0, Method::GetTask | Method::CancelTask, Reply::Task(t)) => {
-            write::task(t, dialect)
-        }
-        _ => write_reply(dialect, reply),
-    };
-    jsonrpc::write_result(id, result)
+    wire::to_vec(&wire::WResult(
+        id,
+        wire::reply_for(Some(method), dialect, reply),
+    ))
 }
 
 /// Encodes an error response in `dialect` (`id` null when unknown).
 pub fn encode_error(dialect: Dialect, id: Option<&JsonRpcId>, err: &A2aError) -> Vec<u8> {
-    jsonrpc::write_error(id, err.to_json(dialect))
+    wire::to_vec(&wire::WError(id, err.to_json(dialect)))
 }
 
 /// The JSON of a reply (a response's `result`) in `dialect`.
 pub fn write_reply(d: Dialect, reply: &Reply) -> Value {
-    let wrap = |key: &str, v: Value| {
-        if d == Dialect::V1_0 {
-            let mut o = Map::new();
-            o.insert(key.into(), v);
-            Value::Object(o)
-        } else {
-            v
-        }
-    };
-    match reply {
-        Reply::Task(t) => wrap("task", write::task(t, d)),
-        Reply::Message(m) => wrap("message", write::message(m, d)),
-        Reply::StatusUpdate(e) => wrap("statusUpdate", write::status_event(e, d)),
-        Reply::ArtifactUpdate(e) => wrap("artifactUpdate", write::artifact_event(e, d)),
-        Reply::Tasks(l) => {
-            let mut o = Map::new();
-            o.insert(
-                "tasks".into(),
-                Value::Array(l.tasks.iter().map(|t| write::task(t, d)).collect()),
-            );
-            o.insert("nextPageToken".into(), l.next_page_token.clone().into());
-            o.insert("pageSize".into(), l.page_size.into());
-            o.insert("totalSize".into(), l.total_size.into());
-            Value::Object(o)
-        }
-        Reply::PushConfig(c) => write::push_config(c, d),
-        Reply::PushConfigs(l) => {
-            let list: Vec<Value> = l.configs.iter().map(|c| write::push_config(c, d)).collect();
-            if d == Dialect::V1_0 {
-                let mut o = Map::new();
-                o.insert("configs".into(), Value::Array(list));
-                if let Some(t) = &l.next_page_token {
-                    o.insert("nextPageToken".into(), t.clone().into());
-                }
-                Value::Object(o)
-            } else {
-                Value::Array(list)
-            }
-        }
-        Reply::Card(c) => match d {
-            Dialect::V1_0 => card::write_card_v1(c),
-            _ => card::write_card_v03(c),
-        },
-        Reply::Empty => match d {
-            Dialect::V1_0 => Value::Object(Map::new()),
-            _ => Value::Null,
-        },
-    }
+    wire::to_value(&wire::reply_for(None, d, reply))
 }
 
 /// Reads a reply (a response's `result` or a stream event) written in `dialect`; the shape
@@ -387,6 +354,14 @@ pub type DecodedReply = (JsonRpcId, Result<Reply, A2aError>);
 
 /// See [`DecodedReply`]. SSE framing (`data: `) must be stripped by the caller.
 pub fn decode_reply(bytes: &[u8], dialect: Dialect) -> Result<DecodedReply, A2aError> {
+    match fast::decode_reply(bytes, dialect) {
+        Some(r) => Ok(r),
+        None => decode_reply_lenient(bytes, dialect),
+    }
+}
+
+/// [`decode_reply`] without the typed fast path: the definition of what is accepted.
+fn decode_reply_lenient(bytes: &[u8], dialect: Dialect) -> Result<DecodedReply, A2aError> {
     let v: Value = serde_json::from_slice(bytes)
         .map_err(|e| A2aError::parse(format!("Invalid JSON payload: {e}")))?;
     let Value::Object(mut obj) = v else {
@@ -418,7 +393,7 @@ pub fn decode_reply(bytes: &[u8], dialect: Dialect) -> Result<DecodedReply, A2aE
 
 /// Writes a task in `dialect` (bare, e.g. a push-notification body).
 pub fn write_task(task: &Task, dialect: Dialect) -> Value {
-    write::task(task, dialect)
+    wire::to_value(&wire::WTask(task, dialect))
 }
 
 /// Reads a bare task written in any dialect (`-32602` naming the field).
@@ -428,7 +403,7 @@ pub fn read_task(v: Value) -> Result<Task, A2aError> {
 
 /// Writes a message in `dialect` (bare).
 pub fn write_message(message: &Message, dialect: Dialect) -> Value {
-    write::message(message, dialect)
+    wire::to_value(&wire::WMessage(message, dialect))
 }
 
 /// Reads a bare message written in any dialect (a missing `messageId` is generated).

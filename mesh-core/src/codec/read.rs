@@ -222,7 +222,7 @@ pub(crate) fn put_back_mesh(meta: &mut Option<Metadata>, rest: Map<String, Value
     }
 }
 
-fn mesh_str(mesh: &mut Map<String, Value>, key: &str) -> Option<String> {
+pub(crate) fn mesh_str(mesh: &mut Map<String, Value>, key: &str) -> Option<String> {
     match mesh.remove(key) {
         Some(Value::String(s)) => Some(s),
         Some(other) => {
@@ -233,7 +233,7 @@ fn mesh_str(mesh: &mut Map<String, Value>, key: &str) -> Option<String> {
     }
 }
 
-fn mesh_strings(mesh: &mut Map<String, Value>, key: &str) -> Option<Vec<String>> {
+pub(crate) fn mesh_strings(mesh: &mut Map<String, Value>, key: &str) -> Option<Vec<String>> {
     let v = mesh.remove(key)?;
     match serde_json::from_value::<Vec<String>>(v.clone()) {
         Ok(list) => Some(list),
@@ -302,10 +302,15 @@ pub(crate) fn read_timestamp(v: Value, path: &str) -> R<DateTime<Utc>> {
             format!("must be a timestamp string; found {}", json_type(&v)),
         ));
     };
-    if let Ok(t) = DateTime::parse_from_rfc3339(&s) {
+    parse_timestamp(&s, path)
+}
+
+/// Parses an RFC 3339 timestamp (one without offset is UTC).
+pub(crate) fn parse_timestamp(s: &str, path: &str) -> R<DateTime<Utc>> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Ok(t.with_timezone(&Utc));
     }
-    NaiveDateTime::parse_from_str(&s, "%Y-%m-%dT%H:%M:%S%.f")
+    NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f")
         .map(|n| n.and_utc())
         .map_err(|_| A2aError::invalid_params_at(path, format!("not an ISO 8601 timestamp: {s:?}")))
 }

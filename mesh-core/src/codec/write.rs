@@ -1,4 +1,6 @@
-//! Writers: the model into each dialect's canonical camelCase JSON.
+//! The reference writers (tests only): the model into each dialect's canonical camelCase
+//! JSON, built as a `serde_json::Value`. This was the production writer before the typed
+//! one ([`super::wire`]); the property tests check that both write the same members.
 //!
 //! 1.0 is written as ProtoJSON (the `a2a-lf` serializers). 0.1 and 0.3 are written with
 //! their tags, spellings and shapes; what they have no field for goes into the object's
@@ -16,6 +18,7 @@ use crate::model::{
     TaskArtifactUpdateEvent, TaskPushNotificationConfig, TaskState, TaskStatus,
     TaskStatusUpdateEvent, is_final_state,
 };
+use crate::rpc::{Call, Reply};
 
 /// Serializes a model value (infallible for these types; `null` defensively).
 pub(crate) fn ser<T: Serialize>(v: &T) -> Value {
@@ -375,6 +378,183 @@ pub(crate) fn push_config(c: &TaskPushNotificationConfig, d: Dialect) -> Value {
             obj.insert("pushNotificationConfig".into(), push_config_inner(c, d));
             put(&mut obj, "tenant", c.tenant.clone());
             Value::Object(obj)
+        }
+    }
+}
+
+/// The JSON of a reply (a response's `result`) in `dialect`.
+pub(crate) fn write_reply(d: Dialect, reply: &Reply) -> Value {
+    let wrap = |key: &str, v: Value| {
+        if d == Dialect::V1_0 {
+            let mut o = Map::new();
+            o.insert(key.into(), v);
+            Value::Object(o)
+        } else {
+            v
+        }
+    };
+    match reply {
+        Reply::Task(t) => wrap("task", task(t, d)),
+        Reply::Message(m) => wrap("message", message(m, d)),
+        Reply::StatusUpdate(e) => wrap("statusUpdate", status_event(e, d)),
+        Reply::ArtifactUpdate(e) => wrap("artifactUpdate", artifact_event(e, d)),
+        Reply::Tasks(l) => {
+            let mut o = Map::new();
+            o.insert(
+                "tasks".into(),
+                Value::Array(l.tasks.iter().map(|t| task(t, d)).collect()),
+            );
+            o.insert("nextPageToken".into(), l.next_page_token.clone().into());
+            o.insert("pageSize".into(), l.page_size.into());
+            o.insert("totalSize".into(), l.total_size.into());
+            Value::Object(o)
+        }
+        Reply::PushConfig(c) => push_config(c, d),
+        Reply::PushConfigs(l) => {
+            let list: Vec<Value> = l.configs.iter().map(|c| push_config(c, d)).collect();
+            if d == Dialect::V1_0 {
+                let mut o = Map::new();
+                o.insert("configs".into(), Value::Array(list));
+                if let Some(t) = &l.next_page_token {
+                    o.insert("nextPageToken".into(), t.clone().into());
+                }
+                Value::Object(o)
+            } else {
+                Value::Array(list)
+            }
+        }
+        Reply::Card(c) => match d {
+            Dialect::V1_0 => super::card::write_card_v1(c),
+            _ => super::card::write_card_v03(c),
+        },
+        Reply::Empty => match d {
+            Dialect::V1_0 => Value::Object(Map::new()),
+            _ => Value::Null,
+        },
+    }
+}
+
+fn meta_value(m: &Option<crate::model::Metadata>) -> Option<Value> {
+    m.as_ref()
+        .map(|m| Value::Object(m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()))
+}
+
+/// Writes the params of `call` in `dialect` (`None`: no params member).
+pub(crate) fn write_call(call: &Call, d: Dialect) -> Option<Value> {
+    let mut obj = Map::new();
+    match call {
+        Call::GetExtendedCard => return None,
+        Call::Send(s) => {
+            if d == Dialect::V0_1 {
+                put(&mut obj, "id", s.message.task_id.clone());
+                put(&mut obj, "sessionId", s.message.context_id.clone());
+            }
+            obj.insert("message".into(), message(&s.message, d));
+            if let Some(c) = &s.configuration {
+                let mut co = Map::new();
+                put(
+                    &mut co,
+                    "acceptedOutputModes",
+                    c.accepted_output_modes.clone(),
+                );
+                put(&mut co, "historyLength", c.history_length);
+                match d {
+                    Dialect::V1_0 => {
+                        put(&mut co, "returnImmediately", c.return_immediately);
+                        put(
+                            &mut co,
+                            "taskPushNotificationConfig",
+                            c.task_push_notification_config
+                                .as_ref()
+                                .map(|p| push_config(p, d)),
+                        );
+                    }
+                    Dialect::V0_3 => {
+                        put(&mut co, "blocking", c.return_immediately.map(|r| !r));
+                        put(
+                            &mut co,
+                            "pushNotificationConfig",
+                            c.task_push_notification_config
+                                .as_ref()
+                                .map(|p| push_config_inner(p, d)),
+                        );
+                    }
+                    Dialect::V0_1 => {
+                        put(&mut co, "returnImmediately", c.return_immediately);
+                        put(
+                            &mut co,
+                            "pushNotification",
+                            c.task_push_notification_config
+                                .as_ref()
+                                .map(|p| push_config_inner(p, d)),
+                        );
+                    }
+                }
+                if d == Dialect::V0_1 {
+                    obj.extend(co);
+                } else {
+                    obj.insert("configuration".into(), Value::Object(co));
+                }
+            }
+            put(&mut obj, "metadata", meta_value(&s.metadata));
+            put(&mut obj, "tenant", s.tenant.clone());
+        }
+        Call::GetTask(g) => {
+            obj.insert("id".into(), g.id.clone().into());
+            put(&mut obj, "historyLength", g.history_length);
+            put(&mut obj, "tenant", g.tenant.clone());
+        }
+        Call::ListTasks(l) => {
+            put(&mut obj, "contextId", l.context_id.clone());
+            put(&mut obj, "status", l.status.as_ref().map(|s| state(s, d)));
+            put(&mut obj, "pageSize", l.page_size);
+            put(&mut obj, "pageToken", l.page_token.clone());
+            put(&mut obj, "historyLength", l.history_length);
+            put(
+                &mut obj,
+                "statusTimestampAfter",
+                l.status_timestamp_after.as_ref().map(timestamp),
+            );
+            put(&mut obj, "includeArtifacts", l.include_artifacts);
+            put(&mut obj, "tenant", l.tenant.clone());
+        }
+        Call::CancelTask(c) => {
+            obj.insert("id".into(), c.id.clone().into());
+            put(&mut obj, "metadata", meta_value(&c.metadata));
+            put(&mut obj, "tenant", c.tenant.clone());
+        }
+        Call::Subscribe(s) => {
+            obj.insert("id".into(), s.id.clone().into());
+            put(&mut obj, "tenant", s.tenant.clone());
+        }
+        Call::SetPushConfig(c) => return Some(push_config(c, d)),
+        Call::GetPushConfig(g) => {
+            write_task_and_config(&mut obj, d, &g.task_id, &g.id);
+            put(&mut obj, "tenant", g.tenant.clone());
+        }
+        Call::DeletePushConfig(g) => {
+            write_task_and_config(&mut obj, d, &g.task_id, &g.id);
+            put(&mut obj, "tenant", g.tenant.clone());
+        }
+        Call::ListPushConfigs(l) => {
+            let key = if d == Dialect::V1_0 { "taskId" } else { "id" };
+            obj.insert(key.into(), l.task_id.clone().into());
+            put(&mut obj, "pageSize", l.page_size);
+            put(&mut obj, "pageToken", l.page_token.clone());
+            put(&mut obj, "tenant", l.tenant.clone());
+        }
+    }
+    Some(Value::Object(obj))
+}
+
+fn write_task_and_config(obj: &mut Map<String, Value>, d: Dialect, task_id: &str, id: &str) {
+    if d == Dialect::V1_0 {
+        obj.insert("taskId".into(), task_id.into());
+        obj.insert("id".into(), id.into());
+    } else {
+        obj.insert("id".into(), task_id.into());
+        if !id.is_empty() {
+            obj.insert("pushNotificationConfigId".into(), id.into());
         }
     }
 }

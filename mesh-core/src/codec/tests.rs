@@ -1,0 +1,631 @@
+//! Property tests of the typed codecs against the reference implementations: the typed
+//! writer ([`super::wire`]) against the `Value` writer ([`super::write`]), and the typed
+//! reader ([`super::fast`]) against the lenient reader, on random models in every dialect.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::{fast, wire, write};
+use crate::dialect::{Dialect, Method};
+use crate::jsonrpc::JsonRpcId;
+use crate::model::*;
+use crate::rpc::{Call, Reply, Request};
+
+fn meta() -> impl Strategy<Value = Option<Metadata>> {
+    let value = prop_oneof![
+        any::<i32>().prop_map(|i| json!(i)),
+        "[a-z\"\\\\é]{0,4}".prop_map(|s| json!(s)),
+        Just(json!({"final": true})),
+        Just(json!({"filename": "x", "k": [1, null]})),
+        Just(json!(null)),
+    ];
+    let key = prop_oneof!["[a-z]{1,6}", Just(MESH_KEY.to_string())];
+    prop::option::of(prop::collection::hash_map(key, value, 0..3))
+        .prop_map(|m| m.map(|m: HashMap<String, Value>| m))
+}
+
+fn part() -> impl Strategy<Value = Part> {
+    let content = prop_oneof![
+        ".{0,12}".prop_map(PartContent::Text),
+        prop::collection::vec(any::<u8>(), 0..16).prop_map(PartContent::Raw),
+        "https://[a-z]{1,8}\\.example/[a-z]{0,6}".prop_map(PartContent::Url),
+        any::<i64>().prop_map(|i| PartContent::Data(json!({"n": i}))),
+        Just(PartContent::Data(Value::Null)),
+    ];
+    (
+        content,
+        prop::option::of("[a-z]{1,8}\\.txt"),
+        prop::option::of("[a-z]{1,5}/[a-z]{1,5}"),
+        meta(),
+    )
+        .prop_map(|(content, filename, media_type, metadata)| Part {
+            content,
+            filename,
+            media_type,
+            metadata,
+        })
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    (
+        "[a-z0-9-]{1,10}",
+        prop::option::of("[a-z0-9]{1,6}"),
+        prop::option::of("[a-z0-9]{1,6}"),
+        prop_oneof![Just(Role::User), Just(Role::Agent)],
+        prop::collection::vec(part(), 1..4),
+        meta(),
+        prop::option::of(prop::collection::vec("urn:[a-z]{1,5}", 0..2)),
+        prop::option::of(prop::collection::vec("[a-z]{1,5}", 0..2)),
+    )
+        .prop_map(
+            |(message_id, context_id, task_id, role, parts, metadata, ext, refs)| Message {
+                message_id,
+                context_id,
+                task_id,
+                role,
+                parts,
+                metadata,
+                extensions: ext,
+                reference_task_ids: refs,
+            },
+        )
+}
+
+fn state() -> impl Strategy<Value = TaskState> {
+    prop_oneof![
+        Just(TaskState::Submitted),
+        Just(TaskState::Working),
+        Just(TaskState::Completed),
+        Just(TaskState::Failed),
+        Just(TaskState::Canceled),
+        Just(TaskState::InputRequired),
+        Just(TaskState::Rejected),
+        Just(TaskState::AuthRequired),
+        Just(TaskState::Unspecified),
+    ]
+}
+
+fn status() -> impl Strategy<Value = TaskStatus> {
+    (
+        state(),
+        prop::option::of(message()),
+        prop::option::of((0i64..4_000_000_000, 0u32..3)),
+    )
+        .prop_map(|(state, message, ts)| TaskStatus {
+            state,
+            message,
+            timestamp: ts.and_then(|(s, n)| {
+                chrono::DateTime::from_timestamp(s, [0, 1_000_000, 123_456_789][n as usize])
+            }),
+        })
+}
+
+fn artifact() -> impl Strategy<Value = Artifact> {
+    (
+        prop_oneof![
+            "[a-z0-9]{1,8}",
+            (0u32..5).prop_map(|i| format!("artifact-{i}"))
+        ],
+        prop::option::of("[a-z]{1,6}"),
+        prop::option::of("[a-z ]{1,10}"),
+        prop::collection::vec(part(), 1..3),
+        meta(),
+        prop::option::of(prop::collection::vec("urn:[a-z]{1,5}", 0..2)),
+    )
+        .prop_map(
+            |(artifact_id, name, description, parts, metadata, extensions)| Artifact {
+                artifact_id,
+                name,
+                description,
+                parts,
+                metadata,
+                extensions,
+            },
+        )
+}
+
+fn task() -> impl Strategy<Value = Task> {
+    (
+        "[a-z0-9]{1,8}",
+        "[a-z0-9]{0,8}",
+        status(),
+        prop::option::of(prop::collection::vec(artifact(), 0..3)),
+        prop::option::of(prop::collection::vec(message(), 0..3)),
+        meta(),
+    )
+        .prop_map(
+            |(id, context_id, status, artifacts, history, metadata)| Task {
+                id,
+                context_id,
+                status,
+                artifacts,
+                history,
+                metadata,
+            },
+        )
+}
+
+fn push_config() -> impl Strategy<Value = TaskPushNotificationConfig> {
+    (
+        "https://[a-z]{1,6}\\.example/hook",
+        prop::option::of("[a-z0-9]{1,6}"),
+        "[a-z0-9]{0,6}",
+        prop::option::of("[a-z0-9]{1,6}"),
+        prop::option::of(("[A-Za-z]{1,6}", prop::option::of("[a-z]{1,6}"))),
+        prop::option::of("[a-z]{1,4}"),
+    )
+        .prop_map(
+            |(url, id, task_id, token, auth, tenant)| TaskPushNotificationConfig {
+                url,
+                id,
+                task_id,
+                token,
+                authentication: auth.map(|(scheme, credentials)| AuthenticationInfo {
+                    scheme,
+                    credentials,
+                }),
+                tenant,
+            },
+        )
+}
+
+fn reply() -> impl Strategy<Value = Reply> {
+    prop_oneof![
+        task().prop_map(Reply::Task),
+        message().prop_map(Reply::Message),
+        ("[a-z0-9]{1,8}", "[a-z0-9]{0,8}", status(), meta()).prop_map(
+            |(task_id, context_id, status, metadata)| Reply::StatusUpdate(TaskStatusUpdateEvent {
+                task_id,
+                context_id,
+                status,
+                metadata,
+            })
+        ),
+        (
+            "[a-z0-9]{1,8}",
+            "[a-z0-9]{0,8}",
+            artifact(),
+            prop::option::of(any::<bool>()),
+            prop::option::of(any::<bool>()),
+            meta()
+        )
+            .prop_map(
+                |(task_id, context_id, artifact, append, last_chunk, metadata)| {
+                    Reply::ArtifactUpdate(TaskArtifactUpdateEvent {
+                        task_id,
+                        context_id,
+                        artifact,
+                        append,
+                        last_chunk,
+                        metadata,
+                    })
+                }
+            ),
+        (
+            prop::collection::vec(task(), 0..2),
+            "[a-z]{0,4}",
+            0i32..9,
+            0i32..99
+        )
+            .prop_map(
+                |(tasks, next_page_token, page_size, total_size)| Reply::Tasks(ListTasksResponse {
+                    tasks,
+                    next_page_token,
+                    page_size,
+                    total_size,
+                })
+            ),
+        push_config().prop_map(Reply::PushConfig),
+        (
+            prop::collection::vec(push_config(), 0..3),
+            prop::option::of("[a-z]{1,4}")
+        )
+            .prop_map(|(configs, next_page_token)| Reply::PushConfigs(
+                ListTaskPushNotificationConfigsResponse {
+                    configs,
+                    next_page_token,
+                }
+            )),
+        Just(Reply::Empty),
+    ]
+}
+
+fn send() -> impl Strategy<Value = SendMessageRequest> {
+    (
+        message(),
+        prop::option::of((
+            prop::option::of(0i32..50),
+            prop::option::of(any::<bool>()),
+            prop::option::of(prop::collection::vec("text/[a-z]{1,5}", 0..2)),
+            prop::option::of(push_config()),
+        )),
+        meta(),
+        prop::option::of("[a-z]{1,4}"),
+    )
+        .prop_map(|(message, cfg, metadata, tenant)| SendMessageRequest {
+            message,
+            configuration: cfg.map(|(h, r, modes, push)| SendMessageConfiguration {
+                accepted_output_modes: modes,
+                task_push_notification_config: push,
+                history_length: h,
+                return_immediately: r,
+            }),
+            metadata,
+            tenant,
+        })
+}
+
+fn call() -> impl Strategy<Value = (Method, Call)> {
+    let tenant = || prop::option::of("[a-z]{1,4}");
+    prop_oneof![
+        4 => (send(), any::<bool>()).prop_map(|(s, streaming)| (
+            if streaming { Method::SendStreamingMessage } else { Method::SendMessage },
+            Call::Send(s)
+        )),
+        1 => ("[a-z0-9]{1,6}", prop::option::of(0i32..9), tenant()).prop_map(|(id, h, tenant)| (
+            Method::GetTask,
+            Call::GetTask(GetTaskRequest { id, history_length: h, tenant })
+        )),
+        1 => (prop::option::of("[a-z]{1,4}"), prop::option::of(state()), prop::option::of(1i32..9),
+              prop::option::of(0i64..4_000_000_000), prop::option::of(any::<bool>()), tenant())
+            .prop_map(|(context_id, status, page_size, ts, include_artifacts, tenant)| (
+                Method::ListTasks,
+                Call::ListTasks(ListTasksRequest {
+                    context_id, status, page_size, page_token: None, history_length: page_size,
+                    status_timestamp_after: ts.and_then(|s| chrono::DateTime::from_timestamp(s, 0)),
+                    include_artifacts, tenant,
+                })
+            )),
+        1 => ("[a-z0-9]{1,6}", meta(), tenant()).prop_map(|(id, metadata, tenant)| (
+            Method::CancelTask,
+            Call::CancelTask(CancelTaskRequest { id, metadata, tenant })
+        )),
+        1 => ("[a-z0-9]{1,6}", tenant()).prop_map(|(id, tenant)| (
+            Method::SubscribeToTask,
+            Call::Subscribe(SubscribeToTaskRequest { id, tenant })
+        )),
+        1 => push_config().prop_map(|c| (Method::SetPushConfig, Call::SetPushConfig(c))),
+        1 => ("[a-z0-9]{1,6}", "[a-z0-9]{0,6}", tenant()).prop_map(|(task_id, id, tenant)| (
+            Method::GetPushConfig,
+            Call::GetPushConfig(GetTaskPushNotificationConfigRequest { task_id, id, tenant })
+        )),
+        1 => ("[a-z0-9]{1,6}", "[a-z0-9]{0,6}", tenant()).prop_map(|(task_id, id, tenant)| (
+            Method::DeletePushConfig,
+            Call::DeletePushConfig(DeleteTaskPushNotificationConfigRequest { task_id, id, tenant })
+        )),
+        1 => ("[a-z0-9]{1,6}", prop::option::of(1i32..9), tenant()).prop_map(|(task_id, page_size, tenant)| (
+            Method::ListPushConfigs,
+            Call::ListPushConfigs(ListTaskPushNotificationConfigsRequest {
+                task_id, page_size, page_token: None, tenant,
+            })
+        )),
+        1 => Just((Method::GetExtendedCard, Call::GetExtendedCard)),
+    ]
+}
+
+fn id() -> impl Strategy<Value = Option<JsonRpcId>> {
+    prop::option::of(prop_oneof![
+        "[a-z0-9\"]{0,6}".prop_map(JsonRpcId::String),
+        any::<i64>().prop_map(JsonRpcId::from),
+        Just(JsonRpcId::Null),
+    ])
+}
+
+fn parse(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).expect("valid JSON")
+}
+
+/// The reference envelope of a request, built as a `Value`.
+fn reference_request(req: &Request) -> Value {
+    let mut obj = serde_json::Map::new();
+    obj.insert("jsonrpc".into(), "2.0".into());
+    if let Some(id) = &req.id {
+        obj.insert("id".into(), id.to_value());
+    }
+    obj.insert(
+        "method".into(),
+        crate::dialect::method_name(req.method, req.dialect).into(),
+    );
+    if let Some(p) = write::write_call(&req.call, req.dialect) {
+        obj.insert("params".into(), p);
+    }
+    Value::Object(obj)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn typed_writer_matches_reference_replies(r in reply(), id in id()) {
+        let id = id.unwrap_or(JsonRpcId::Null);
+        for d in Dialect::ALL {
+            let reference = json!({"jsonrpc": "2.0", "id": id.to_value(), "result": write::write_reply(d, &r)});
+            prop_assert_eq!(parse(&super::encode_reply(d, &id, &r)), reference, "dialect {}", d);
+            for m in [Method::GetTask, Method::CancelTask, Method::SendMessage] {
+                let result = match (d, m, &r) {
+                    (Dialect::V1_0, Method::GetTask | Method::CancelTask, Reply::Task(t)) => write::task(t, d),
+                    _ => write::write_reply(d, &r),
+                };
+                let reference = json!({"jsonrpc": "2.0", "id": id.to_value(), "result": result});
+                prop_assert_eq!(parse(&super::encode_reply_to(m, d, &id, &r)), reference);
+            }
+            if let Reply::Task(t) = &r {
+                prop_assert_eq!(super::write_task(t, d), write::task(t, d));
+            }
+            if let Reply::Message(m) = &r {
+                prop_assert_eq!(super::write_message(m, d), write::message(m, d));
+            }
+        }
+    }
+
+    #[test]
+    fn typed_writer_matches_reference_requests((method, call) in call(), id in id()) {
+        for d in Dialect::ALL {
+            let req = Request { id: id.clone(), method, dialect: d, shared_method: false, call: call.clone() };
+            let bytes = super::encode_request(&req);
+            prop_assert_eq!(parse(&bytes), reference_request(&req), "dialect {}", d);
+        }
+    }
+}
+
+/// A mutation of one object in a payload, to leave the canonical shapes.
+#[derive(Debug, Clone, Copy)]
+enum Mutation {
+    SnakeCase,
+    DropKind,
+    AddUnknown,
+    BadType,
+    Null,
+    Remove,
+}
+
+fn mutation() -> impl Strategy<Value = (Mutation, usize, usize)> {
+    (
+        prop_oneof![
+            Just(Mutation::SnakeCase),
+            Just(Mutation::DropKind),
+            Just(Mutation::AddUnknown),
+            Just(Mutation::BadType),
+            Just(Mutation::Null),
+            Just(Mutation::Remove),
+        ],
+        any::<usize>(),
+        any::<usize>(),
+    )
+}
+
+fn snake(k: &str) -> String {
+    let mut out = String::new();
+    for c in k.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn count_objects(v: &Value) -> usize {
+    match v {
+        Value::Object(m) => 1 + m.values().map(count_objects).sum::<usize>(),
+        Value::Array(a) => a.iter().map(count_objects).sum(),
+        _ => 0,
+    }
+}
+
+fn mutate_nth(v: &mut Value, n: &mut usize, how: Mutation, key: usize) -> bool {
+    match v {
+        Value::Object(m) => {
+            if *n == 0 {
+                let keys: Vec<String> = m.keys().cloned().collect();
+                let k = (!keys.is_empty()).then(|| keys[key % keys.len()].clone());
+                match (how, k) {
+                    (Mutation::SnakeCase, Some(k)) => {
+                        if let Some(x) = m.remove(&k) {
+                            m.insert(snake(&k), x);
+                        }
+                    }
+                    (Mutation::DropKind, _) => {
+                        m.remove("kind");
+                    }
+                    (Mutation::AddUnknown, _) => {
+                        m.insert("unknownMember".into(), json!(1));
+                    }
+                    (Mutation::BadType, Some(k)) => {
+                        m.insert(k, json!(5));
+                    }
+                    (Mutation::Null, Some(k)) => {
+                        m.insert(k, Value::Null);
+                    }
+                    (Mutation::Remove, Some(k)) => {
+                        m.remove(&k);
+                    }
+                    _ => {}
+                }
+                return true;
+            }
+            *n -= 1;
+            m.values_mut().any(|c| mutate_nth(c, n, how, key))
+        }
+        Value::Array(a) => a.iter_mut().any(|c| mutate_nth(c, n, how, key)),
+        _ => false,
+    }
+}
+
+fn mutate(bytes: &[u8], (how, which, key): (Mutation, usize, usize)) -> Vec<u8> {
+    let mut v = parse(bytes);
+    let mut n = which % count_objects(&v).max(1);
+    mutate_nth(&mut v, &mut n, how, key);
+    serde_json::to_vec(&v).expect("serializes")
+}
+
+/// The fast path either declines or answers exactly what the lenient reader answers.
+fn check_request(bytes: &[u8]) -> Result<(), TestCaseError> {
+    if let Some(fast) = fast::decode_request(bytes) {
+        prop_assert_eq!(
+            super::decode_lenient(bytes),
+            super::Decoded::Single(Ok(fast)),
+            "{}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+    Ok(())
+}
+
+fn check_reply(bytes: &[u8], d: Dialect) -> Result<(), TestCaseError> {
+    if let Some(fast) = fast::decode_reply(bytes, d) {
+        prop_assert_eq!(
+            super::decode_reply_lenient(bytes, d),
+            Ok(fast),
+            "{}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    #[test]
+    fn fast_reader_matches_lenient_replies(r in reply(), id in id(), muts in prop::collection::vec(mutation(), 1..3)) {
+        let id = id.unwrap_or(JsonRpcId::Null);
+        for d in Dialect::ALL {
+            for m in [Method::GetTask, Method::SendMessage] {
+                let bytes = super::encode_reply_to(m, d, &id, &r);
+                check_reply(&bytes, d)?;
+                // What the bus carries is covered by the fast path.
+                let canonical = d != Dialect::V0_1
+                    && matches!(r, Reply::Task(_) | Reply::Message(_) | Reply::StatusUpdate(_) | Reply::ArtifactUpdate(_) | Reply::Empty)
+                    && !(d == Dialect::V0_3 && matches!(r, Reply::Empty));
+                if canonical {
+                    prop_assert!(fast::decode_reply(&bytes, d).is_some(), "not covered: {}", String::from_utf8_lossy(&bytes));
+                }
+                let mut mutated = bytes.clone();
+                for m in &muts {
+                    mutated = mutate(&mutated, *m);
+                    check_reply(&mutated, d)?;
+                }
+            }
+        }
+        let err = super::encode_error(Dialect::V0_3, Some(&id), &crate::error::A2aError::invalid_params("x"));
+        prop_assert!(fast::decode_reply(&err, Dialect::V0_3).is_some());
+        check_reply(&err, Dialect::V0_3)?;
+    }
+
+    #[test]
+    fn fast_reader_matches_lenient_requests((method, call) in call(), id in id(), muts in prop::collection::vec(mutation(), 1..3)) {
+        for d in Dialect::ALL {
+            let req = Request { id: id.clone(), method, dialect: d, shared_method: false, call: call.clone() };
+            let bytes = super::encode_request(&req);
+            check_request(&bytes)?;
+            if d != Dialect::V0_1 && matches!(call, Call::Send(_)) {
+                prop_assert!(fast::decode_request(&bytes).is_some(), "not covered: {}", String::from_utf8_lossy(&bytes));
+            }
+            let mut mutated = bytes.clone();
+            for m in &muts {
+                mutated = mutate(&mutated, *m);
+                check_request(&mutated)?;
+            }
+        }
+    }
+}
+
+#[test]
+fn typed_writer_matches_reference_errors() {
+    let err = crate::error::A2aError::invalid_params_at("params.message", "missing");
+    for d in Dialect::ALL {
+        for id in [None, Some(JsonRpcId::from(3)), Some(JsonRpcId::from("x"))] {
+            let out = super::encode_error(d, id.as_ref(), &err);
+            let reference = json!({
+                "jsonrpc": "2.0",
+                "id": id.as_ref().map_or(Value::Null, JsonRpcId::to_value),
+                "error": err.to_json(d),
+            });
+            assert_eq!(parse(&out), reference);
+        }
+    }
+    let _ = wire::to_vec(&Value::Null);
+}
+
+/// Hand-picked payloads at the edge of the canonical shapes: the fast path declines or
+/// agrees with the lenient reader (results and error messages).
+#[test]
+fn fast_reader_edge_cases() {
+    let msg =
+        r#"{"kind":"message","messageId":"m","role":"user","parts":[{"kind":"text","text":"hi"}]}"#;
+    let requests = [
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":null,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1.5,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":true,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"id":2,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message\/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"{{"jsonrpc":"1.0","id":1,"method":"message/send","params":{{"message":{msg}}}}}"#),
+        format!(r#"[{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg}}}}}]"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":[{msg}]}}"#),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":[1]}}"#.to_string(),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"extra":1}}}}"#),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"messageId":"m","role":"user","parts":[{"kind":{"text":null},"text":"hi"}]}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"messageId":"m","role":"user","parts":[{"kind":"text","text":"hi","data":null}]}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"role":"user","parts":[{"text":"hi"}]}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"messageId":"m","role":"user","parts":[]}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"messageId":"m","role":"user","parts":[{"text":"a"}],"metadata":{"_mesh":{}}},"configuration":{"blocking":false,"returnImmediately":false}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","role":"ROLE_USER","parts":[{"raw":"aGk="}]},"configuration":{}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t","metadata":{"a":1}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t","historyLength":2.0}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tasks/cancel","params":{"id":"t","metadata":{}}}"#.to_string(),
+    ];
+    for r in &requests {
+        let fast = fast::decode_request(r.as_bytes());
+        if let Some(f) = fast {
+            assert_eq!(
+                super::decode_lenient(r.as_bytes()),
+                super::Decoded::Single(Ok(f)),
+                "{r}"
+            );
+        }
+        assert_eq!(
+            super::decode(r.as_bytes()),
+            super::decode_lenient(r.as_bytes()),
+            "{r}"
+        );
+    }
+    let task = r#"{"kind":"task","id":"t","contextId":"c","status":{"state":"completed"}}"#;
+    let replies = [
+        format!(r#"{{"jsonrpc":"2.0","id":1,"result":{task}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"task":{task}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"task":{task},"id":null}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"result":{task},"error":null}}"#),
+        format!(r#"{{"jsonrpc":"2.0","result":{task}}}"#),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"kind":null,"id":"t","status":{"state":"working"}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"kind":"status-update","id":"t","status":{"state":"working"}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"type":"task","id":"t","status":{"state":"working"}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"taskId":"t","status":{"state":"working"},"final":true}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"taskId":"t","artifact":{"artifactId":"a","parts":[{"text":"x"}]}}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"role":"agent","parts":[{"text":"x"}],"messageId":"m"}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{"role":"agent","parts":[{"text":"x"}]}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":null}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"result":[]}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"nope"}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}"#.to_string(),
+        r#"{"jsonrpc":"2.0","id":1}"#.to_string(),
+    ];
+    for r in &replies {
+        for d in Dialect::ALL {
+            if let Some(f) = fast::decode_reply(r.as_bytes(), d) {
+                assert_eq!(super::decode_reply_lenient(r.as_bytes(), d), Ok(f), "{r}");
+            }
+        }
+    }
+    // The canonical ones are covered.
+    assert!(fast::decode_request(requests[0].as_bytes()).is_some());
+    assert!(fast::decode_reply(replies[0].as_bytes(), Dialect::V0_3).is_some());
+    assert!(fast::decode_reply(replies[1].as_bytes(), Dialect::V1_0).is_some());
+}
