@@ -413,7 +413,7 @@ async fn start(
                 if state.is_terminal() {
                     return Err(A2aError::unsupported_operation(format!(
                         "task {task_id} is {}: it takes no more messages",
-                        state_name(state)
+                        mesh_core::model::state_name(state)
                     )));
                 }
                 if gw.bridge.is_live(task_id) {
@@ -828,7 +828,7 @@ fn subscribe(
             A2aError::unsupported_operation(format!(
                 "task {} is {}: there is nothing to subscribe to",
                 params.id,
-                state_name(&record.task.status.state)
+                mesh_core::model::state_name(&record.task.status.state)
             )),
         ));
     }
@@ -1081,20 +1081,6 @@ fn task_answer(
         value = Value::Object(wrapped);
     }
     Answer::Json(jsonrpc::write_result(id, value))
-}
-
-pub(crate) fn state_name(state: &TaskState) -> &'static str {
-    match state {
-        TaskState::Submitted => "submitted",
-        TaskState::Working => "working",
-        TaskState::Completed => "completed",
-        TaskState::Failed => "failed",
-        TaskState::Canceled => "canceled",
-        TaskState::InputRequired => "input-required",
-        TaskState::Rejected => "rejected",
-        TaskState::AuthRequired => "auth-required",
-        _ => "in an unknown state",
-    }
 }
 
 // ---------------------------------------------------------------------------------------

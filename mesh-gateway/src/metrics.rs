@@ -238,7 +238,7 @@ impl Collector for Scrape {
                 MetricType::Gauge,
             )?;
             for (state, n) in store.state_counts() {
-                let name = crate::jsonrpc::state_name(&state);
+                let name = mesh_core::model::state_name(&state);
                 let labels = [("state", name)];
                 family.encode_family(&labels)?.encode_gauge(&(n as i64))?;
             }
