@@ -25,7 +25,9 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::read::{mesh_str, mesh_strings, parse_timestamp, put_back_mesh, read_base64, take_mesh};
+use super::read::{
+    MessageFields, mesh_str, mesh_strings, parse_timestamp, put_back_mesh, read_base64, take_mesh,
+};
 use crate::dialect::{Dialect, Method, resolve_method};
 use crate::error::A2aError;
 use crate::jsonrpc::JsonRpcId;
@@ -250,26 +252,22 @@ fn message(m: FMessage) -> Option<Message> {
     }
     let role = role(&m.role)?;
     let parts = parts(m.parts)?;
-    let (mut message_id, mut context_id, mut task_id) = (m.message_id, m.context_id, m.task_id);
-    let (mut extensions, mut reference_task_ids) = (m.extensions, m.reference_task_ids);
+    let mut fields = MessageFields {
+        message_id: m.message_id,
+        context_id: m.context_id,
+        task_id: m.task_id,
+        extensions: m.extensions,
+        reference_task_ids: m.reference_task_ids,
+    };
     let mut metadata = m.metadata.filter(|x| !x.is_empty());
-    let mut mesh = take_mesh(&mut metadata);
-    if message_id.is_none() {
-        message_id = mesh_str(&mut mesh, "messageId");
-    }
-    if context_id.is_none() {
-        context_id = mesh_str(&mut mesh, "contextId");
-    }
-    if task_id.is_none() {
-        task_id = mesh_str(&mut mesh, "taskId");
-    }
-    if extensions.is_none() {
-        extensions = mesh_strings(&mut mesh, "extensions");
-    }
-    if reference_task_ids.is_none() {
-        reference_task_ids = mesh_strings(&mut mesh, "referenceTaskIds");
-    }
-    put_back_mesh(&mut metadata, mesh);
+    fields.restore_from(&mut metadata);
+    let MessageFields {
+        message_id,
+        context_id,
+        task_id,
+        extensions,
+        reference_task_ids,
+    } = fields;
     Some(Message {
         message_id: message_id?,
         context_id,

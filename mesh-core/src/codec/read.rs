@@ -447,38 +447,65 @@ pub(crate) fn read_parts(v: Value, path: &str) -> R<Vec<Part>> {
         .collect()
 }
 
+/// The message fields a dialect without them (0.1: no messageId, contextId, taskId,
+/// extensions, referenceTaskIds) stashes under `_mesh`. Both readers restore them through
+/// [`MessageFields::restore_from`], so the rule lives in one place.
+pub(crate) struct MessageFields {
+    pub(crate) message_id: Option<String>,
+    pub(crate) context_id: Option<String>,
+    pub(crate) task_id: Option<String>,
+    pub(crate) extensions: Option<Vec<String>>,
+    pub(crate) reference_task_ids: Option<Vec<String>>,
+}
+
+impl MessageFields {
+    /// Fills each field the payload lacks from `metadata._mesh`, removing what it takes.
+    pub(crate) fn restore_from(&mut self, metadata: &mut Option<Metadata>) {
+        let mut mesh = take_mesh(metadata);
+        if self.message_id.is_none() {
+            self.message_id = mesh_str(&mut mesh, "messageId");
+        }
+        if self.context_id.is_none() {
+            self.context_id = mesh_str(&mut mesh, "contextId");
+        }
+        if self.task_id.is_none() {
+            self.task_id = mesh_str(&mut mesh, "taskId");
+        }
+        if self.extensions.is_none() {
+            self.extensions = mesh_strings(&mut mesh, "extensions");
+        }
+        if self.reference_task_ids.is_none() {
+            self.reference_task_ids = mesh_strings(&mut mesh, "referenceTaskIds");
+        }
+        put_back_mesh(metadata, mesh);
+    }
+}
+
 /// Reads a message. `require_id`: a missing `messageId` is an error (0.3/1.0 sends);
 /// otherwise one is generated.
 pub(crate) fn read_message(v: Value, path: &str, require_id: bool) -> R<Message> {
     let mut o = Obj::new(v, path)?;
     o.check_tag(&["message"])?;
-    let mut message_id = o.str_opt(&["messageId", "message_id"])?;
-    let mut context_id = o.str_opt(&["contextId", "context_id"])?;
-    let mut task_id = o.str_opt(&["taskId", "task_id"])?;
-    let mut extensions = o.strings_opt(&["extensions"])?;
-    let mut reference_task_ids = o.strings_opt(&["referenceTaskIds", "reference_task_ids"])?;
+    let mut fields = MessageFields {
+        message_id: o.str_opt(&["messageId", "message_id"])?,
+        context_id: o.str_opt(&["contextId", "context_id"])?,
+        task_id: o.str_opt(&["taskId", "task_id"])?,
+        extensions: o.strings_opt(&["extensions"])?,
+        reference_task_ids: o.strings_opt(&["referenceTaskIds", "reference_task_ids"])?,
+    };
     let (rp, rv) = o.req(&["role"])?;
     let role = read_role(rv, &rp)?;
     let (pp, pv) = o.req(&["parts"])?;
     let parts = read_parts(pv, &pp)?;
     let mut metadata = o.metadata()?;
-    let mut mesh = take_mesh(&mut metadata);
-    if message_id.is_none() {
-        message_id = mesh_str(&mut mesh, "messageId");
-    }
-    if context_id.is_none() {
-        context_id = mesh_str(&mut mesh, "contextId");
-    }
-    if task_id.is_none() {
-        task_id = mesh_str(&mut mesh, "taskId");
-    }
-    if extensions.is_none() {
-        extensions = mesh_strings(&mut mesh, "extensions");
-    }
-    if reference_task_ids.is_none() {
-        reference_task_ids = mesh_strings(&mut mesh, "referenceTaskIds");
-    }
-    put_back_mesh(&mut metadata, mesh);
+    fields.restore_from(&mut metadata);
+    let MessageFields {
+        message_id,
+        context_id,
+        task_id,
+        extensions,
+        reference_task_ids,
+    } = fields;
     let message_id = match message_id {
         Some(id) => id,
         None if require_id => {
