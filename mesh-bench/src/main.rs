@@ -39,6 +39,8 @@ enum Which {
 }
 
 fn main() {
+    // Before any HTTP client is built (reqwest's rustls has no provider of its own).
+    mesh_core::tls::install_crypto_provider();
     let args = Args::parse();
     let mesh = match procs::mesh_binary(args.mesh_bin.as_deref()) {
         Ok(p) => p,

@@ -92,6 +92,8 @@ enum Command {
 }
 
 fn main() {
+    // Before any HTTP client is built (reqwest's rustls has no provider of its own).
+    mesh_core::tls::install_crypto_provider();
     let cli = Cli::parse();
     let serve = match &cli.command {
         Command::Up { serve } | Command::Broker { serve } | Command::Gateway { serve } => {

@@ -127,6 +127,7 @@ async fn tasks_survive_sigkill_of_the_gateway() {
     let _echo = spawn(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let args: Vec<String> = agent_args("flight-booker");
     let _booker = spawn(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    mesh_core::tls::install_crypto_provider();
     let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
 
     let (mut first, url) = gateway(&broker_url, &namespace, &dir).await;

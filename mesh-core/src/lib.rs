@@ -13,7 +13,9 @@
 //!   routes incoming messages to subscriptions);
 //! - [`meta`]: the reserved metadata key `_mesh` that carries routing on the bus;
 //! - [`registry`]: the live view of the mesh's agents, cards and instances;
-//! - [`requester`]: sending a request to an agent and receiving its replies.
+//! - [`requester`]: sending a request to an agent and receiving its replies;
+//! - [`tls`]: TLS for every client (the bus, webhooks, HTTP clients): one crypto provider,
+//!   one way to load trusted roots.
 
 pub mod bus;
 pub mod codec;
@@ -25,4 +27,5 @@ pub mod model;
 pub mod registry;
 pub mod requester;
 pub mod rpc;
+pub mod tls;
 pub mod topic;

@@ -219,6 +219,8 @@ impl Pusher {
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> Pusher {
+        // reqwest's rustls has no crypto provider of its own.
+        mesh_core::tls::install_crypto_provider();
         let client = reqwest::Client::builder()
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout)

@@ -68,6 +68,7 @@ async fn tasks_survive_a_restart_on_the_same_data_dir() {
         .start(bus_config(&broker))
         .await
         .unwrap();
+    mesh_core::tls::install_crypto_provider();
     let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
 
     let first = gateway(&broker, &namespace, &dir).await;
@@ -160,6 +161,7 @@ async fn tasks_survive_a_restart_on_the_same_data_dir() {
 #[ignore = "a measurement, not a test"]
 async fn store_cost() {
     let broker = TestBroker::from_env().await;
+    mesh_core::tls::install_crypto_provider();
     let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
     let n: usize = std::env::var("STORE_COST_N")
         .ok()

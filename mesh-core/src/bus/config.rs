@@ -2,7 +2,6 @@
 //! will, TLS roots, timeouts and reconnect backoff of a [`Bus`](super::Bus).
 
 use std::fmt;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -189,16 +188,8 @@ pub struct LastWill {
 }
 
 /// Where the certificate authorities that a `mqtts://` broker's certificate must chain to
-/// come from.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsRoots {
-    /// A PEM file of CA certificates. When set, only these are trusted unless
-    /// [`TlsRoots::native`] is also set.
-    pub ca_file: Option<PathBuf>,
-    /// Also trust the operating system's roots. When no `ca_file` is set, the system roots are
-    /// used whatever this says (there would be nothing else to trust).
-    pub native: bool,
-}
+/// come from (see [`crate::tls`]).
+pub use crate::tls::TlsRoots;
 
 /// Exponential reconnect backoff: `min`, doubled after every failed attempt, capped at `max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -383,45 +374,7 @@ impl BusConfig {
     }
 
     fn rustls_config(&self) -> Result<Arc<rustls::ClientConfig>, BusError> {
-        use rustls::pki_types::CertificateDer;
-        use rustls::pki_types::pem::PemObject;
-
-        let tls_err = |reason: String| BusError::Tls(reason);
-        let mut roots = rustls::RootCertStore::empty();
-        if let Some(path) = &self.tls_roots.ca_file {
-            for cert in CertificateDer::pem_file_iter(path)
-                .map_err(|e| tls_err(format!("reading CA file {}: {e}", path.display())))?
-            {
-                let cert =
-                    cert.map_err(|e| tls_err(format!("parsing CA file {}: {e}", path.display())))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| tls_err(format!("CA in {}: {e}", path.display())))?;
-            }
-            if roots.is_empty() {
-                return Err(tls_err(format!(
-                    "no certificate in CA file {}",
-                    path.display()
-                )));
-            }
-        }
-        if self.tls_roots.native || self.tls_roots.ca_file.is_none() {
-            let native = rustls_native_certs::load_native_certs();
-            for e in &native.errors {
-                tracing::warn!(error = %e, "could not load some system CA certificates");
-            }
-            roots.add_parsable_certificates(native.certs);
-            if roots.is_empty() {
-                return Err(tls_err("no system CA certificate found".to_owned()));
-            }
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| tls_err(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        Ok(Arc::new(config))
+        self.tls_roots.client_config().map_err(BusError::Tls)
     }
 }
 

@@ -52,6 +52,7 @@ impl Mesh {
         let gateway_bus = Bus::connect(bus_config(&broker)).await.unwrap();
         let gateway = Gateway::start(config, gateway_bus.clone()).await.unwrap();
         let base = format!("http://{}", gateway.local_addr());
+        mesh_core::tls::install_crypto_provider();
         let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
         Mesh {
             broker,
