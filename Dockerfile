@@ -7,6 +7,9 @@ RUN cargo build --release --locked -p mesh-cli \
     && strip target/release/mesh
 
 FROM debian:bookworm-slim
+# The system's CA roots: mqtts:// brokers and https:// webhooks are verified against them.
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin mesh \
     && mkdir -p /var/lib/mesh && chown 10001:10001 /var/lib/mesh
 COPY --from=build /src/target/release/mesh /usr/local/bin/mesh

@@ -165,6 +165,7 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
         api_keys: settings.api_keys.clone(),
         cors_origins: settings.cors_origins.clone(),
         allow_private_webhooks: settings.allow_private_webhooks,
+        webhook_ca_file: settings.webhook_ca.clone(),
         ..GatewayConfig::default()
     };
     Gateway::start(config, bus).await.map_err(|e| match e {
@@ -174,6 +175,7 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
         GatewayError::Bus(bus) => unreachable_broker(url, bus),
         GatewayError::Store(e) => Failure::Usage(format!("{e} (--data-dir, or --memory-store)")),
         GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
+        GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
         other => Failure::Other(other.to_string()),
     })
 }

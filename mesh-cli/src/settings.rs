@@ -16,6 +16,7 @@
 //! | API keys (`principal=secret` or `secret`) | `--api-key` (repeatable) | `MESH_API_KEYS` (comma-separated) | none: no auth |
 //! | CORS origins (`*` for any) | `--cors-origin` (repeatable) | `MESH_CORS_ORIGINS` (comma-separated) | none: no CORS |
 //! | webhooks into private networks | `--allow-private-webhooks` | `MESH_ALLOW_PRIVATE_WEBHOOKS` | off |
+//! | CA file of `https://` webhooks (besides the system's roots) | `--webhook-ca` | `MESH_WEBHOOK_CA` | the system's roots only |
 //!
 //! The TOML file uses the same names in snake case (`broker_url = "mqtt://…"`; the lists are
 //! `api_keys = […]` and `cors_origins = […]`).
@@ -104,6 +105,10 @@ pub struct Serve {
     /// Accept push-notification webhooks into loopback, private and link-local networks.
     #[arg(long, env = "MESH_ALLOW_PRIVATE_WEBHOOKS", value_parser = FalseyValueParser::new())]
     pub allow_private_webhooks: bool,
+    /// A PEM file of CA(s) that `https://` webhooks' certificates may chain to, besides the
+    /// system's roots.
+    #[arg(long, env = "MESH_WEBHOOK_CA", value_name = "PEM_FILE")]
+    pub webhook_ca: Option<PathBuf>,
 }
 
 /// How log lines look.
@@ -135,6 +140,7 @@ struct File {
     api_keys: Option<Vec<String>>,
     cors_origins: Option<Vec<String>>,
     allow_private_webhooks: Option<bool>,
+    webhook_ca: Option<PathBuf>,
 }
 
 /// Every setting, resolved.
@@ -156,6 +162,8 @@ pub struct Settings {
     pub api_keys: Vec<ApiKey>,
     pub cors_origins: Vec<String>,
     pub allow_private_webhooks: bool,
+    /// The CA file for `https://` webhooks; `None`: the system's roots only.
+    pub webhook_ca: Option<PathBuf>,
 }
 
 /// The default data directory: `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh`.
@@ -215,6 +223,7 @@ impl Settings {
             cors_origins,
             allow_private_webhooks: serve.allow_private_webhooks
                 || file.allow_private_webhooks.unwrap_or(false),
+            webhook_ca: serve.webhook_ca.clone().or(file.webhook_ca),
             namespace: common
                 .namespace
                 .clone()
@@ -290,6 +299,13 @@ mod tests {
         assert_eq!(settings.api_keys[0].principal, "alice");
         assert_eq!(settings.api_keys[1].principal, "key-2");
         assert_eq!(settings.cors_origins, ["*"]);
+        assert_eq!(settings.webhook_ca, None);
+        std::fs::write(&path, "webhook_ca = \"/tmp/ca.pem\"\n").unwrap();
+        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        assert_eq!(
+            settings.webhook_ca.as_deref(),
+            Some(Path::new("/tmp/ca.pem"))
+        );
         let memory = Serve {
             memory_store: true,
             api_keys: vec!["bob=".into()],

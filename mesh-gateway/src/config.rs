@@ -67,6 +67,9 @@ pub struct GatewayConfig {
     pub webhook_backoff: Duration,
     /// How many deliveries may wait at most; past it new ones are dropped (and counted).
     pub webhook_queue: usize,
+    /// A PEM file of CAs that https webhooks' certificates may also chain to, besides the
+    /// system's roots (`--webhook-ca`). A file that cannot be read stops the start.
+    pub webhook_ca_file: Option<PathBuf>,
 }
 
 impl Default for GatewayConfig {
@@ -95,6 +98,7 @@ impl Default for GatewayConfig {
             webhook_attempts: 5,
             webhook_backoff: Duration::from_millis(250),
             webhook_queue: 10_000,
+            webhook_ca_file: None,
         }
     }
 }

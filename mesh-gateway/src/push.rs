@@ -2,17 +2,22 @@
 //! queue that POSTs the task (in the dialect that created it) to every config of a task on
 //! each change of its status.
 //!
-//! **Registration** ([`check_url`]): only `http://` URLs (this build has no TLS client, so
-//! `https://` is refused with a clear error); the host is resolved and every address must
-//! be public unless the gateway allows private webhooks: loopback, private (10/8,
-//! 172.16/12, 192.168/16, fc00::/7), link-local (169.254/16, fe80::/10), unspecified,
-//! multicast and broadcast addresses are refused with `-32602` naming the field (SSRF).
+//! **Registration** ([`check_url`]): `http://` and `https://` URLs; the host is resolved and
+//! every address must be public unless the gateway allows private webhooks: loopback,
+//! private (10/8, 172.16/12, 192.168/16, fc00::/7), link-local (169.254/16, fe80::/10),
+//! unspecified, multicast and broadcast addresses are refused with `-32602` naming the field
+//! (SSRF).
+//!
+//! **TLS** ([`webhook_tls`]): rustls with the ring provider (see [`mesh_core::tls`]), trusting
+//! the system's roots and, when the gateway is given one (`--webhook-ca`), a PEM file of
+//! private CAs. A certificate that does not verify fails the attempt like a refused
+//! connection (retried, then given up, counted and logged).
 //!
 //! **Delivery** ([`Pusher`]): [`Pusher::notify`] never blocks and never awaits; it hands the
 //! notification to the task's worker (one tokio task per task with deliveries pending, so a
 //! task's notifications arrive in order), and drops it (counted) when the queue is full.
-//! A worker POSTs with a timeout, retries a connection error, a timeout, a 408, a 429 or a
-//! 5xx with exponential backoff, and gives up on any other answer or after the last
+//! A worker POSTs with a timeout, retries a connection error, a TLS failure, a timeout, a
+//! 408, a 429 or a 5xx with exponential backoff, and gives up on any other answer or after the last
 //! attempt: at-least-once while the gateway runs (the queue is in memory: deliveries
 //! pending at a crash are lost). Each attempt resolves the host again through the client's
 //! own resolver, which refuses the name when any address is not public (no DNS rebinding:
@@ -25,9 +30,11 @@ use crate::metrics::Metrics;
 use axum::http::{HeaderValue, header};
 use mesh_core::error::A2aError;
 use mesh_core::model::TaskPushNotificationConfig;
+use mesh_core::tls::TlsRoots;
 use reqwest::Url;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -111,14 +118,12 @@ async fn resolve_checked(url: &str, allow_private: bool) -> Result<(Url, SocketA
     }
     let parsed = Url::parse(url).map_err(|e| format!("not a valid URL ({e})"))?;
     match parsed.scheme() {
-        "http" => {}
-        "https" => {
-            return Err(
-                "https webhooks are not supported by this gateway build (no TLS client); use an http:// URL"
-                    .into(),
-            );
+        "http" | "https" => {}
+        other => {
+            return Err(format!(
+                "the scheme {other:?} is not allowed: use https:// or http://"
+            ));
         }
-        other => return Err(format!("the scheme {other:?} is not allowed: use http://")),
     }
     if !parsed.username().is_empty() || parsed.password().is_some() {
         return Err("credentials in the URL are not allowed: use authentication or token".into());
@@ -130,7 +135,7 @@ async fn resolve_checked(url: &str, allow_private: bool) -> Result<(Url, SocketA
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_owned();
-    let port = parsed.port_or_known_default().unwrap_or(80);
+    let port = parsed.port_or_known_default().unwrap_or(443);
     let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
         Err(_) => tokio::time::timeout(
@@ -185,6 +190,27 @@ pub(crate) fn is_public(ip: IpAddr) -> bool {
     }
 }
 
+/// The TLS settings of the webhook client: the system's roots, and the CAs in `ca_file`
+/// when one is given (an error when it cannot be read or holds no certificate). Without a
+/// CA file and without system roots, https webhooks fail (logged) and http ones work.
+pub fn webhook_tls(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+    let roots = TlsRoots {
+        ca_file: ca_file.map(Path::to_path_buf),
+        native: true,
+    };
+    let roots = match roots.load() {
+        Ok(roots) => roots,
+        Err(error) if ca_file.is_none() => {
+            tracing::warn!(%error, "no trusted roots for https webhooks: they will fail (--webhook-ca adds a CA)");
+            rustls::RootCertStore::empty()
+        }
+        Err(error) => return Err(error),
+    };
+    let mut config = Arc::unwrap_or_clone(mesh_core::tls::client_config(roots)?);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
 /// One notification: the task as JSON, for each of its configs.
 struct Notification {
     body: bytes::Bytes,
@@ -216,12 +242,15 @@ pub(crate) struct Pusher {
 impl Pusher {
     pub(crate) fn new(
         settings: PushSettings,
+        tls: rustls::ClientConfig,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
     ) -> Pusher {
-        // reqwest's rustls has no crypto provider of its own.
+        // This client brings its own TLS settings; other reqwest clients of the process (a
+        // library user's) need the default provider.
         mesh_core::tls::install_crypto_provider();
         let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
             .timeout(settings.timeout)
             .connect_timeout(settings.timeout)
             .redirect(reqwest::redirect::Policy::none())
@@ -233,8 +262,8 @@ impl Pusher {
             }))
             .build()
             .map_err(|error| {
-                tracing::error!(%error, "cannot build the webhook client; webhooks will fail");
-                format!("no webhook client: {error}")
+                tracing::error!(error = %chain(&error), "cannot build the webhook client; webhooks will fail");
+                format!("no webhook client: {}", chain(&error))
             });
         Pusher {
             settings,
@@ -342,6 +371,8 @@ impl Pusher {
     ) {
         let attempts = self.settings.attempts.max(1);
         let mut backoff = self.settings.backoff;
+        // Why the last attempt failed, for the log line of a delivery given up.
+        let mut failure = String::new();
         for attempt in 1..=attempts {
             let outcome = self.post(config, body).await;
             match outcome {
@@ -355,10 +386,12 @@ impl Pusher {
                     return;
                 }
                 Ok(status) => {
-                    tracing::debug!(task = %task_id, url = %config.url, status, attempt, "webhook failed; retrying");
+                    tracing::debug!(task = %task_id, url = %config.url, status, attempt, "webhook failed");
+                    failure = format!("HTTP status {status}");
                 }
                 Err(error) => {
-                    tracing::debug!(task = %task_id, url = %config.url, %error, attempt, "webhook failed; retrying");
+                    tracing::debug!(task = %task_id, url = %config.url, %error, attempt, "webhook failed");
+                    failure = error;
                 }
             }
             if attempt == attempts {
@@ -371,7 +404,13 @@ impl Pusher {
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
-        tracing::warn!(task = %task_id, url = %config.url, attempts, "webhook delivery given up");
+        tracing::warn!(
+            task = %task_id,
+            url = %config.url,
+            attempts,
+            error = %failure,
+            "webhook delivery given up"
+        );
         self.metrics.webhook_given_up();
     }
 
@@ -409,9 +448,25 @@ impl Pusher {
             .acquire()
             .await
             .map_err(|_| "shutting down".to_owned())?;
-        let response = request.send().await.map_err(|e| e.to_string())?;
+        let response = request.send().await.map_err(|e| chain(&e))?;
         Ok(response.status().as_u16())
     }
+}
+
+/// An error with its sources (reqwest's own message rarely says why: a refused connection,
+/// an unknown certificate issuer).
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The webhook client's resolver: the system's, refusing a name any of whose addresses is
@@ -478,7 +533,6 @@ mod tests {
     async fn urls_are_checked() {
         for (url, needle) in [
             ("ftp://example.com/x", "scheme"),
-            ("https://example.com/x", "https"),
             ("not a url", "valid URL"),
             ("http://127.0.0.1:9/x", "non-public"),
             ("http://[::1]:9/x", "non-public"),
@@ -494,6 +548,12 @@ mod tests {
         assert!(check_url("http://127.0.0.1:9/x", true).await.is_ok());
         assert!(check_url("http://localhost:9/x", true).await.is_ok());
         assert!(check_url("http://8.8.8.8/x", false).await.is_ok());
+        assert!(check_url("https://8.8.8.8/x", false).await.is_ok());
+        for url in ["https://127.0.0.1/x", "https://localhost:8443/x"] {
+            let error = check_url(url, false).await.unwrap_err();
+            assert!(error.contains("non-public"), "{url}: {error}");
+            assert!(check_url(url, true).await.is_ok(), "{url}");
+        }
     }
 
     #[tokio::test]

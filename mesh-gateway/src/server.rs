@@ -58,6 +58,9 @@ pub enum GatewayError {
     /// A setting is not valid (a CORS origin).
     #[error("{0}")]
     Config(String),
+    /// The webhook CA file ([`GatewayConfig::webhook_ca_file`]) cannot be used.
+    #[error("webhook CA: {0}")]
+    WebhookTls(String),
     /// The listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -124,6 +127,14 @@ impl Gateway {
     ) -> Result<RunningGateway, GatewayError> {
         let topics = Topics::new(&config.namespace)?;
         let cors = cors_layer(&config.cors_origins)?;
+        let webhook_tls = if config.push_notifications {
+            Some(
+                crate::push::webhook_tls(config.webhook_ca_file.as_deref())
+                    .map_err(GatewayError::WebhookTls)?,
+            )
+        } else {
+            None
+        };
         let registry = Registry::start(&bus, &topics).await?;
         let requester = Requester::start(
             bus.clone(),
@@ -157,7 +168,7 @@ impl Gateway {
         let shutdown = CancellationToken::new();
         let metrics = Arc::new(Metrics::new());
         metrics.watch_store(&store);
-        let pusher = config.push_notifications.then(|| {
+        let pusher = webhook_tls.map(|tls| {
             Arc::new(Pusher::new(
                 PushSettings {
                     allow_private: config.allow_private_webhooks,
@@ -166,6 +177,7 @@ impl Gateway {
                     backoff: config.webhook_backoff,
                     queue: config.webhook_queue,
                 },
+                tls,
                 metrics.clone(),
                 shutdown.clone(),
             ))

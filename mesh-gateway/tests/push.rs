@@ -1,6 +1,8 @@
 //! Push notifications over real HTTP: configs set, read, listed and deleted in every
 //! dialect; webhooks delivered to a real receiver (with retries, headers, bodies and the
-//! order of states); bad URLs and garbage refused without a panic.
+//! order of states), over http and https (a receiver whose certificate is not trusted gets
+//! nothing, and the failure is counted); deliveries pending at a shutdown delivered by the
+//! next gateway on the same data directory; bad URLs and garbage refused without a panic.
 
 mod support;
 
@@ -280,7 +282,8 @@ async fn bad_webhooks_and_garbage_are_refused_naming_the_field() {
         ("http://169.254.169.254/latest/meta-data", "non-public"),
         ("http://[fe80::1]/hook", "non-public"),
         ("ftp://example.com/hook", "scheme"),
-        ("https://example.com/hook", "https"),
+        ("https://127.0.0.1:9/hook", "non-public"),
+        ("https://localhost/hook", "non-public"),
         ("not a url", "valid URL"),
     ] {
         let set = mesh
@@ -415,4 +418,107 @@ async fn a_full_delivery_queue_drops_and_counts_without_slowing_sends() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0);
     assert!(dropped >= 3.0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_webhook_with_a_trusted_private_ca_gets_the_task_and_its_token() {
+    let certs = certificates();
+    let mut hook = Hook::start_tls(1, &certs).await;
+    assert!(hook.url.starts_with("https://localhost:"), "{}", hook.url);
+    let mut mesh = Mesh::start_with(|c| {
+        allow_loopback(c);
+        c.webhook_ca_file = Some(certs.join("ca.pem"));
+    })
+    .await;
+    mesh.run(mesh_examples::echo::agent()).await;
+
+    let mut params = msg03("over tls");
+    params["configuration"] = json!({
+        "pushNotificationConfig": {"url": hook.url, "token": "tls-token"},
+    });
+    let body = mesh.call("echo", "message/send", params).await;
+    let task_id = result(&body)["id"].as_str().unwrap().to_owned();
+    let all = hook.until_accepted("completed").await;
+    assert_eq!(
+        all[0].answered, 500,
+        "the first answer is a failure: {all:?}"
+    );
+    assert_eq!(all[0].body, all[1].body, "the retry carries the same task");
+    for r in &all {
+        assert_eq!(r.headers["x-a2a-notification-token"], "tls-token");
+        assert_eq!(r.body["id"], json!(task_id));
+        assert_eq!(r.body["kind"], "task");
+    }
+    assert_eq!(
+        hook.failed_handshakes
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    wait_metric(&mesh, "mesh_gateway_webhook_deliveries_total", 1.0).await;
+    let _ = std::fs::remove_dir_all(certs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_webhook_with_an_untrusted_certificate_gets_nothing_and_is_counted() {
+    let certs = certificates();
+    let mut hook = Hook::start_tls(0, &certs).await;
+    // The gateway trusts the system's roots only: the throwaway CA is not one of them.
+    let mut mesh = Mesh::start_with(|c| {
+        allow_loopback(c);
+        c.webhook_attempts = 2;
+    })
+    .await;
+    mesh.run(mesh_examples::echo::agent()).await;
+
+    let mut params = msg03("not to a stranger");
+    params["configuration"] = json!({"pushNotificationConfig": {"url": hook.url, "token": "t"}});
+    let body = mesh.call("echo", "message/send", params).await;
+    assert_eq!(task_state(result(&body)), "completed");
+    // Every notification of the task is given up after two refused handshakes.
+    wait_metric(
+        &mesh,
+        "mesh_gateway_webhook_failures_total{reason=\"given_up\"}",
+        1.0,
+    )
+    .await;
+    assert!(
+        hook.failed_handshakes
+            .load(std::sync::atomic::Ordering::SeqCst)
+            >= 2
+    );
+    assert!(hook.try_next().is_none(), "no request got through");
+    assert_eq!(
+        metric(&mesh, "mesh_gateway_webhook_deliveries_total").await,
+        0.0
+    );
+    // The gateway still serves.
+    let body = mesh.call("echo", "message/send", msg03("still here")).await;
+    assert_eq!(task_state(result(&body)), "completed");
+    let _ = std::fs::remove_dir_all(certs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_ca_file_that_cannot_be_read_stops_the_start() {
+    let broker = mesh_testkit::TestBroker::from_env().await;
+    let config = mesh_gateway::GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        namespace: mesh_testkit::fresh_namespace(),
+        webhook_ca_file: Some("/nonexistent/webhook-ca.pem".into()),
+        ..mesh_gateway::GatewayConfig::default()
+    };
+    let bus = mesh_core::bus::Bus::connect(bus_config(&broker))
+        .await
+        .unwrap();
+    let Err(error) = mesh_gateway::Gateway::start(config, bus.clone()).await else {
+        panic!("a gateway started with a missing webhook CA file");
+    };
+    assert!(
+        matches!(error, mesh_gateway::GatewayError::WebhookTls(_)),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("/nonexistent/webhook-ca.pem"),
+        "{error}"
+    );
+    let _ = bus.disconnect().await;
 }

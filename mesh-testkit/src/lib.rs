@@ -408,9 +408,11 @@ macro_rules! both_brokers {
     };
 }
 
-/// A throwaway CA and a server certificate for `localhost` / `127.0.0.1` in `dir`, made with
-/// the `openssl` command, readable by a broker that drops its privileges.
-fn make_certificates(dir: &std::path::Path) -> io::Result<()> {
+/// A throwaway CA and a server certificate for `localhost` / `127.0.0.1` in `dir` (which
+/// must exist), made with the `openssl` command, readable by a broker that drops its
+/// privileges: `ca.pem` (the CA), `server.pem` and `server.key` (the server's certificate
+/// and its key, PKCS#8 PEM). Valid for two days.
+pub fn make_certificates(dir: &std::path::Path) -> io::Result<()> {
     let run = |args: &[&str]| -> io::Result<()> {
         let status = std::process::Command::new("openssl")
             .args(args)

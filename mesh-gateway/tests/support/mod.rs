@@ -288,28 +288,71 @@ pub struct Received {
 }
 
 /// A webhook receiver on 127.0.0.1:0 that answers 500 to its first `fail_first` requests
-/// and 200 afterwards; every request is reported in order.
+/// (more with [`Hook::fail_next`]) and 200 afterwards; every request is reported in order.
 pub struct Hook {
     pub url: String,
     received: tokio::sync::mpsc::UnboundedReceiver<Received>,
+    /// How many requests are still answered 500.
+    fail_left: Arc<std::sync::atomic::AtomicUsize>,
+    /// TLS handshakes that failed (an https hook whose certificate a client refused).
+    pub failed_handshakes: Arc<std::sync::atomic::AtomicUsize>,
     _server: tokio::task::JoinHandle<()>,
 }
 
 impl Hook {
+    /// An http receiver.
     pub async fn start(fail_first: usize) -> Hook {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let (app, hook) = Hook::app(url, fail_first);
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        hook(server)
+    }
+
+    /// An https receiver at `https://localhost:<port>/hook`, serving the certificate and key
+    /// that [`mesh_testkit::make_certificates`] made in `certs`.
+    pub async fn start_tls(fail_first: usize, certs: &std::path::Path) -> Hook {
+        let listener = TlsListener::bind(certs).await;
+        let url = format!(
+            "https://localhost:{}/hook",
+            listener.tcp.local_addr().unwrap().port()
+        );
+        let failed = listener.failed_handshakes.clone();
+        let (app, hook) = Hook::app(url, fail_first);
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let mut hook = hook(server);
+        hook.failed_handshakes = failed;
+        hook
+    }
+
+    /// The receiver's router, and what makes the [`Hook`] once it is served.
+    fn app(
+        url: String,
+        fail_first: usize,
+    ) -> (
+        axum::Router,
+        impl FnOnce(tokio::task::JoinHandle<()>) -> Hook,
+    ) {
         use axum::http::StatusCode;
         use std::sync::atomic::{AtomicUsize, Ordering};
         let (tx, received) = tokio::sync::mpsc::unbounded_channel();
-        let seen = Arc::new(AtomicUsize::new(0));
+        let fail_left = Arc::new(AtomicUsize::new(fail_first));
+        let left = fail_left.clone();
         let app = axum::Router::new().route(
             "/hook",
             axum::routing::post(
                 move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
                     let tx = tx.clone();
-                    let seen = seen.clone();
+                    let left = left.clone();
                     async move {
-                        let n = seen.fetch_add(1, Ordering::SeqCst);
-                        let status = if n < fail_first {
+                        let fail = left
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                            .is_ok();
+                        let status = if fail {
                             StatusCode::INTERNAL_SERVER_ERROR
                         } else {
                             StatusCode::OK
@@ -325,16 +368,24 @@ impl Hook {
                 },
             ),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Hook {
+        let make = move |server| Hook {
             url,
             received,
+            fail_left,
+            failed_handshakes: Arc::default(),
             _server: server,
-        }
+        };
+        (app, make)
+    }
+
+    /// Answers 500 to the next `n` requests.
+    pub fn fail_next(&self, n: usize) {
+        self.fail_left.store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A request received already, if any (no wait).
+    pub fn try_next(&mut self) -> Option<Received> {
+        self.received.try_recv().ok()
     }
 
     /// The next request the webhook received (bounded wait).
@@ -375,4 +426,111 @@ pub fn task_state(task: &Value) -> String {
         .strip_prefix("TASK_STATE_")
         .map(|s| s.to_ascii_lowercase().replace('_', "-"))
         .unwrap_or_else(|| state.to_owned())
+}
+
+/// A TLS listener for axum on 127.0.0.1:0: each connection's handshake is made (bounded)
+/// before it is handed to axum; one that fails is counted and dropped.
+pub struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    failed_handshakes: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl TlsListener {
+    /// Serves `server.pem` with `server.key` from `certs`.
+    pub async fn bind(certs: &std::path::Path) -> TlsListener {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_file_iter(certs.join("server.pem"))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+        let key = PrivateKeyDer::from_pem_file(certs.join("server.key")).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        TlsListener {
+            tcp: tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            failed_handshakes: Arc::default(),
+        }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((stream, addr)) = self.tcp.accept().await else {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            match tokio::time::timeout(WAIT, self.acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => return (tls, addr),
+                _ => {
+                    self.failed_handshakes
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
+/// A throwaway CA (`ca.pem`) and a certificate for localhost (`server.pem`, `server.key`)
+/// in a fresh temporary directory (the caller removes it).
+pub fn certificates() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "mesh-gateway-certs-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    mesh_testkit::make_certificates(&dir).expect("openssl makes the test certificates");
+    dir
+}
+
+/// A counter or gauge from `/metrics` (0 when it is not there).
+pub async fn metric(mesh: &Mesh, line_start: &str) -> f64 {
+    let text = mesh
+        .http
+        .get(mesh.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Polls `/metrics` until `line_start`'s value is at least `least` (bounded by [`WAIT`]).
+pub async fn wait_metric(mesh: &Mesh, line_start: &str, least: f64) -> f64 {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let value = metric(mesh, line_start).await;
+        if value >= least {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{line_start} reaches {least} in time (it is {value})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
