@@ -42,4 +42,6 @@ pub mod store;
 pub use auth::ApiKey;
 pub use config::GatewayConfig;
 pub use server::{Gateway, GatewayError, RunningGateway};
-pub use store::{MemoryStore, SqliteStore, TaskPage, TaskQuery, TaskRecord, TaskStore};
+pub use store::{
+    MemoryStore, PendingDelivery, SqliteStore, TaskPage, TaskQuery, TaskRecord, TaskStore,
+};

@@ -11,6 +11,11 @@
 //! Two stores: [`MemoryStore`] (tests, benchmarks, `--memory-store`) and [`SqliteStore`]
 //! (durable: SQLite in WAL mode, loaded into memory at start, written behind by a thread of
 //! its own in batched transactions).
+//!
+//! The store also keeps the webhook deliveries not made yet ([`PendingDelivery`]): the
+//! durable store writes them behind like tasks and hands them back after a restart, so a
+//! notification pending at a crash is still delivered (at-least-once); the memory store
+//! keeps none (the delivery queue in memory is all there is).
 
 mod memory;
 mod sqlite;
@@ -59,6 +64,26 @@ impl TaskRecord {
             push_configs: Vec::new(),
         }
     }
+}
+
+/// A webhook delivery not made yet: one notification (the task as JSON) for one config. The
+/// durable store keeps it from when it is queued until it succeeds or is given up, so that
+/// it survives a restart.
+#[derive(Debug, Clone)]
+pub struct PendingDelivery {
+    /// Names the delivery; a task's deliveries are made in the order of their ids.
+    pub id: u64,
+    /// The task it is about.
+    pub task_id: String,
+    /// Where it goes, with its token and authentication, as the config was when the task
+    /// changed.
+    pub config: TaskPushNotificationConfig,
+    /// What is POSTed: the task as JSON, in the dialect that created it.
+    pub body: bytes::Bytes,
+    /// How many attempts were made already.
+    pub attempts: u32,
+    /// The next attempt is not made before this time.
+    pub next_attempt: SystemTime,
 }
 
 /// What [`TaskStore::list`] selects.
@@ -146,6 +171,21 @@ pub trait TaskStore: Send + Sync + 'static {
     fn flush(&self, timeout: std::time::Duration) -> bool {
         let _ = timeout;
         true
+    }
+    /// Keeps a pending webhook delivery, or its new attempt count (same id), until
+    /// [`TaskStore::forget_delivery`]. Must not block: a durable store writes it behind. The
+    /// default keeps nothing (deliveries then live in memory only).
+    fn keep_delivery(&self, delivery: Arc<PendingDelivery>) {
+        let _ = delivery;
+    }
+    /// Forgets a delivery that succeeded or was given up.
+    fn forget_delivery(&self, id: u64) {
+        let _ = id;
+    }
+    /// The deliveries that were pending when the store was opened, in the order of their
+    /// ids; handed out once (later calls return none).
+    fn take_pending_deliveries(&self) -> Vec<PendingDelivery> {
+        Vec::new()
     }
 }
 

@@ -9,12 +9,17 @@
 //! milliseconds that were not committed yet; `synchronous = NORMAL` in WAL mode keeps every
 //! committed transaction through a process crash (an OS crash may lose the last ones).
 //!
+//! Pending webhook deliveries ([`PendingDelivery`]) go the same way: kept, updated and
+//! forgotten through the same write-behind queue (a send never waits for them either), in a
+//! table of their own, and handed back once after a restart so that they are delivered then.
+//!
 //! Retention is the memory store's (age of finished tasks, count) and is applied to the
-//! database by the writer every minute and at start. The database is opened in SQLite's
+//! database by the writer every minute and at start; a pending delivery older than a day is
+//! dropped at start. The database is opened in SQLite's
 //! exclusive locking mode: a second gateway on the same directory is refused at start
 //! rather than corrupting the first one's view.
 
-use super::{MemoryStore, StoreError, TaskPage, TaskQuery, TaskRecord, TaskStore};
+use super::{MemoryStore, PendingDelivery, StoreError, TaskPage, TaskQuery, TaskRecord, TaskStore};
 use mesh_core::dialect::Dialect;
 use mesh_core::model::{TaskState, is_final_state};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -30,12 +35,17 @@ pub const DB_FILE: &str = "gateway-tasks.sqlite3";
 /// How often the writer applies retention to the database.
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
 
+/// A pending webhook delivery whose next attempt is older than this is dropped at start.
+const DELIVERY_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
 /// Tasks in SQLite, served from memory. See the module docs.
 pub struct SqliteStore {
     memory: MemoryStore,
     queue: Arc<Queue>,
     writer: Mutex<Option<JoinHandle<()>>>,
     path: PathBuf,
+    /// The deliveries pending at open, until the pusher takes them.
+    pending_deliveries: Mutex<Vec<PendingDelivery>>,
 }
 
 /// The dirty tasks the writer has not taken yet, and what it is writing now.
@@ -51,6 +61,8 @@ struct Queue {
 struct QueueState {
     /// Task id → its latest record, or `None` to delete it.
     dirty: HashMap<String, Option<Arc<TaskRecord>>>,
+    /// Delivery id → the delivery as it is now, or `None` to delete it.
+    deliveries: HashMap<u64, Option<Arc<PendingDelivery>>>,
     /// How many changes the writer is committing now.
     in_flight: usize,
     closed: bool,
@@ -68,6 +80,19 @@ impl Queue {
         state.dirty.insert(id.to_owned(), record);
         drop(state);
         self.wake.notify_one();
+    }
+
+    fn push_delivery(&self, id: u64, delivery: Option<Arc<PendingDelivery>>) {
+        let mut state = self.lock();
+        state.deliveries.insert(id, delivery);
+        drop(state);
+        self.wake.notify_one();
+    }
+}
+
+impl QueueState {
+    fn is_empty(&self) -> bool {
+        self.dirty.is_empty() && self.deliveries.is_empty()
     }
 }
 
@@ -125,6 +150,16 @@ impl SqliteStore {
                  push TEXT
              );
              CREATE INDEX IF NOT EXISTS tasks_created ON tasks (created);
+             CREATE TABLE IF NOT EXISTS webhook_deliveries (
+                 id INTEGER PRIMARY KEY NOT NULL,
+                 task_id TEXT NOT NULL,
+                 config_id TEXT,
+                 url TEXT NOT NULL,
+                 config TEXT NOT NULL,
+                 payload BLOB NOT NULL,
+                 attempts INTEGER NOT NULL,
+                 next_attempt INTEGER NOT NULL
+             );
              COMMIT;",
         )
         .map_err(|e| in_use("cannot create the task table in", e))?;
@@ -137,7 +172,14 @@ impl SqliteStore {
         let memory = MemoryStore::new(max_age, max_tasks);
         let loaded =
             load(&conn, &memory).map_err(|e| storage("cannot read the task database in", &e))?;
-        tracing::info!(path = %path.display(), tasks = loaded, "task store opened");
+        let pending_deliveries = load_deliveries(&conn)
+            .map_err(|e| storage("cannot read the pending webhook deliveries in", &e))?;
+        tracing::info!(
+            path = %path.display(),
+            tasks = loaded,
+            webhook_deliveries = pending_deliveries.len(),
+            "task store opened"
+        );
         let queue = Arc::new(Queue {
             state: Mutex::default(),
             wake: Condvar::new(),
@@ -155,6 +197,7 @@ impl SqliteStore {
             queue,
             writer: Mutex::new(Some(writer)),
             path,
+            pending_deliveries: Mutex::new(pending_deliveries),
         })
     }
 
@@ -217,13 +260,13 @@ impl TaskStore for SqliteStore {
 
     fn pending_writes(&self) -> usize {
         let state = self.queue.lock();
-        state.dirty.len() + state.in_flight
+        state.dirty.len() + state.deliveries.len() + state.in_flight
     }
 
     fn flush(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut state = self.queue.lock();
-        while !state.dirty.is_empty() || state.in_flight > 0 {
+        while !state.is_empty() || state.in_flight > 0 {
             if state.stopped {
                 return false;
             }
@@ -239,6 +282,23 @@ impl TaskStore for SqliteStore {
                 .0;
         }
         true
+    }
+
+    fn keep_delivery(&self, delivery: Arc<PendingDelivery>) {
+        self.queue.push_delivery(delivery.id, Some(delivery));
+    }
+
+    fn forget_delivery(&self, id: u64) {
+        self.queue.push_delivery(id, None);
+    }
+
+    fn take_pending_deliveries(&self) -> Vec<PendingDelivery> {
+        std::mem::take(
+            &mut *self
+                .pending_deliveries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
     }
 }
 
@@ -294,6 +354,62 @@ fn load(conn: &Connection, memory: &MemoryStore) -> rusqlite::Result<usize> {
     Ok(loaded)
 }
 
+/// The pending webhook deliveries, in the order of their ids. Those older than
+/// [`DELIVERY_MAX_AGE`] and rows that do not parse are deleted (and logged), never fatal.
+fn load_deliveries(conn: &Connection) -> rusqlite::Result<Vec<PendingDelivery>> {
+    let cutoff = millis(SystemTime::now()).saturating_sub(DELIVERY_MAX_AGE.as_millis() as i64);
+    let dropped = conn.execute(
+        "DELETE FROM webhook_deliveries WHERE next_attempt < ?1",
+        params![cutoff],
+    )?;
+    if dropped > 0 {
+        tracing::warn!(
+            deliveries = dropped,
+            "dropped webhook deliveries pending for more than a day"
+        );
+    }
+    let mut statement = conn.prepare(
+        "SELECT id, task_id, config, payload, attempts, next_attempt FROM webhook_deliveries ORDER BY id",
+    )?;
+    let mut rows = statement.query([])?;
+    let mut deliveries = Vec::new();
+    let mut unreadable = Vec::new();
+    while let Some(row) = rows.next()? {
+        let id: i64 = row.get(0)?;
+        let task_id: String = row.get(1)?;
+        let config: String = row.get(2)?;
+        let parsed = u64::try_from(id).map_err(|e| e.to_string()).and_then(|id| {
+            Ok((
+                id,
+                serde_json::from_str(&config).map_err(|e| e.to_string())?,
+            ))
+        });
+        let (delivery_id, config) = match parsed {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                tracing::warn!(task = %task_id, delivery = id, %error, "dropping a stored webhook delivery that does not parse");
+                unreadable.push(id);
+                continue;
+            }
+        };
+        let payload: Vec<u8> = row.get(3)?;
+        let attempts: i64 = row.get(4)?;
+        deliveries.push(PendingDelivery {
+            id: delivery_id,
+            task_id,
+            config,
+            body: bytes::Bytes::from(payload),
+            attempts: u32::try_from(attempts.max(0)).unwrap_or(u32::MAX),
+            next_attempt: from_millis(row.get(5)?),
+        });
+    }
+    drop(rows);
+    for id in unreadable {
+        conn.execute("DELETE FROM webhook_deliveries WHERE id = ?1", params![id])?;
+    }
+    Ok(deliveries)
+}
+
 fn apply_retention(conn: &Connection, retention: Retention) -> rusqlite::Result<()> {
     let cutoff = millis(SystemTime::now()).saturating_sub(retention.max_age.as_millis() as i64);
     conn.execute(
@@ -307,10 +423,24 @@ fn apply_retention(conn: &Connection, retention: Retention) -> rusqlite::Result<
     Ok(())
 }
 
-fn write_batch(
-    conn: &mut Connection,
-    batch: &HashMap<String, Option<Arc<TaskRecord>>>,
-) -> rusqlite::Result<()> {
+/// What the writer takes from the queue at once.
+#[derive(Default)]
+struct Batch {
+    tasks: HashMap<String, Option<Arc<TaskRecord>>>,
+    deliveries: HashMap<u64, Option<Arc<PendingDelivery>>>,
+}
+
+impl Batch {
+    fn len(&self) -> usize {
+        self.tasks.len() + self.deliveries.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn write_batch(conn: &mut Connection, batch: &Batch) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     {
         let mut upsert = tx.prepare_cached(
@@ -320,7 +450,7 @@ fn write_batch(
                  updated = ?6, final = ?7, task = ?8, push = ?9",
         )?;
         let mut delete = tx.prepare_cached("DELETE FROM tasks WHERE id = ?1")?;
-        for (id, record) in batch {
+        for (id, record) in &batch.tasks {
             match record {
                 Some(r) => {
                     let task = serde_json::to_string(&r.task).unwrap_or_default();
@@ -343,6 +473,33 @@ fn write_batch(
                 }
             }
         }
+        let mut keep = tx.prepare_cached(
+            "INSERT INTO webhook_deliveries (id, task_id, config_id, url, config, payload, attempts, next_attempt)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT(id) DO UPDATE SET attempts = ?7, next_attempt = ?8",
+        )?;
+        let mut forget = tx.prepare_cached("DELETE FROM webhook_deliveries WHERE id = ?1")?;
+        for (id, delivery) in &batch.deliveries {
+            let id = i64::try_from(*id).unwrap_or(i64::MAX);
+            match delivery {
+                Some(d) => {
+                    let config = serde_json::to_string(&d.config).unwrap_or_default();
+                    keep.execute(params![
+                        id,
+                        d.task_id,
+                        d.config.id,
+                        d.config.url,
+                        config,
+                        &d.body[..],
+                        d.attempts,
+                        millis(d.next_attempt),
+                    ])?;
+                }
+                None => {
+                    forget.execute(params![id])?;
+                }
+            }
+        }
     }
     tx.commit()
 }
@@ -352,7 +509,7 @@ fn write_loop(mut conn: Connection, queue: &Queue, retention: Retention) {
     loop {
         let batch = {
             let mut state = queue.lock();
-            while state.dirty.is_empty() && !state.closed {
+            while state.is_empty() && !state.closed {
                 let left = RETENTION_EVERY.saturating_sub(last_retention.elapsed());
                 if left.is_zero() {
                     break;
@@ -363,10 +520,13 @@ fn write_loop(mut conn: Connection, queue: &Queue, retention: Retention) {
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
             }
-            if state.dirty.is_empty() && state.closed {
+            if state.is_empty() && state.closed {
                 break;
             }
-            let batch = std::mem::take(&mut state.dirty);
+            let batch = Batch {
+                tasks: std::mem::take(&mut state.dirty),
+                deliveries: std::mem::take(&mut state.deliveries),
+            };
             state.in_flight = batch.len();
             batch
         };
@@ -376,7 +536,7 @@ fn write_loop(mut conn: Connection, queue: &Queue, retention: Retention) {
             let written =
                 write_batch(&mut conn, &batch).or_else(|_| write_batch(&mut conn, &batch));
             if let Err(error) = written {
-                tracing::error!(%error, tasks = batch.len(), "could not write tasks to the task store");
+                tracing::error!(%error, changes = batch.len(), "could not write tasks to the task store");
             }
         }
         if last_retention.elapsed() >= RETENTION_EVERY {
@@ -465,6 +625,60 @@ mod tests {
         assert_eq!(t1.owner.as_deref(), Some("alice"));
         assert_eq!(t1.push_configs[0].token.as_deref(), Some("tok"));
         assert_eq!(t1.dialect, Dialect::V1_0);
+        drop(store);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn delivery(id: u64, task: &str, attempts: u32) -> Arc<PendingDelivery> {
+        Arc::new(PendingDelivery {
+            id,
+            task_id: task.into(),
+            config: mesh_core::model::TaskPushNotificationConfig {
+                url: "https://example.com/hook".into(),
+                id: Some("c1".into()),
+                task_id: task.into(),
+                token: Some("tok".into()),
+                authentication: None,
+                tenant: None,
+            },
+            body: bytes::Bytes::from(format!("{{\"id\":\"{task}\",\"n\":{id}}}")),
+            attempts,
+            next_attempt: UNIX_EPOCH + Duration::from_secs(2_000_000_000),
+        })
+    }
+
+    #[test]
+    fn pending_deliveries_survive_a_reopen_until_forgotten() {
+        let dir = temp_dir("deliveries");
+        {
+            let store = SqliteStore::open(&dir, Duration::from_secs(60), 100).unwrap();
+            assert!(store.take_pending_deliveries().is_empty());
+            for id in [3, 1, 2, 4] {
+                store.keep_delivery(delivery(id, "t", 0));
+            }
+            assert!(store.flush(Duration::from_secs(5)));
+            // A retry updates the count; a success forgets; a delivery kept and forgotten
+            // before the writer saw it never reaches the disk.
+            store.keep_delivery(delivery(2, "t", 3));
+            store.forget_delivery(3);
+            store.keep_delivery(delivery(5, "u", 0));
+            store.forget_delivery(5);
+            assert!(store.flush(Duration::from_secs(5)));
+            assert_eq!(store.pending_writes(), 0);
+        }
+        let store = SqliteStore::open(&dir, Duration::from_secs(60), 100).unwrap();
+        let pending = store.take_pending_deliveries();
+        let seen: Vec<(u64, u32)> = pending.iter().map(|d| (d.id, d.attempts)).collect();
+        assert_eq!(seen, [(1, 0), (2, 3), (4, 0)], "in id order");
+        let first = &pending[0];
+        assert_eq!(first.task_id, "t");
+        assert_eq!(first.config.token.as_deref(), Some("tok"));
+        assert_eq!(&first.body[..], &delivery(1, "t", 0).body[..]);
+        assert_eq!(first.next_attempt, delivery(1, "t", 0).next_attempt);
+        assert!(
+            store.take_pending_deliveries().is_empty(),
+            "handed out once"
+        );
         drop(store);
         std::fs::remove_dir_all(dir).unwrap();
     }
