@@ -17,16 +17,22 @@
 //! notification to the task's worker (one tokio task per task with deliveries pending, so a
 //! task's notifications arrive in order), and drops it (counted) when the queue is full.
 //! A worker POSTs with a timeout, retries a connection error, a TLS failure, a timeout, a
-//! 408, a 429 or a 5xx with exponential backoff, and gives up on any other answer or after the last
-//! attempt: at-least-once while the gateway runs (the queue is in memory: deliveries
-//! pending at a crash are lost). Each attempt resolves the host again through the client's
-//! own resolver, which refuses the name when any address is not public (no DNS rebinding:
-//! the addresses checked are the addresses connected to). Headers: `X-A2A-Notification-Token`
-//! when the config has a token (0.3), `Authorization: <scheme> <credentials>` when it has
-//! authentication (1.0). Redirects are not followed, and proxies (`HTTP_PROXY`) are not
-//! used.
+//! 408, a 429 or a 5xx with exponential backoff, and gives up on any other answer or after
+//! the last attempt. Each delivery is also kept in the task store
+//! ([`TaskStore::keep_delivery`], written behind: a send does not wait for it) from when it
+//! is queued until it succeeds or is given up, with its attempt count; at start the pusher
+//! takes back what the store kept ([`TaskStore::take_pending_deliveries`]) and delivers it.
+//! With the durable store that makes delivery at-least-once across a crash or a restart
+//! (a notification in flight at a crash may arrive twice); with the memory store it is
+//! at-least-once while the gateway runs. Each attempt resolves the host again through the
+//! client's own resolver, which refuses the name when any address is not public (no DNS
+//! rebinding: the addresses checked are the addresses connected to). Headers:
+//! `X-A2A-Notification-Token` when the config has a token (0.3),
+//! `Authorization: <scheme> <credentials>` when it has authentication (1.0). Redirects are
+//! not followed, and proxies (`HTTP_PROXY`) are not used.
 
 use crate::metrics::Metrics;
+use crate::store::{PendingDelivery, TaskStore};
 use axum::http::{HeaderValue, header};
 use mesh_core::error::A2aError;
 use mesh_core::model::TaskPushNotificationConfig;
@@ -35,9 +41,9 @@ use reqwest::Url;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -211,11 +217,8 @@ pub fn webhook_tls(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, Strin
     Ok(config)
 }
 
-/// One notification: the task as JSON, for each of its configs.
-struct Notification {
-    body: bytes::Bytes,
-    configs: Vec<TaskPushNotificationConfig>,
-}
+/// One notification: the same task JSON for each config of the task, in order.
+type Notification = Vec<Arc<PendingDelivery>>;
 
 /// Delivery settings.
 #[derive(Clone)]
@@ -237,15 +240,22 @@ pub(crate) struct Pusher {
     posts: Arc<Semaphore>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
+    /// Where pending deliveries are kept (written behind by a durable store). Weak: a
+    /// worker still ending after a shutdown does not keep the store (and its database) open.
+    store: Weak<dyn TaskStore>,
+    /// The id of the next delivery.
+    next_id: AtomicU64,
 }
 
 impl Pusher {
-    pub(crate) fn new(
+    /// Starts the queue, and delivers what `store` kept pending from an earlier run.
+    pub(crate) fn start(
         settings: PushSettings,
         tls: rustls::ClientConfig,
+        store: &Arc<dyn TaskStore>,
         metrics: Arc<Metrics>,
         shutdown: CancellationToken,
-    ) -> Pusher {
+    ) -> Arc<Pusher> {
         // This client brings its own TLS settings; other reqwest clients of the process (a
         // library user's) need the default provider.
         mesh_core::tls::install_crypto_provider();
@@ -265,7 +275,9 @@ impl Pusher {
                 tracing::error!(error = %chain(&error), "cannot build the webhook client; webhooks will fail");
                 format!("no webhook client: {}", chain(&error))
             });
-        Pusher {
+        let resumed = store.take_pending_deliveries();
+        let next_id = resumed.iter().map(|d| d.id).max().unwrap_or(0) + 1;
+        let pusher = Arc::new(Pusher {
             settings,
             client,
             workers: Mutex::default(),
@@ -273,7 +285,21 @@ impl Pusher {
             posts: Arc::new(Semaphore::new(CONCURRENT_POSTS)),
             metrics,
             shutdown,
+            store: Arc::downgrade(store),
+            next_id: AtomicU64::new(next_id),
+        });
+        if !resumed.is_empty() {
+            tracing::info!(
+                deliveries = resumed.len(),
+                "delivering the webhook notifications pending at the last stop"
+            );
         }
+        for delivery in resumed {
+            pusher.pending.fetch_add(1, Ordering::AcqRel);
+            let task_id = delivery.task_id.clone();
+            pusher.enqueue(&task_id, vec![Arc::new(delivery)]);
+        }
+        pusher
     }
 
     pub(crate) fn allow_private(&self) -> bool {
@@ -298,10 +324,28 @@ impl Pusher {
             tracing::warn!(task = %task_id, "the webhook delivery queue is full; notification dropped");
             return;
         }
-        let mut notification = Notification {
-            body: bytes::Bytes::from(body),
-            configs,
-        };
+        let body = bytes::Bytes::from(body);
+        let now = SystemTime::now();
+        let notification: Notification = configs
+            .into_iter()
+            .map(|config| {
+                let delivery = Arc::new(PendingDelivery {
+                    id: self.next_id.fetch_add(1, Ordering::Relaxed),
+                    task_id: task_id.to_owned(),
+                    config,
+                    body: body.clone(),
+                    attempts: 0,
+                    next_attempt: now,
+                });
+                self.keep(&delivery);
+                delivery
+            })
+            .collect();
+        self.enqueue(task_id, notification);
+    }
+
+    /// Hands a notification (counted in `pending` already) to its task's worker.
+    fn enqueue(self: &Arc<Self>, task_id: &str, mut notification: Notification) {
         let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(sender) = workers.get(task_id) {
             match sender.send(notification) {
@@ -317,7 +361,7 @@ impl Pusher {
         let pusher = self.clone();
         let task_id = task_id.to_owned();
         tokio::spawn(async move {
-            pusher.work(&task_id, receiver).await;
+            pusher.work(receiver).await;
             let mut workers = pusher.workers.lock().unwrap_or_else(|p| p.into_inner());
             if workers
                 .get(&task_id)
@@ -329,7 +373,7 @@ impl Pusher {
     }
 
     /// Delivers one task's notifications in order until it is idle.
-    async fn work(&self, task_id: &str, mut receiver: mpsc::UnboundedReceiver<Notification>) {
+    async fn work(&self, mut receiver: mpsc::UnboundedReceiver<Notification>) {
         loop {
             // `None`: idle for a while, or shutting down.
             let next = tokio::select! {
@@ -337,18 +381,18 @@ impl Pusher {
                 _ = self.shutdown.cancelled() => None,
             };
             match next {
-                Some(Some(notification)) => self.deliver_all(task_id, notification).await,
+                Some(Some(notification)) => self.deliver_all(notification).await,
                 Some(None) => return,
                 None => {
-                    // Refuse new sends, then finish what is queued (or drop it when shutting
-                    // down).
+                    // Refuse new sends, then finish what is queued (or leave it when shutting
+                    // down: the store keeps it for the next start).
                     receiver.close();
                     while let Some(notification) = receiver.recv().await {
                         if self.shutdown.is_cancelled() {
                             self.pending.fetch_sub(1, Ordering::AcqRel);
                             continue;
                         }
-                        self.deliver_all(task_id, notification).await;
+                        self.deliver_all(notification).await;
                     }
                     return;
                 }
@@ -356,62 +400,104 @@ impl Pusher {
         }
     }
 
-    async fn deliver_all(&self, task_id: &str, notification: Notification) {
-        for config in &notification.configs {
-            self.deliver(task_id, config, &notification.body).await;
+    async fn deliver_all(&self, notification: Notification) {
+        for delivery in notification {
+            self.deliver(delivery).await;
         }
         self.pending.fetch_sub(1, Ordering::AcqRel);
     }
 
-    async fn deliver(
-        &self,
-        task_id: &str,
-        config: &TaskPushNotificationConfig,
-        body: &bytes::Bytes,
-    ) {
+    /// Makes the attempts left of one delivery; forgets it in the store when it succeeded
+    /// or is given up (not when the gateway shuts down first: it is delivered at the next
+    /// start).
+    async fn deliver(&self, mut delivery: Arc<PendingDelivery>) {
         let attempts = self.settings.attempts.max(1);
-        let mut backoff = self.settings.backoff;
+        let id = delivery.id;
+        // A delivery resumed after a restart waits for the time its next attempt was due.
+        if let Ok(wait) = delivery.next_attempt.duration_since(SystemTime::now()) {
+            tokio::select! {
+                _ = tokio::time::sleep(wait.min(MAX_BACKOFF)) => {}
+                _ = self.shutdown.cancelled() => return,
+            }
+        }
+        let mut backoff = self.settings.backoff.min(MAX_BACKOFF);
+        for _ in 0..delivery.attempts.min(attempts) {
+            backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
+        }
+        let mut made = delivery.attempts;
         // Why the last attempt failed, for the log line of a delivery given up.
-        let mut failure = String::new();
-        for attempt in 1..=attempts {
-            let outcome = self.post(config, body).await;
-            match outcome {
+        let mut failure = String::from("no attempt left");
+        while made < attempts {
+            made += 1;
+            let (task_id, url) = (&delivery.task_id, &delivery.config.url);
+            match self.post(&delivery.config, &delivery.body).await {
                 Ok(status) if (200..300).contains(&status) => {
+                    self.forget(id);
                     self.metrics.webhook_delivered();
                     return;
                 }
                 Ok(status) if !(status == 408 || status == 429 || status >= 500) => {
-                    tracing::warn!(task = %task_id, url = %config.url, status, "the webhook refused the notification; not retrying");
+                    tracing::warn!(task = %task_id, %url, status, "the webhook refused the notification; not retrying");
                     self.metrics.webhook_given_up();
+                    self.forget(id);
                     return;
                 }
                 Ok(status) => {
-                    tracing::debug!(task = %task_id, url = %config.url, status, attempt, "webhook failed");
+                    tracing::debug!(task = %task_id, %url, status, attempt = made, "webhook failed");
                     failure = format!("HTTP status {status}");
                 }
+                Err(_) if self.shutdown.is_cancelled() => {
+                    tracing::debug!(task = %task_id, "shutting down; the webhook delivery stays pending");
+                    return;
+                }
                 Err(error) => {
-                    tracing::debug!(task = %task_id, url = %config.url, %error, attempt, "webhook failed");
+                    tracing::debug!(task = %task_id, %url, %error, attempt = made, "webhook failed");
                     failure = error;
                 }
             }
-            if attempt == attempts {
+            if made == attempts {
                 break;
             }
             self.metrics.webhook_retry();
+            let next = Arc::new(PendingDelivery {
+                attempts: made,
+                next_attempt: SystemTime::now()
+                    .checked_add(backoff)
+                    .unwrap_or_else(SystemTime::now),
+                ..PendingDelivery::clone(&delivery)
+            });
+            self.keep(&next);
+            delivery = next;
             tokio::select! {
                 _ = tokio::time::sleep(backoff) => {}
-                _ = self.shutdown.cancelled() => break,
+                _ = self.shutdown.cancelled() => {
+                    tracing::debug!(task = %delivery.task_id, "shutting down; the webhook delivery stays pending");
+                    return;
+                }
             }
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
         }
         tracing::warn!(
-            task = %task_id,
-            url = %config.url,
+            task = %delivery.task_id,
+            url = %delivery.config.url,
             attempts,
             error = %failure,
             "webhook delivery given up"
         );
         self.metrics.webhook_given_up();
+        self.forget(id);
+    }
+
+    fn keep(&self, delivery: &Arc<PendingDelivery>) {
+        if let Some(store) = self.store.upgrade() {
+            store.keep_delivery(delivery.clone());
+        }
+    }
+
+    fn forget(&self, id: u64) {
+        if let Some(store) = self.store.upgrade() {
+            store.forget_delivery(id);
+        }
     }
 
     /// One POST: the HTTP status, or why there is none.
@@ -448,7 +534,11 @@ impl Pusher {
             .acquire()
             .await
             .map_err(|_| "shutting down".to_owned())?;
-        let response = request.send().await.map_err(|e| chain(&e))?;
+        // A shutdown does not wait for a slow webhook: the delivery stays pending.
+        let response = tokio::select! {
+            response = request.send() => response.map_err(|e| chain(&e))?,
+            _ = self.shutdown.cancelled() => return Err("shutting down".to_owned()),
+        };
         Ok(response.status().as_u16())
     }
 }

@@ -169,7 +169,7 @@ impl Gateway {
         let metrics = Arc::new(Metrics::new());
         metrics.watch_store(&store);
         let pusher = webhook_tls.map(|tls| {
-            Arc::new(Pusher::new(
+            Pusher::start(
                 PushSettings {
                     allow_private: config.allow_private_webhooks,
                     timeout: config.webhook_timeout,
@@ -178,9 +178,10 @@ impl Gateway {
                     queue: config.webhook_queue,
                 },
                 tls,
+                &store,
                 metrics.clone(),
                 shutdown.clone(),
-            ))
+            )
         });
         watch_reconnects(&bus, &metrics, &shutdown);
         let shared = Arc::new(Shared {

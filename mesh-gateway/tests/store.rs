@@ -1,6 +1,7 @@
 //! The durable task store through the gateway: tasks made in every dialect survive a
-//! restart of the gateway on the same data directory (get, list, push configs), and a task
-//! waiting for input resumes after it.
+//! restart of the gateway on the same data directory (get, list, push configs), a task
+//! waiting for input resumes after it, and webhook deliveries pending at a shutdown are
+//! made by the next gateway.
 
 mod support;
 
@@ -22,7 +23,16 @@ fn temp_dir() -> PathBuf {
 }
 
 async fn gateway(broker: &TestBroker, namespace: &str, dir: &Path) -> RunningGateway {
-    let config = GatewayConfig {
+    gateway_with(broker, namespace, dir, |_| {}).await
+}
+
+async fn gateway_with(
+    broker: &TestBroker,
+    namespace: &str,
+    dir: &Path,
+    configure: impl FnOnce(&mut GatewayConfig),
+) -> RunningGateway {
+    let mut config = GatewayConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         namespace: namespace.into(),
         gateway_id: format!("gw-{}", uuid::Uuid::new_v4().simple()),
@@ -32,6 +42,7 @@ async fn gateway(broker: &TestBroker, namespace: &str, dir: &Path) -> RunningGat
         allow_private_webhooks: true,
         ..GatewayConfig::default()
     };
+    configure(&mut config);
     let bus = Bus::connect(bus_config(broker)).await.unwrap();
     Gateway::start(config, bus).await.unwrap()
 }
@@ -150,6 +161,88 @@ async fn tasks_survive_a_restart_on_the_same_data_dir() {
     second.shutdown().await;
     echo.shutdown().await;
     booker.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_pending_at_a_shutdown_are_delivered_by_the_next_gateway() {
+    let broker = TestBroker::from_env().await;
+    let namespace = fresh_namespace();
+    let dir = temp_dir();
+    let echo = mesh_examples::echo::agent()
+        .config(AgentConfig {
+            namespace: namespace.clone(),
+            heartbeat: Duration::from_secs(1),
+            shutdown_grace: Duration::from_millis(300),
+            ..AgentConfig::default()
+        })
+        .start(bus_config(&broker))
+        .await
+        .unwrap();
+    mesh_core::tls::install_crypto_provider();
+    let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
+    // The receiver refuses everything until the first gateway is gone.
+    let mut hook = Hook::start(usize::MAX).await;
+    let patient = |c: &mut GatewayConfig| {
+        c.webhook_attempts = 1000;
+        c.webhook_backoff = Duration::from_millis(50);
+    };
+
+    let first = gateway_with(&broker, &namespace, &dir, patient).await;
+    assert!(first.registry().wait_online("echo", WAIT).await);
+    let mut params = msg03("tell me later");
+    params["configuration"] =
+        json!({"pushNotificationConfig": {"url": hook.url, "token": "survivor"}});
+    let body = call(&http, &first, "echo", rpc("message/send", params)).await;
+    assert_eq!(task_state(result(&body)), "completed");
+    let task_id = result(&body)["id"].as_str().unwrap().to_owned();
+    let refused = hook.next().await;
+    assert_eq!(refused.answered, 500);
+    first.shutdown().await;
+
+    hook.fail_next(0);
+    let second = gateway_with(&broker, &namespace, &dir, patient).await;
+    let all = hook.until_accepted("completed").await;
+    let accepted: Vec<&Received> = all.iter().filter(|r| r.answered == 200).collect();
+    assert_eq!(
+        accepted[0].body, refused.body,
+        "the notification refused before the shutdown comes first"
+    );
+    for r in &all {
+        assert_eq!(r.headers["x-a2a-notification-token"], "survivor");
+        assert_eq!(r.body["id"], json!(task_id));
+    }
+    // Delivered deliveries are forgotten (before they are counted): once all are counted,
+    // a third start has none to make.
+    let metrics = format!("http://{}/metrics", second.local_addr());
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let text = http
+            .get(&metrics)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let delivered = text
+            .lines()
+            .find(|l| l.starts_with("mesh_gateway_webhook_deliveries_total"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if delivered >= accepted.len() as f64 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    second.shutdown().await;
+    let store = mesh_gateway::SqliteStore::open(&dir, Duration::from_secs(3600), 100).unwrap();
+    let left = mesh_gateway::TaskStore::take_pending_deliveries(&store);
+    assert!(left.is_empty(), "{left:?}");
+    drop(store);
+    echo.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
