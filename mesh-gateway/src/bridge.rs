@@ -25,7 +25,10 @@ use mesh_core::model::{
 use mesh_core::requester::{ReplyStream, is_deadline_error, strip_reply_meta};
 use mesh_core::rpc::Reply;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
@@ -103,6 +106,57 @@ pub(crate) enum Undo {
     Remove,
     /// A follow-up message: put the task back as it was.
     Restore(Arc<TaskRecord>),
+}
+
+/// A task's pump: feeds the store and the subscribers until the task's stream ends.
+///
+/// Polled in place by the request that started the task, it costs no task of its own and no
+/// wake-up between tasks; whatever is left of it when it is dropped unfinished (the client
+/// went away, or the answer did not wait for the end) goes on in a task of its own, so a task
+/// never depends on its HTTP connection.
+pub(crate) struct Pump(Option<Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl Pump {
+    /// Lets the pump run on in a task of its own.
+    pub(crate) fn detach(mut self) {
+        self.spawn_rest();
+    }
+
+    /// True once the stream ended (polling it again would be a bug: [`Pump::finished`] guards
+    /// it in a `select!`).
+    pub(crate) fn finished(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn spawn_rest(&mut self) {
+        if let Some(rest) = self.0.take() {
+            // Outside a runtime (the process is ending) there is nothing left to run it on.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(rest);
+            }
+        }
+    }
+}
+
+impl Future for Pump {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(pump) = self.0.as_mut() else {
+            return Poll::Ready(());
+        };
+        let done = pump.as_mut().poll(cx);
+        if done.is_ready() {
+            self.0 = None;
+        }
+        done
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.spawn_rest();
+    }
 }
 
 /// The live tasks and the store they update.
@@ -188,22 +242,24 @@ impl Bridge {
         }
     }
 
-    /// Starts pumping `stream` (the replies to the message that started or resumed task `id`).
-    pub(crate) fn spawn_pump(
+    /// The pump of `stream` (the replies to the message that started or resumed task `id`),
+    /// not yet running: the caller either polls it in place (a blocking send waits for its
+    /// answer anyway, so the events need no other task) or detaches it.
+    pub(crate) fn pump(
         self: &Arc<Self>,
         id: String,
         live: Arc<LiveTask>,
         stream: ReplyStream,
         undo: Undo,
-    ) {
+    ) -> Pump {
         let bridge = self.clone();
-        tokio::spawn(async move {
-            bridge.pump(&id, &live, stream, undo).await;
+        Pump(Some(Box::pin(async move {
+            bridge.run_pump(&id, &live, stream, undo).await;
             bridge.end(&id, &live);
-        });
+        })))
     }
 
-    async fn pump(&self, id: &str, live: &Arc<LiveTask>, mut stream: ReplyStream, undo: Undo) {
+    async fn run_pump(&self, id: &str, live: &Arc<LiveTask>, mut stream: ReplyStream, undo: Undo) {
         let mut started = false;
         loop {
             let delivery = tokio::select! {

@@ -333,6 +333,8 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
 struct Started {
     task_id: String,
     events: crate::bridge::Subscription,
+    /// The task's pump: polled in place or detached (dropping it detaches it).
+    pump: crate::bridge::Pump,
 }
 
 /// Checks the agent can take a message now: known, online, the bus up (and streaming, when
@@ -516,8 +518,12 @@ async fn start(
     };
     match gw.requester.send(agent, params, options).await {
         Ok(stream) => {
-            gw.bridge.spawn_pump(task_id.clone(), live, stream, undo);
-            Ok(Started { task_id, events })
+            let pump = gw.bridge.pump(task_id.clone(), live, stream, undo);
+            Ok(Started {
+                task_id,
+                events,
+                pump,
+            })
         }
         Err(e) => {
             match undo {
@@ -571,6 +577,8 @@ async fn send_message(
         let received = tokio::select! {
             // Shutting down: the task as it stands, as when the wait is over.
             _ = gw.shutdown.cancelled() => return task_answer(gw),
+            // The pump runs here, in the request's own task, until the task's stream ends.
+            () = &mut started.pump, if !started.pump.finished() => continue,
             received = tokio::time::timeout_at(deadline, started.events.recv()) => received,
         };
         match received {
@@ -605,6 +613,7 @@ async fn stream_message(
     let mut started = start(gw, agent, http, dialect, params, true)
         .await
         .map_err(|e| (dialect, e))?;
+    started.pump.detach();
     // Wait for the first event (bounded: the pump fails the task at its deadline), so that an
     // agent's refusal is a plain JSON-RPC error rather than a stream.
     let first = loop {
@@ -1074,13 +1083,8 @@ fn task_answer(
     task: &Task,
     history_length: Option<i32>,
 ) -> Answer {
-    let mut value = task_value(task, dialect, history_length);
-    if dialect == Dialect::V1_0 && method == Method::SendMessage {
-        let mut wrapped = Map::new();
-        wrapped.insert("task".into(), value);
-        value = Value::Object(wrapped);
-    }
-    Answer::Json(jsonrpc::write_result(id, value))
+    let tail = history_length.map(|n| usize::try_from(n).unwrap_or(0));
+    Answer::Json(codec::encode_task(method, dialect, id, task, tail))
 }
 
 // ---------------------------------------------------------------------------------------

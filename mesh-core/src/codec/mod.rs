@@ -185,6 +185,23 @@ pub fn encode_reply_to(method: Method, dialect: Dialect, id: &JsonRpcId, reply: 
     ))
 }
 
+/// Encodes the answer to `method` carrying `task`, with only the last `history_length`
+/// messages of its history when given: bare, except SendMessage in 1.0 (`{"task": …}`).
+pub fn encode_task(
+    method: Method,
+    dialect: Dialect,
+    id: &JsonRpcId,
+    task: &Task,
+    history_length: Option<usize>,
+) -> Vec<u8> {
+    let task = wire::WTaskTail(task, dialect, history_length);
+    if dialect == Dialect::V1_0 && method == Method::SendMessage {
+        wire::to_vec(&wire::WResult(id, wire::Wrap("task", task)))
+    } else {
+        wire::to_vec(&wire::WResult(id, task))
+    }
+}
+
 /// Encodes an error response in `dialect` (`id` null when unknown).
 pub fn encode_error(dialect: Dialect, id: Option<&JsonRpcId>, err: &A2aError) -> Vec<u8> {
     wire::to_vec(&wire::WError(id, err.to_json(dialect)))

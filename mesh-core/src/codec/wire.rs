@@ -341,8 +341,28 @@ impl Serialize for WMessages<'_> {
 /// A task.
 pub(crate) struct WTask<'a>(pub(crate) &'a Task, pub(crate) Dialect);
 
+/// A task with only the last `history_tail` messages of its history (a client's
+/// `historyLength`); `None` writes all of it.
+pub(crate) struct WTaskTail<'a>(
+    pub(crate) &'a Task,
+    pub(crate) Dialect,
+    pub(crate) Option<usize>,
+);
+
+impl Serialize for WTaskTail<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        WTask(self.0, self.1).write(s, self.2)
+    }
+}
+
 impl Serialize for WTask<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.write(s, None)
+    }
+}
+
+impl WTask<'_> {
+    fn write<S: Serializer>(&self, s: S, history_tail: Option<usize>) -> Result<S::Ok, S::Error> {
         let (t, d) = (self.0, self.1);
         let mut m = s.serialize_map(None)?;
         if d == Dialect::V0_3 {
@@ -363,11 +383,11 @@ impl Serialize for WTask<'_> {
             "artifacts",
             t.artifacts.as_deref().map(|a| WArtifacts(a, d)).as_ref(),
         )?;
-        opt(
-            &mut m,
-            "history",
-            t.history.as_deref().map(|h| WMessages(h, d)).as_ref(),
-        )?;
+        let history = t.history.as_deref().map(|h| match history_tail {
+            Some(n) if h.len() > n => &h[h.len() - n..],
+            _ => h,
+        });
+        opt(&mut m, "history", history.map(|h| WMessages(h, d)).as_ref())?;
         opt(
             &mut m,
             "metadata",
@@ -609,7 +629,7 @@ impl<T: Adapt> Serialize for WSeq<'_, T> {
 }
 
 /// `{key: value}` (1.0 wrapped results).
-struct Wrap<T>(&'static str, T);
+pub(crate) struct Wrap<T>(pub(crate) &'static str, pub(crate) T);
 
 impl<T: Serialize> Serialize for Wrap<T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
