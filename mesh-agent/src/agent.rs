@@ -275,10 +275,12 @@ impl Agent {
                         break;
                     };
                     let shared = shared.clone();
-                    tokio::spawn(async move {
+                    // Boxed: the request's future is large, and a boxed one is written once
+                    // instead of being moved into the task and back out of it.
+                    tokio::spawn(Box::pin(async move {
                         handle_request(shared, &message.payload).await;
                         drop(permit);
-                    });
+                    }));
                 }
             })
         };

@@ -2,8 +2,9 @@
 //!
 //! The runner resolves which task a message belongs to (a new one, or the snapshot of an
 //! interrupted one that the requester carried), refuses what the spec refuses (a message to a
-//! terminal task: UnsupportedOperation), runs the handler in its own tokio task so that a
-//! panic fails only this task, and races it against cancellation and the request's deadline.
+//! terminal task: UnsupportedOperation), runs the handler (in the request's own tokio task,
+//! catching a panic so that it fails only this task), and races it against cancellation and
+//! the request's deadline.
 //! Whatever happens, the task ends with exactly one final event.
 
 use crate::agent::Shared;
@@ -17,7 +18,11 @@ use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
 use mesh_core::meta::MeshMeta;
 use mesh_core::model::{Message, SendMessageRequest, Task, TaskState, TaskStatus, state_name};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -133,7 +138,7 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
     };
 
     let handler = shared.handler.clone();
-    let mut handle = tokio::spawn(async move { handler.handle(ctx).await });
+    let mut handle = CatchPanic(Box::pin(async move { handler.handle(ctx).await }));
     let deadline = tokio::time::sleep(time_left);
     tokio::pin!(deadline);
     let progress = tokio::time::sleep(PROGRESS_AFTER);
@@ -162,12 +167,8 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
         cancel.cancel(); // reaches the handler and the sub-tasks of its peer calls
         // The handler may see the cancel and clean up for a moment; then it is aborted.
         tokio::spawn(async move {
-            if tokio::time::timeout(CANCEL_GRACE, &mut handle)
-                .await
-                .is_err()
-            {
-                handle.abort();
-            }
+            // Dropped unfinished when the grace is over: that aborts it.
+            let _ = tokio::time::timeout(CANCEL_GRACE, handle).await;
         });
     }
 
@@ -181,8 +182,7 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
                 )
                 .await
         }
-        End::Joined(Err(join_error)) => {
-            let reason = panic_message(join_error);
+        End::Joined(Err(reason)) => {
             tracing::error!(agent = %shared.name, task = %task_id, %reason, "handler panicked");
             emitter
                 .status(
@@ -236,7 +236,8 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
 /// How the race between handler, cancel and deadline ended (short-lived, on the stack).
 #[allow(clippy::large_enum_variant)]
 enum End {
-    Joined(Result<Result<Outcome, crate::handler::HandlerError>, tokio::task::JoinError>),
+    /// The handler returned, or panicked (`Err`: the panic's message).
+    Joined(Result<Result<Outcome, crate::handler::HandlerError>, String>),
     Canceled,
     DeadlineExceeded,
 }
@@ -354,13 +355,27 @@ fn empty_task() -> Task {
     }
 }
 
-fn panic_message(error: tokio::task::JoinError) -> String {
-    match error.try_into_panic() {
-        Ok(payload) => payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic with no message".to_owned()),
-        Err(error) => error.to_string(),
+/// The handler's future, polled in the runner's own task (no task and no wake-up of its
+/// own): a panic while it is polled ends it with the panic's message instead of unwinding
+/// through the runner, so it fails only its task.
+struct CatchPanic<R>(Pin<Box<dyn Future<Output = R> + Send>>);
+
+impl<R> Future for CatchPanic<R> {
+    type Output = Result<R, String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self.0.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
+            Err(payload) => Poll::Ready(Err(panic_message(payload))),
+        }
     }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".to_owned())
 }
