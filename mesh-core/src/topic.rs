@@ -203,19 +203,54 @@ pub fn decode_task_id(segment: &str) -> Result<Cow<'_, str>, TopicError> {
 /// Handles `+` and `#`, strips a `$share/<group>/` prefix from the filter, and follows MQTT's
 /// rule that a filter starting with a wildcard does not match a topic starting with `$`.
 pub fn filter_matches(filter: &str, topic: &str) -> bool {
-    let filter = strip_share(filter);
-    if topic.starts_with('$') && (filter.starts_with('+') || filter.starts_with('#')) {
+    // Runs for every route on every incoming message: one pass over the bytes, no iterators.
+    let filter = strip_share(filter).as_bytes();
+    let topic = topic.as_bytes();
+    if topic.first() == Some(&b'$') && matches!(filter.first(), Some(b'+' | b'#')) {
         return false;
     }
-    let mut f = filter.split('/');
-    let mut t = topic.split('/');
+    let (mut f, mut t) = (0, 0);
     loop {
-        match (f.next(), t.next()) {
-            (Some("#"), _) => return true,
-            (Some("+"), Some(_)) => {}
-            (Some(fs), Some(ts)) if fs == ts => {}
-            (None, None) => return true,
-            _ => return false,
+        // Both at the start of a level. A wildcard is a level of its own (`+`, `#`).
+        let wildcard = matches!(filter.get(f + 1), None | Some(b'/'));
+        match filter.get(f) {
+            Some(b'#') if wildcard => return true,
+            Some(b'+') if wildcard => {
+                f += 1;
+                t += topic[t..]
+                    .iter()
+                    .position(|&b| b == b'/')
+                    .unwrap_or(topic.len() - t);
+            }
+            _ => {
+                let level = filter[f..]
+                    .iter()
+                    .position(|&b| b == b'/')
+                    .unwrap_or(filter.len() - f);
+                let end = t + level;
+                if end > topic.len()
+                    || filter[f..f + level] != topic[t..end]
+                    || topic.get(end).is_some_and(|&b| b != b'/')
+                {
+                    return false;
+                }
+                f += level;
+                t = end;
+            }
+        }
+        // Both at the end of a level.
+        match (f == filter.len(), t == topic.len()) {
+            (true, true) => return true,
+            // `a/#` also matches `a`.
+            (false, true) => {
+                return filter[f..].starts_with(b"/#")
+                    && matches!(filter.get(f + 2), None | Some(b'/'));
+            }
+            (true, false) => return false,
+            (false, false) => {
+                f += 1;
+                t += 1;
+            }
         }
     }
 }
@@ -793,7 +828,39 @@ mod tests {
         assert_eq!(strip_share("x/y"), "x/y");
     }
 
+    /// The plain reading of the matching rules, level by level: the reference the fast
+    /// matcher is checked against.
+    fn reference_matches(filter: &str, topic: &str) -> bool {
+        let filter = strip_share(filter);
+        if topic.starts_with('$') && (filter.starts_with('+') || filter.starts_with('#')) {
+            return false;
+        }
+        let mut f = filter.split('/');
+        let mut t = topic.split('/');
+        loop {
+            match (f.next(), t.next()) {
+                (Some("#"), _) => return true,
+                (Some("+"), Some(_)) => {}
+                (Some(fs), Some(ts)) if fs == ts => {}
+                (None, None) => return true,
+                _ => return false,
+            }
+        }
+    }
+
     proptest! {
+        #[test]
+        fn the_fast_matcher_agrees_with_the_reference(
+            filter in "(\\$share/g/)?[ab+#$/]{0,8}",
+            topic in "[ab$/]{0,8}",
+        ) {
+            prop_assert_eq!(
+                filter_matches(&filter, &topic),
+                reference_matches(&filter, &topic),
+                "filter {:?} topic {:?}", filter, topic
+            );
+        }
+
         #[test]
         fn task_id_mapping_is_safe_and_reversible(id in any::<String>()) {
             match encode_task_id(&id) {
