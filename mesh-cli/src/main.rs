@@ -15,10 +15,6 @@ use exit::Failure;
 use settings::{Common, LogFormat, Serve, Settings};
 use std::path::PathBuf;
 
-/// mimalloc: the per-message path allocates small, short-lived buffers on every hop.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Agent meshes over MQTT: A2A agents on a broker, an HTTP gateway in front of them.
 #[derive(Parser, Debug)]
 #[command(name = "mesh", version, about, long_about = None)]
