@@ -8,6 +8,8 @@ RUN cargo build --release --locked -p mesh-cli \
 
 FROM debian:bookworm-slim
 # The system's CA roots: mqtts:// brokers and https:// webhooks are verified against them.
+# Unpinned on purpose: CA roots should be the distribution's current ones.
+# hadolint ignore=DL3008
 RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin mesh \
