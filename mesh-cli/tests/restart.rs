@@ -170,25 +170,7 @@ async fn tasks_survive_sigkill_of_the_gateway() {
     let booking = booking["id"].as_str().unwrap().to_owned();
 
     // Writes go behind the answers: wait until the store says they are on disk.
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let text = http
-            .get(format!("{url}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if text.contains("mesh_gateway_store_pending_writes 0") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the store catches up in time:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_store_written(&http, &url).await;
     first.start_kill().unwrap(); // SIGKILL
     let status = tokio::time::timeout(WAIT, first.wait())
         .await
