@@ -720,3 +720,48 @@ async fn a_burst_of_ten_thousand_chunks_reaches_the_sse_client_event_by_event() 
     }
     assert_eq!(state(results.last().unwrap()), "completed");
 }
+
+/// A blocking send drives its task's pump in its own request; when the client goes away
+/// before the task ends, the rest of the pump goes on in a task of its own, so the task still
+/// ends in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_send_whose_client_goes_away_still_ends_its_task() {
+    let mut mesh = Mesh::start().await;
+    let gate = Gate::default();
+    mesh.run(slow_agent("slow", gate.clone())).await;
+
+    // The client gives up while the agent is still working.
+    let gone = mesh
+        .http
+        .post(mesh.url("/agents/slow"))
+        .json(&rpc("message/send", msg03("take your time")))
+        .timeout(std::time::Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client timed out: {gone:?}");
+
+    let listed = mesh.call("slow", "tasks/list", json!({})).await;
+    let id = result(&listed)["tasks"][0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the task is stored: {listed}"))
+        .to_owned();
+    gate.open();
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let got = mesh.call("slow", "tasks/get", json!({"id": id})).await;
+        if state(result(&got)) == "completed" {
+            assert_eq!(
+                result(&got).pointer("/artifacts/0/parts/0/text"),
+                Some(&json!("done")),
+                "{got}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the task ends without its client: {got}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
