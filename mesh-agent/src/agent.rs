@@ -458,29 +458,59 @@ impl RunningAgent {
     }
 }
 
+/// Serves one request from the request topic. Everything up to the handler's start is done
+/// synchronously by [`route`], so that this future (spawned per request) holds only what
+/// lives across its awaits.
 async fn handle_request(shared: Arc<Shared>, payload: &[u8]) {
+    match route(&shared, payload) {
+        Next::Run(started) => runner::drive(shared, started).await,
+        Next::Refuse(emitter, error) => {
+            if let Err(e) = emitter.error(&error).await {
+                tracing::warn!(agent = %shared.name, error = %e, "could not answer a refused request");
+            }
+        }
+        Next::Answer { topic, payload } => publish_or_log(&shared, &topic, payload).await,
+        Next::Nothing => {}
+    }
+}
+
+/// What a request on the request topic leads to.
+enum Next {
+    /// A task started: drive it to its end.
+    Run(runner::Started),
+    /// A send that is refused before it starts: answer with the error.
+    Refuse(Arc<crate::emitter::Emitter>, A2aError),
+    /// A one-off answer (a pong, an error to an undecodable request).
+    Answer { topic: String, payload: Vec<u8> },
+    /// Nothing to do (a duplicate, or no reply topic to answer on).
+    Nothing,
+}
+
+fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
     let request = match codec::decode_request(payload) {
         Ok(request) => request,
         Err(refused) => {
             let peeked = peek(payload);
             let Some(reply_to) = peeked.meta.reply_to.clone() else {
                 tracing::warn!(agent = %shared.name, error = %refused.error, "refused a request with no reply topic");
-                return;
+                return Next::Nothing;
             };
             if !shared.dedup(&peeked.meta) {
-                return;
+                return Next::Nothing;
             }
-            if peeked.method.as_deref() == Some("mesh/ping") {
-                answer_ping(&shared, &reply_to, peeked.id).await;
-                return;
-            }
-            let payload = codec::encode_error(
-                refused.dialect.unwrap_or(Dialect::V0_3),
-                refused.id.as_ref(),
-                &refused.error,
-            );
-            publish_or_log(&shared, &reply_to, payload).await;
-            return;
+            let payload = if peeked.method.as_deref() == Some("mesh/ping") {
+                pong(shared, peeked.id)
+            } else {
+                codec::encode_error(
+                    refused.dialect.unwrap_or(Dialect::V0_3),
+                    refused.id.as_ref(),
+                    &refused.error,
+                )
+            };
+            return Next::Answer {
+                topic: reply_to,
+                payload,
+            };
         }
     };
     let (rpc_id, method, dialect) = (request.id, request.method, request.dialect);
@@ -489,35 +519,37 @@ async fn handle_request(shared: Arc<Shared>, payload: &[u8]) {
             let meta = MeshMeta::take(&mut params.metadata);
             let Some(reply_to) = meta.reply_to.clone() else {
                 tracing::warn!(agent = %shared.name, "a request with no _mesh.replyTo: nowhere to answer, dropped");
-                return;
+                return Next::Nothing;
             };
             if !shared.dedup(&meta) {
-                return;
+                return Next::Nothing;
             }
-            runner::run(
-                shared,
-                SendRequest {
-                    rpc_id: rpc_id.unwrap_or(JsonRpcId::Null),
-                    method,
-                    dialect,
-                    params,
-                    meta,
-                    reply_to,
-                },
-            )
-            .await;
+            let request = SendRequest {
+                rpc_id: rpc_id.unwrap_or(JsonRpcId::Null),
+                method,
+                dialect,
+                params,
+                meta,
+                reply_to,
+            };
+            match runner::start(shared, request) {
+                Ok(started) => Next::Run(started),
+                Err((emitter, error)) => Next::Refuse(emitter, error),
+            }
         }
         _ => {
             let peeked = peek(payload);
             let Some(reply_to) = peeked.meta.reply_to else {
-                return;
+                return Next::Nothing;
             };
             let error = A2aError::unsupported_operation(format!(
                 "agents serve message/send and message/stream on their request topic; \
                  {method:?} is answered by the gateway or travels on the cancel topic"
             ));
-            let payload = codec::encode_error(dialect, rpc_id.as_ref(), &error);
-            publish_or_log(&shared, &reply_to, payload).await;
+            Next::Answer {
+                topic: reply_to,
+                payload: codec::encode_error(dialect, rpc_id.as_ref(), &error),
+            }
         }
     }
 }
@@ -545,7 +577,8 @@ fn handle_cancel(shared: &Shared, payload: &[u8]) {
     running.cancel.cancel();
 }
 
-async fn answer_ping(shared: &Shared, reply_to: &str, id: Value) {
+/// The answer to `mesh/ping`: a message from this instance.
+fn pong(shared: &Shared, id: Value) -> Vec<u8> {
     let mut metadata = None;
     MeshMeta {
         instance: Some(shared.instance.clone()),
@@ -564,7 +597,7 @@ async fn answer_ping(shared: &Shared, reply_to: &str, id: Value) {
             "metadata": metadata,
         }
     });
-    publish_or_log(shared, reply_to, pong.to_string().into_bytes()).await;
+    pong.to_string().into_bytes()
 }
 
 async fn publish_or_log(shared: &Shared, topic: &str, payload: Vec<u8>) {

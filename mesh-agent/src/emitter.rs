@@ -10,10 +10,10 @@
 
 use mesh_core::bus::{Bus, QoS};
 use mesh_core::codec;
-use mesh_core::dialect::Dialect;
+use mesh_core::dialect::{Dialect, Method};
 use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
-use mesh_core::meta::MeshMeta;
+use mesh_core::meta::{MESH_KEY, MeshMeta};
 use mesh_core::model::{
     Artifact, Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
     is_final_state,
@@ -48,6 +48,11 @@ pub(crate) struct Emitter {
     streaming: bool,
     state: tokio::sync::Mutex<State>,
 }
+
+/// The payloads one operation publishes, in order (at most three: the task announcement, the
+/// working status, the event itself). Built synchronously under the lock, so that the only
+/// thing an operation awaits is the bus, and its future stays small.
+type Outbox = Vec<Vec<u8>>;
 
 impl Emitter {
     pub(crate) fn new(
@@ -87,11 +92,21 @@ impl Emitter {
         message: Option<Message>,
     ) -> Result<(), EmitError> {
         let mut guard = self.state.lock().await;
+        let outbox = self.status_events(&mut guard, state, message)?;
+        self.send(outbox).await
+    }
+
+    fn status_events(
+        &self,
+        guard: &mut State,
+        state: TaskState,
+        message: Option<Message>,
+    ) -> Result<Outbox, EmitError> {
         if guard.closed {
             return Err(EmitError::Closed);
         }
-        self.announce(&mut guard).await?;
-        let message = message.map(|m| self.bind(&guard.task, m));
+        let mut outbox = self.announce(guard);
+        let message = message.map(|m| bind(&guard.task, m));
         // As the A2A SDKs do: the status message being replaced becomes history.
         if let Some(previous) = guard.task.status.message.take() {
             guard
@@ -100,13 +115,12 @@ impl Emitter {
                 .get_or_insert_with(Vec::new)
                 .push(previous);
         }
-        let status = TaskStatus {
+        let is_final = is_final_state(&state);
+        guard.task.status = TaskStatus {
             state,
             message,
             timestamp: Some(chrono::Utc::now()),
         };
-        guard.task.status = status.clone();
-        let is_final = is_final_state(&status.state);
         if is_final {
             guard.closed = true;
         }
@@ -114,15 +128,14 @@ impl Emitter {
             let event = TaskStatusUpdateEvent {
                 task_id: guard.task.id.clone(),
                 context_id: guard.task.context_id.clone(),
-                status,
+                status: guard.task.status.clone(),
                 metadata: None,
             };
-            self.publish(&mut guard, Reply::StatusUpdate(event)).await?;
+            outbox.push(self.encode(guard, Reply::StatusUpdate(event)));
         } else if is_final {
-            let task = guard.task.clone();
-            self.publish(&mut guard, Reply::Task(task)).await?;
+            outbox.push(self.encode_task(guard));
         }
-        Ok(())
+        Ok(outbox)
     }
 
     /// An artifact or a chunk of one.
@@ -136,7 +149,7 @@ impl Emitter {
         if guard.closed {
             return Err(EmitError::Closed);
         }
-        self.announce(&mut guard).await?;
+        let mut outbox = self.announce(&mut guard);
         merge_artifact(&mut guard.task, &artifact, append);
         if self.streaming {
             let event = TaskArtifactUpdateEvent {
@@ -147,27 +160,26 @@ impl Emitter {
                 last_chunk: Some(last_chunk),
                 metadata: None,
             };
-            self.publish(&mut guard, Reply::ArtifactUpdate(event))
-                .await?;
+            outbox.push(self.encode(&mut guard, Reply::ArtifactUpdate(event)));
         }
-        Ok(())
+        self.send(outbox).await
     }
 
     /// A direct message answer, with no task. Only valid before anything was announced;
     /// afterwards the message completes the task instead.
-    pub(crate) async fn reply(&self, message: Message) -> Result<(), EmitError> {
+    pub(crate) async fn reply(&self, mut message: Message) -> Result<(), EmitError> {
         let mut guard = self.state.lock().await;
-        if guard.closed {
-            return Err(EmitError::Closed);
-        }
-        if guard.announced {
-            drop(guard);
-            return self.status(TaskState::Completed, Some(message)).await;
-        }
-        guard.closed = true;
-        let mut message = message;
-        message.context_id = Some(guard.task.context_id.clone());
-        self.publish(&mut guard, Reply::Message(message)).await
+        let outbox = if guard.announced {
+            self.status_events(&mut guard, TaskState::Completed, Some(message))?
+        } else {
+            if guard.closed {
+                return Err(EmitError::Closed);
+            }
+            guard.closed = true;
+            message.context_id = Some(guard.task.context_id.clone());
+            vec![self.encode(&mut guard, Reply::Message(message))]
+        };
+        self.send(outbox).await
     }
 
     /// For a non-streaming request: publishes the task as it stands, once, so that the
@@ -177,9 +189,9 @@ impl Emitter {
         if guard.closed || self.streaming {
             return Ok(());
         }
-        self.announce(&mut guard).await?;
-        let task = guard.task.clone();
-        self.publish(&mut guard, Reply::Task(task)).await
+        let mut outbox = self.announce(&mut guard);
+        outbox.push(self.encode_task(&mut guard));
+        self.send(outbox).await
     }
 
     /// An error answer (the request could not be served); closes the stream.
@@ -190,36 +202,31 @@ impl Emitter {
         }
         guard.closed = true;
         let payload = codec::encode_error(self.dialect, Some(&self.rpc_id), error);
-        self.bus
-            .publish(&self.reply_to, payload, QoS::AtLeastOnce, false)
-            .await?;
-        Ok(())
+        self.send(vec![payload]).await
     }
 
-    /// Announces the task (state submitted, then working) before its first event.
-    async fn announce(&self, guard: &mut State) -> Result<(), EmitError> {
+    /// Announces the task (state submitted, then working) before its first event: the
+    /// payloads to publish first (none for a non-streaming request, which only moves to
+    /// working).
+    fn announce(&self, guard: &mut State) -> Outbox {
+        let mut outbox = Outbox::new();
         if guard.announced {
-            return Ok(());
+            return outbox;
         }
         guard.announced = true;
-        if !self.streaming {
-            guard.task.status = TaskStatus {
-                state: TaskState::Working,
-                message: None,
-                timestamp: Some(chrono::Utc::now()),
-            };
-            return Ok(());
-        }
-        if self.dialect != Dialect::V0_1 {
-            // 0.1 streams carry status and artifact updates only.
-            let task = guard.task.clone();
-            self.publish(guard, Reply::Task(task)).await?;
-        }
         let working = TaskStatus {
             state: TaskState::Working,
             message: None,
             timestamp: Some(chrono::Utc::now()),
         };
+        if !self.streaming {
+            guard.task.status = working;
+            return outbox;
+        }
+        if self.dialect != Dialect::V0_1 {
+            // 0.1 streams carry status and artifact updates only.
+            outbox.push(self.encode_task(guard));
+        }
         guard.task.status = working.clone();
         let event = TaskStatusUpdateEvent {
             task_id: guard.task.id.clone(),
@@ -227,22 +234,24 @@ impl Emitter {
             status: working,
             metadata: None,
         };
-        self.publish(guard, Reply::StatusUpdate(event)).await
+        outbox.push(self.encode(guard, Reply::StatusUpdate(event)));
+        outbox
     }
 
-    fn bind(&self, task: &Task, mut message: Message) -> Message {
-        message.task_id = Some(task.id.clone());
-        message.context_id = Some(task.context_id.clone());
-        message
-    }
-
-    async fn publish(&self, guard: &mut State, mut reply: Reply) -> Result<(), EmitError> {
+    /// The next event's `_mesh` (instance and position in the stream).
+    fn next_meta(&self, guard: &mut State) -> MeshMeta {
         let meta = MeshMeta {
             instance: Some(self.instance.clone()),
             seq: Some(guard.next_seq),
             ..Default::default()
         };
         guard.next_seq += 1;
+        meta
+    }
+
+    /// An event in the request's dialect, numbered.
+    fn encode(&self, guard: &mut State, mut reply: Reply) -> Vec<u8> {
+        let meta = self.next_meta(guard);
         match &mut reply {
             Reply::Task(task) => meta.put(&mut task.metadata),
             Reply::Message(message) => meta.put(&mut message.metadata),
@@ -250,12 +259,60 @@ impl Emitter {
             Reply::ArtifactUpdate(event) => meta.put(&mut event.metadata),
             _ => {}
         }
-        let payload = codec::encode_reply(self.dialect, &self.rpc_id, &reply);
-        self.bus
-            .publish(&self.reply_to, payload, QoS::AtLeastOnce, false)
-            .await?;
+        codec::encode_reply(self.dialect, &self.rpc_id, &reply)
+    }
+
+    /// The task as it stands, as an event, written from the state without copying the task:
+    /// its `_mesh` is put in for the write and taken out again.
+    fn encode_task(&self, guard: &mut State) -> Vec<u8> {
+        let meta = self.next_meta(guard);
+        let had_metadata = guard.task.metadata.is_some();
+        let previous = guard
+            .task
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get(MESH_KEY).cloned());
+        meta.put(&mut guard.task.metadata);
+        // SendMessage's answer is the task's shape in every dialect (wrapped in 1.0).
+        let payload = codec::encode_task(
+            Method::SendMessage,
+            self.dialect,
+            &self.rpc_id,
+            &guard.task,
+            None,
+        );
+        if let Some(map) = guard.task.metadata.as_mut() {
+            match previous {
+                Some(value) => {
+                    map.insert(MESH_KEY.to_owned(), value);
+                }
+                None => {
+                    map.remove(MESH_KEY);
+                }
+            }
+            if !had_metadata {
+                guard.task.metadata = None;
+            }
+        }
+        payload
+    }
+
+    /// Publishes the payloads in order, holding the lock, so that events leave in the order
+    /// they were made.
+    async fn send(&self, outbox: Outbox) -> Result<(), EmitError> {
+        for payload in outbox {
+            self.bus
+                .publish(&self.reply_to, payload, QoS::AtLeastOnce, false)
+                .await?;
+        }
         Ok(())
     }
+}
+
+fn bind(task: &Task, mut message: Message) -> Message {
+    message.task_id = Some(task.id.clone());
+    message.context_id = Some(task.context_id.clone());
+    message
 }
 
 /// Folds an artifact event into the task: a new artifact, a replacement, or appended parts.

@@ -49,8 +49,27 @@ pub(crate) struct SendRequest {
     pub(crate) reply_to: String,
 }
 
-/// Runs one send request to its end.
-pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
+/// A task whose handler is ready to run: what [`drive`] needs, and nothing more (the request
+/// itself is consumed by [`start`], so the per-request future stays small).
+pub(crate) struct Started {
+    emitter: Arc<Emitter>,
+    handle: CatchPanic<HandlerResult>,
+    running: Arc<Running>,
+    cancel: CancellationToken,
+    task_id: String,
+    time_left: Duration,
+    streaming: bool,
+}
+
+type HandlerResult = Result<Outcome, crate::handler::HandlerError>;
+
+/// Starts a send request: resolves its task, registers it as running, and builds the
+/// handler's future (not yet polled). A request refused before its task starts gives the
+/// error to answer with, and the emitter to answer through.
+pub(crate) fn start(
+    shared: &Arc<Shared>,
+    request: SendRequest,
+) -> Result<Started, (Arc<Emitter>, A2aError)> {
     let streaming = request.method == Method::SendStreamingMessage;
     let SendRequest {
         rpc_id,
@@ -74,13 +93,7 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
 
     let (task, resumed) = match resolve_task(&meta, dialect, params.message) {
         Ok(resolved) => resolved,
-        Err(error) => {
-            let placeholder = emitter(empty_task());
-            if let Err(e) = placeholder.error(&error).await {
-                tracing::warn!(error = %e, "could not answer a refused request");
-            }
-            return;
-        }
+        Err(error) => return Err((emitter(empty_task()), error)),
     };
     let depth = meta.depth.unwrap_or(0);
     if depth > shared.config.max_call_depth {
@@ -88,8 +101,7 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
             "call depth {depth} exceeds the limit of {}",
             shared.config.max_call_depth
         ));
-        let _ = emitter(task).error(&error).await;
-        return;
+        return Err((emitter(task), error));
     }
 
     let task_id = task.id.clone();
@@ -110,8 +122,7 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
         let error = A2aError::unsupported_operation(format!(
             "task {task_id} is still running; wait for it to end or cancel it"
         ));
-        let _ = emitter(task).error(&error).await;
-        return;
+        return Err((emitter(task), error));
     }
 
     let time_left = meta
@@ -119,11 +130,12 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
         .unwrap_or(shared.config.default_timeout)
         .min(shared.config.max_timeout);
     let emitter = emitter(task.clone());
+    let principal = meta.caller.as_ref().and_then(|c| c.principal.clone());
     let ctx = TaskContext {
         message: Arc::new(last_message(&task)),
         snapshot: Arc::new(task),
         resumed,
-        caller: meta.caller.clone(),
+        caller: meta.caller,
         emitter: emitter.clone(),
         cancel: cancel.clone(),
         peers: Peers {
@@ -133,12 +145,33 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
             max_depth: shared.config.max_call_depth,
             parent: cancel.clone(),
             time_left,
-            principal: meta.caller.as_ref().and_then(|c| c.principal.clone()),
+            principal,
         },
     };
-
     let handler = shared.handler.clone();
-    let mut handle = CatchPanic(Box::pin(async move { handler.handle(ctx).await }));
+    Ok(Started {
+        emitter,
+        handle: CatchPanic(Box::pin(async move { handler.handle(ctx).await })),
+        running,
+        cancel,
+        task_id,
+        time_left,
+        streaming,
+    })
+}
+
+/// Runs a started task to its end: the handler raced against cancellation and the deadline,
+/// then exactly one final event, then the answers to cancel requests waiting for it.
+pub(crate) async fn drive(shared: Arc<Shared>, started: Started) {
+    let Started {
+        emitter,
+        mut handle,
+        running,
+        cancel,
+        task_id,
+        time_left,
+        streaming,
+    } = started;
     let deadline = tokio::time::sleep(time_left);
     tokio::pin!(deadline);
     let progress = tokio::time::sleep(PROGRESS_AFTER);
@@ -172,39 +205,34 @@ pub(crate) async fn run(shared: Arc<Shared>, request: SendRequest) {
         });
     }
 
-    let result = match end {
-        End::Joined(Ok(Ok(outcome))) => finish(&emitter, outcome).await,
-        End::Joined(Ok(Err(error))) => {
-            emitter
-                .status(
-                    TaskState::Failed,
-                    Some(agent_text(format!("the agent failed: {error}"))),
-                )
-                .await
-        }
+    let (state, message) = match end {
+        End::Joined(Ok(Ok(outcome))) => final_status(outcome),
+        End::Joined(Ok(Err(error))) => (
+            Some(TaskState::Failed),
+            Some(agent_text(format!("the agent failed: {error}"))),
+        ),
         End::Joined(Err(reason)) => {
             tracing::error!(agent = %shared.name, task = %task_id, %reason, "handler panicked");
-            emitter
-                .status(
-                    TaskState::Failed,
-                    Some(agent_text(format!(
-                        "the agent's handler panicked: {reason}"
-                    ))),
-                )
-                .await
+            (
+                Some(TaskState::Failed),
+                Some(agent_text(format!(
+                    "the agent's handler panicked: {reason}"
+                ))),
+            )
         }
-        End::Canceled => emitter.status(TaskState::Canceled, None).await,
-        End::DeadlineExceeded => {
-            emitter
-                .status(
-                    TaskState::Failed,
-                    Some(agent_text(format!(
-                        "the task did not finish before its deadline ({} ms) and was canceled",
-                        time_left.as_millis()
-                    ))),
-                )
-                .await
-        }
+        End::Canceled => (Some(TaskState::Canceled), None),
+        End::DeadlineExceeded => (
+            Some(TaskState::Failed),
+            Some(agent_text(format!(
+                "the task did not finish before its deadline ({} ms) and was canceled",
+                time_left.as_millis()
+            ))),
+        ),
+    };
+    let result = match (state, message) {
+        (Some(state), message) => emitter.status(state, message).await,
+        (None, Some(message)) => emitter.reply(message).await,
+        (None, None) => Ok(()),
     };
     if let Err(error) = result {
         tracing::warn!(agent = %shared.name, task = %task_id, %error, "could not publish the end of a task");
@@ -242,20 +270,16 @@ enum End {
     DeadlineExceeded,
 }
 
-async fn finish(emitter: &Emitter, outcome: Outcome) -> Result<(), crate::emitter::EmitError> {
+/// The final state a handler's outcome sets, with its message; `None` for a direct message
+/// answer (no task state: [`Emitter::reply`]).
+fn final_status(outcome: Outcome) -> (Option<TaskState>, Option<Message>) {
     match outcome {
-        Outcome::Completed(message) => emitter.status(TaskState::Completed, message).await,
-        Outcome::InputRequired(message) => {
-            emitter
-                .status(TaskState::InputRequired, Some(message))
-                .await
-        }
-        Outcome::AuthRequired(message) => {
-            emitter.status(TaskState::AuthRequired, Some(message)).await
-        }
-        Outcome::Rejected(message) => emitter.status(TaskState::Rejected, message).await,
-        Outcome::Failed(message) => emitter.status(TaskState::Failed, Some(message)).await,
-        Outcome::Reply(message) => emitter.reply(message).await,
+        Outcome::Completed(message) => (Some(TaskState::Completed), message),
+        Outcome::InputRequired(message) => (Some(TaskState::InputRequired), Some(message)),
+        Outcome::AuthRequired(message) => (Some(TaskState::AuthRequired), Some(message)),
+        Outcome::Rejected(message) => (Some(TaskState::Rejected), message),
+        Outcome::Failed(message) => (Some(TaskState::Failed), Some(message)),
+        Outcome::Reply(message) => (None, Some(message)),
     }
 }
 
