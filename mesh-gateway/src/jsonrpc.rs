@@ -39,6 +39,7 @@ use mesh_core::model::{
 use mesh_core::requester::{SendError, SendOptions};
 use mesh_core::rpc::{Call, Reply, Request, RequestError};
 use serde_json::{Map, Value};
+use std::future::Future;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -66,87 +67,99 @@ struct Http {
 }
 
 /// `POST /`: the default agent.
-pub(crate) async fn post_default(State(gw): State<Arc<Shared>>, request: HttpRequest) -> Response {
+pub(crate) fn post_default(
+    State(gw): State<Arc<Shared>>,
+    request: HttpRequest,
+) -> impl Future<Output = Response> + Send {
     let agent = gw.config.default_agent.clone();
-    handle(gw, agent, request).await
+    handle(gw, agent, request)
 }
 
 /// `POST /agents/{name}`.
-pub(crate) async fn post_agent(
+pub(crate) fn post_agent(
     State(gw): State<Arc<Shared>>,
     Path(name): Path<String>,
     request: HttpRequest,
-) -> Response {
-    handle(gw, Some(name), request).await
+) -> impl Future<Output = Response> + Send {
+    handle(gw, Some(name), request)
 }
 
-async fn handle(gw: Arc<Shared>, agent: Option<String>, request: HttpRequest) -> Response {
-    let (parts, body) = request.into_parts();
-    let http = Http {
-        bad_version: bad_version(&parts.headers, parts.uri.query()),
-        traceparent: parts
-            .headers
-            .get("traceparent")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        caller: parts.extensions.get::<Caller>().cloned(),
-    };
-    // The dialect of answers written before the request is read.
-    let fallback = match version_asked(&parts.headers, parts.uri.query()).as_deref() {
-        Some(v) if Dialect::from_version(v) == Some(Dialect::V1_0) => Dialect::V1_0,
-        _ => Dialect::V0_3,
-    };
-    let limit = gw.config.body_limit;
-    let too_large = || {
-        json_response(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            codec::encode_error(
-                fallback,
-                None,
-                &A2aError::invalid_request(format!(
-                    "the request body is larger than this gateway accepts ({limit} bytes)"
-                )),
-            ),
-        )
-    };
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return too_large();
-    }
-    let bytes = match read_body(body, limit).await {
-        Ok(bytes) => bytes,
-        Err(BodyError::TooLarge) => return too_large(),
-        Err(BodyError::Broken(error)) => {
-            return json_response(
-                StatusCode::BAD_REQUEST,
+/// Answers one POST. Plain functions returning an async block (here and down to the publish
+/// on the bus) rather than `async fn`s, which keep each by-value argument twice: the future is
+/// boxed twice per request by axum, so its size is copied twice.
+#[allow(clippy::manual_async_fn)] // on purpose: see above
+fn handle(
+    gw: Arc<Shared>,
+    agent: Option<String>,
+    request: HttpRequest,
+) -> impl Future<Output = Response> + Send {
+    async move {
+        let (parts, body) = request.into_parts();
+        let http = Http {
+            bad_version: bad_version(&parts.headers, parts.uri.query()),
+            traceparent: parts
+                .headers
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            caller: parts.extensions.get::<Caller>().cloned(),
+        };
+        // The dialect of answers written before the request is read.
+        let fallback = match version_asked(&parts.headers, parts.uri.query()).as_deref() {
+            Some(v) if Dialect::from_version(v) == Some(Dialect::V1_0) => Dialect::V1_0,
+            _ => Dialect::V0_3,
+        };
+        let limit = gw.config.body_limit;
+        let too_large = || {
+            json_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
                 codec::encode_error(
                     fallback,
                     None,
                     &A2aError::invalid_request(format!(
-                        "the request body could not be read: {error}"
+                        "the request body is larger than this gateway accepts ({limit} bytes)"
                     )),
+                ),
+            )
+        };
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return too_large();
+        }
+        let bytes = match read_body(body, limit).await {
+            Ok(bytes) => bytes,
+            Err(BodyError::TooLarge) => return too_large(),
+            Err(BodyError::Broken(error)) => {
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    codec::encode_error(
+                        fallback,
+                        None,
+                        &A2aError::invalid_request(format!(
+                            "the request body could not be read: {error}"
+                        )),
+                    ),
+                );
+            }
+        };
+        if let Some(content_type) = bad_content_type(&parts.headers) {
+            let id = request_id(&bytes);
+            return json_response(
+                StatusCode::OK,
+                codec::encode_error(
+                    fallback,
+                    id.as_ref(),
+                    &A2aError::content_type_not_supported(&content_type),
                 ),
             );
         }
-    };
-    if let Some(content_type) = bad_content_type(&parts.headers) {
-        let id = request_id(&bytes);
-        return json_response(
-            StatusCode::OK,
-            codec::encode_error(
-                fallback,
-                id.as_ref(),
-                &A2aError::content_type_not_supported(&content_type),
-            ),
-        );
-    }
-    let Some(agent) = agent else {
-        let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
-        let error = A2aError::invalid_request(format!(
+        let Some(agent) = agent else {
+            let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
+            let error = A2aError::invalid_request(format!(
             "this gateway has no default agent: POST to /agents/{{name}} (agents on the mesh: {})",
             if agents.is_empty() {
                 "none".to_owned()
@@ -155,74 +168,121 @@ async fn handle(gw: Arc<Shared>, agent: Option<String>, request: HttpRequest) ->
             }
         ))
         .with_data(serde_json::json!({ "agents": agents }));
-        let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
-        if parsed
-            .as_ref()
-            .is_some_and(|v| v.is_object() && v.get("id").is_none())
-        {
-            return StatusCode::NO_CONTENT.into_response(); // a notification: no answer
-        }
-        let id = request_id(&bytes).unwrap_or(JsonRpcId::Null);
-        return json_response(
-            StatusCode::OK,
-            codec::encode_error(fallback, Some(&id), &error),
-        );
-    };
-    match codec::decode(&bytes) {
-        Decoded::Single(request) => {
-            match answer(&gw, &agent, &http, request, false, fallback).await {
-                Answer::Json(body) => json_response(StatusCode::OK, body),
-                Answer::Stream(stream) => stream.into_response(),
-                Answer::Nothing => StatusCode::NO_CONTENT.into_response(),
+            let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
+            if parsed
+                .as_ref()
+                .is_some_and(|v| v.is_object() && v.get("id").is_none())
+            {
+                return StatusCode::NO_CONTENT.into_response(); // a notification: no answer
             }
-        }
-        Decoded::Batch(requests) => {
-            let answers = join_all(
-                requests
-                    .into_iter()
-                    .map(|r| answer(&gw, &agent, &http, r, true, fallback)),
-            )
-            .await;
-            let bodies: Vec<Vec<u8>> = answers
-                .into_iter()
-                .filter_map(|a| match a {
-                    Answer::Json(body) => Some(body),
-                    _ => None,
-                })
-                .collect();
-            if bodies.is_empty() {
-                return StatusCode::NO_CONTENT.into_response();
+            let id = request_id(&bytes).unwrap_or(JsonRpcId::Null);
+            return json_response(
+                StatusCode::OK,
+                codec::encode_error(fallback, Some(&id), &error),
+            );
+        };
+        let single = match codec::decode(&bytes) {
+            Decoded::Single(request) => triage(&gw, &agent, &http, request, false, fallback),
+            Decoded::Batch(requests) => {
+                return answer_batch(&gw, &agent, &http, requests, fallback).await;
             }
-            let mut out = Vec::with_capacity(bodies.iter().map(|b| b.len() + 1).sum::<usize>() + 2);
-            out.push(b'[');
-            for (i, body) in bodies.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(body);
-            }
-            out.push(b']');
-            json_response(StatusCode::OK, out)
+        };
+        let answer = match single {
+            Triaged::Dispatch(request, id) => dispatch(&gw, &agent, &http, request, id).await,
+            Triaged::Done(answer) => answer,
+        };
+        match answer {
+            Answer::Json(body) => json_response(StatusCode::OK, body),
+            Answer::Stream(stream) => stream.into_response(),
+            Answer::Nothing => StatusCode::NO_CONTENT.into_response(),
         }
     }
 }
 
-async fn answer(
+/// Answers a batch: each element on its own, the JSON answers in one array.
+async fn answer_batch(
+    gw: &Arc<Shared>,
+    agent: &str,
+    http: &Http,
+    requests: Vec<Result<Request, RequestError>>,
+    fallback: Dialect,
+) -> Response {
+    let answers = join_all(
+        requests
+            .into_iter()
+            .map(|r| answer(gw, agent, http, r, true, fallback)),
+    )
+    .await;
+    let bodies: Vec<Vec<u8>> = answers
+        .into_iter()
+        .filter_map(|a| match a {
+            Answer::Json(body) => Some(body),
+            _ => None,
+        })
+        .collect();
+    if bodies.is_empty() {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    let mut out = Vec::with_capacity(bodies.iter().map(|b| b.len() + 1).sum::<usize>() + 2);
+    out.push(b'[');
+    for (i, body) in bodies.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(body);
+    }
+    out.push(b']');
+    json_response(StatusCode::OK, out)
+}
+
+/// Answers one element of a batch.
+fn answer<'a>(
+    gw: &'a Arc<Shared>,
+    agent: &'a str,
+    http: &'a Http,
+    request: Result<Request, RequestError>,
+    in_batch: bool,
+    fallback: Dialect,
+) -> impl Future<Output = Answer> + Send + 'a {
+    let triaged = triage(gw, agent, http, request, in_batch, fallback);
+    async move {
+        match triaged {
+            Triaged::Dispatch(request, id) => dispatch(gw, agent, http, request, id).await,
+            Triaged::Done(answer) => answer,
+        }
+    }
+}
+
+/// What becomes of a decoded request (short-lived, moved once).
+#[allow(clippy::large_enum_variant)]
+enum Triaged {
+    /// The request and its id, to dispatch.
+    Dispatch(Request, JsonRpcId),
+    /// Answered without reaching an agent (a decode error, a refused version, a notification).
+    Done(Answer),
+}
+
+/// Sorts a decoded request: what it gets without reaching an agent, or what to dispatch.
+fn triage(
     gw: &Arc<Shared>,
     agent: &str,
     http: &Http,
     request: Result<Request, RequestError>,
     in_batch: bool,
     fallback: Dialect,
-) -> Answer {
+) -> Triaged {
     let request = match request {
         Ok(request) => request,
-        Err(e) if e.notification => return Answer::Nothing,
+        Err(e) if e.notification => return Triaged::Done(Answer::Nothing),
         Err(e) => {
             gw.metrics.request(None, false, std::time::Duration::ZERO);
             let dialect = e.dialect.unwrap_or(fallback);
             let id = e.id.unwrap_or(JsonRpcId::Null);
-            return Answer::Json(codec::encode_error(dialect, Some(&id), &e.error));
+            return Triaged::Done(Answer::Json(codec::encode_error(
+                dialect,
+                Some(&id),
+                &e.error,
+            )));
         }
     };
     let Some(id) = request.id.clone() else {
@@ -244,68 +304,76 @@ async fn answer(
                 let _ = dispatch(&gw, &agent, &http, request, JsonRpcId::Null).await;
             });
         }
-        return Answer::Nothing;
+        return Triaged::Done(Answer::Nothing);
     };
     if let Some(version) = &http.bad_version {
-        return error(
+        return Triaged::Done(error(
             request.dialect,
             &id,
             A2aError::version_not_supported(version),
-        );
+        ));
     }
     if in_batch && request.method.is_streaming() {
-        return error(
+        return Triaged::Done(error(
             request.dialect,
             &id,
             A2aError::invalid_request("streaming methods cannot be sent in a batch"),
-        );
+        ));
     }
-    dispatch(gw, agent, http, request, id).await
+    Triaged::Dispatch(request, id)
 }
 
-async fn dispatch(
-    gw: &Arc<Shared>,
-    agent: &str,
-    http: &Http,
+/// Serves one request. The request is taken apart when this is called, so that the future
+/// holds its call once (an `async fn` would keep the argument and its own copy of it).
+fn dispatch<'a>(
+    gw: &'a Arc<Shared>,
+    agent: &'a str,
+    http: &'a Http,
     request: Request,
     id: JsonRpcId,
-) -> Answer {
-    let dialect = request.dialect;
-    let shared = request.shared_method;
-    let began = Instant::now();
-    let method = request.method;
-    let result = match request.call {
-        Call::Send(params) if request.method == Method::SendStreamingMessage => {
-            stream_message(gw, agent, http, dialect, &id, params).await
+) -> impl Future<Output = Answer> + Send + 'a {
+    let Request {
+        dialect,
+        shared_method: shared,
+        method,
+        call,
+        ..
+    } = request;
+    async move {
+        let began = Instant::now();
+        let result = match call {
+            Call::Send(params) if method == Method::SendStreamingMessage => {
+                stream_message(gw, agent, http, dialect, &id, params).await
+            }
+            Call::Send(params) => send_message(gw, agent, http, dialect, &id, params).await,
+            Call::GetTask(params) => get_task(gw, agent, http, dialect, shared, &id, params),
+            Call::ListTasks(params) => list_tasks(gw, agent, http, dialect, &id, params),
+            Call::CancelTask(params) => {
+                cancel_task(gw, agent, http, dialect, shared, &id, params).await
+            }
+            Call::Subscribe(params) => subscribe(gw, agent, http, dialect, shared, &id, params),
+            Call::SetPushConfig(config) => {
+                set_push_config(gw, agent, http, dialect, shared, &id, config).await
+            }
+            Call::GetPushConfig(params) => {
+                get_push_config(gw, agent, http, dialect, shared, &id, params)
+            }
+            Call::ListPushConfigs(params) => {
+                list_push_configs(gw, agent, http, dialect, shared, &id, params)
+            }
+            Call::DeletePushConfig(params) => {
+                delete_push_config(gw, agent, http, dialect, shared, &id, params)
+            }
+            Call::GetExtendedCard => crate::cards::extended_card(gw, agent, http.caller.as_ref())
+                .map(|card| Answer::Json(codec::encode_reply(dialect, &id, &Reply::Card(card))))
+                .map_err(|e| (dialect, e)),
+        };
+        gw.metrics
+            .request(Some(method), result.is_ok(), began.elapsed());
+        match result {
+            Ok(answer) => answer,
+            Err((dialect, e)) => error(dialect, &id, e),
         }
-        Call::Send(params) => send_message(gw, agent, http, dialect, &id, params).await,
-        Call::GetTask(params) => get_task(gw, agent, http, dialect, shared, &id, params),
-        Call::ListTasks(params) => list_tasks(gw, agent, http, dialect, &id, params),
-        Call::CancelTask(params) => {
-            cancel_task(gw, agent, http, dialect, shared, &id, params).await
-        }
-        Call::Subscribe(params) => subscribe(gw, agent, http, dialect, shared, &id, params),
-        Call::SetPushConfig(config) => {
-            set_push_config(gw, agent, http, dialect, shared, &id, config).await
-        }
-        Call::GetPushConfig(params) => {
-            get_push_config(gw, agent, http, dialect, shared, &id, params)
-        }
-        Call::ListPushConfigs(params) => {
-            list_push_configs(gw, agent, http, dialect, shared, &id, params)
-        }
-        Call::DeletePushConfig(params) => {
-            delete_push_config(gw, agent, http, dialect, shared, &id, params)
-        }
-        Call::GetExtendedCard => crate::cards::extended_card(gw, agent, http.caller.as_ref())
-            .map(|card| Answer::Json(codec::encode_reply(dialect, &id, &Reply::Card(card))))
-            .map_err(|e| (dialect, e)),
-    };
-    gw.metrics
-        .request(Some(method), result.is_ok(), began.elapsed());
-    match result {
-        Ok(answer) => answer,
-        Err((dialect, e)) => error(dialect, &id, e),
     }
 }
 
@@ -379,31 +447,91 @@ fn check_agent(gw: &Shared, agent: &str, streaming: bool) -> Result<(), A2aError
 }
 
 /// Starts (or resumes) the task a message is for: the store record, the live broadcast, the
-/// publish on the bus and the pump.
-async fn start(
+/// publish on the bus and the pump. The agent is checked when this is called; the future
+/// checks a push URL (a DNS lookup) when the message carries one, then records the task and
+/// publishes.
+#[allow(clippy::manual_async_fn)] // on purpose: see `handle`
+fn start<'a>(
+    gw: &'a Arc<Shared>,
+    agent: &'a str,
+    http: &'a Http,
+    dialect: Dialect,
+    mut params: SendMessageRequest,
+    streaming: bool,
+) -> impl Future<Output = Result<Started, A2aError>> + Send + 'a {
+    // An async block capturing `params`, not an `async fn`: that would keep it twice.
+    async move {
+        check_agent(gw, agent, streaming)?;
+        let push = params
+            .configuration
+            .as_mut()
+            .and_then(|c| c.task_push_notification_config.take());
+        if let Some(config) = &push {
+            if gw.pusher.is_none() {
+                return Err(A2aError::push_notification_not_supported());
+            }
+            let field = match dialect {
+                Dialect::V0_1 => "params.pushNotification",
+                Dialect::V0_3 => "params.configuration.pushNotificationConfig",
+                _ => "params.configuration.taskPushNotificationConfig",
+            };
+            check_config(config, allow_private(gw), field).await?;
+        }
+        let (begun, params, options) = begin(gw, agent, http, dialect, params, push, streaming)?;
+        let Begun {
+            task_id,
+            events,
+            live,
+            undo,
+        } = begun;
+        match gw.requester.send(agent, params, options).await {
+            Ok(stream) => {
+                let pump = gw.bridge.pump(task_id.clone(), live, stream, undo);
+                Ok(Started {
+                    task_id,
+                    events,
+                    pump,
+                })
+            }
+            Err(e) => {
+                let store = gw.store();
+                match undo {
+                    Undo::Remove => store.remove(&task_id),
+                    Undo::Restore(record) => store.insert(TaskRecord::clone(&record)),
+                }
+                gw.bridge.end(&task_id, &live);
+                Err(match e {
+                    SendError::Topic(e) => {
+                        A2aError::invalid_params(format!("task id {task_id:?}: {e}"))
+                    }
+                    SendError::Bus(e) => A2aError::internal(format!(
+                        "could not publish to agent {agent:?} on the message bus: {e}"
+                    )),
+                })
+            }
+        }
+    }
+}
+
+/// A task recorded, its request not yet sent.
+struct Begun {
+    task_id: String,
+    events: crate::bridge::Subscription,
+    live: Arc<crate::bridge::LiveTask>,
+    undo: Undo,
+}
+
+/// Records the task (new, or the resumed one with the message added): the record, and the
+/// params and options to send.
+fn begin(
     gw: &Arc<Shared>,
     agent: &str,
     http: &Http,
     dialect: Dialect,
     mut params: SendMessageRequest,
+    push: Option<TaskPushNotificationConfig>,
     streaming: bool,
-) -> Result<Started, A2aError> {
-    check_agent(gw, agent, streaming)?;
-    let push = params
-        .configuration
-        .as_mut()
-        .and_then(|c| c.task_push_notification_config.take());
-    if let Some(config) = &push {
-        if gw.pusher.is_none() {
-            return Err(A2aError::push_notification_not_supported());
-        }
-        let field = match dialect {
-            Dialect::V0_1 => "params.pushNotification",
-            Dialect::V0_3 => "params.configuration.pushNotificationConfig",
-            _ => "params.configuration.taskPushNotificationConfig",
-        };
-        check_config(config, allow_private(gw), field).await?;
-    }
+) -> Result<(Begun, SendMessageRequest, SendOptions), A2aError> {
     let store = gw.store();
     let previous = match params.message.task_id.as_deref() {
         Some(task_id) => match store.get(task_id) {
@@ -516,134 +644,125 @@ async fn start(
         depth: 0,
         traceparent: http.traceparent.clone(),
     };
-    match gw.requester.send(agent, params, options).await {
-        Ok(stream) => {
-            let pump = gw.bridge.pump(task_id.clone(), live, stream, undo);
-            Ok(Started {
-                task_id,
-                events,
-                pump,
-            })
-        }
-        Err(e) => {
-            match undo {
-                Undo::Remove => store.remove(&task_id),
-                Undo::Restore(record) => store.insert(TaskRecord::clone(&record)),
-            }
-            gw.bridge.end(&task_id, &live);
-            Err(match e {
-                SendError::Topic(e) => {
-                    A2aError::invalid_params(format!("task id {task_id:?}: {e}"))
-                }
-                SendError::Bus(e) => A2aError::internal(format!(
-                    "could not publish to agent {agent:?} on the message bus: {e}"
-                )),
-            })
-        }
-    }
+    let begun = Begun {
+        task_id,
+        events,
+        live,
+        undo,
+    };
+    Ok((begun, params, options))
 }
 
-async fn send_message(
-    gw: &Arc<Shared>,
-    agent: &str,
-    http: &Http,
+/// `message/send`: starts the task and waits (up to the blocking wait) for its end. Like
+/// [`dispatch`], a plain `fn` so that the params are not kept twice in the future.
+fn send_message<'a>(
+    gw: &'a Arc<Shared>,
+    agent: &'a str,
+    http: &'a Http,
     dialect: Dialect,
-    id: &JsonRpcId,
+    id: &'a JsonRpcId,
     params: SendMessageRequest,
-) -> Result<Answer, Failed> {
+) -> impl Future<Output = Result<Answer, Failed>> + Send + 'a {
     let config = params.configuration.as_ref();
     let immediately = config.and_then(|c| c.return_immediately).unwrap_or(false);
     let history_length = config.and_then(|c| c.history_length);
-    let mut started = start(gw, agent, http, dialect, params, false)
-        .await
-        .map_err(|e| (dialect, e))?;
-    let task_answer = |gw: &Shared| -> Result<Answer, Failed> {
-        match gw.store().get(&started.task_id) {
-            Some(record) => Ok(task_answer(
-                Method::SendMessage,
-                dialect,
-                id,
-                &record.task,
-                history_length,
-            )),
-            None => Err((dialect, A2aError::task_not_found(&started.task_id))),
-        }
-    };
-    if immediately {
-        return task_answer(gw);
-    }
-    let deadline = Instant::now() + gw.config.blocking_wait;
-    loop {
-        let received = tokio::select! {
-            // Shutting down: the task as it stands, as when the wait is over.
-            _ = gw.shutdown.cancelled() => return task_answer(gw),
-            // The pump runs here, in the request's own task, until the task's stream ends.
-            () = &mut started.pump, if !started.pump.finished() => continue,
-            received = tokio::time::timeout_at(deadline, started.events.recv()) => received,
+    async move {
+        let mut started = start(gw, agent, http, dialect, params, false)
+            .await
+            .map_err(|e| (dialect, e))?;
+        let task_answer = |gw: &Shared| -> Result<Answer, Failed> {
+            match gw.store().get(&started.task_id) {
+                Some(record) => Ok(task_answer(
+                    Method::SendMessage,
+                    dialect,
+                    id,
+                    &record.task,
+                    history_length,
+                )),
+                None => Err((dialect, A2aError::task_not_found(&started.task_id))),
+            }
         };
-        match received {
-            // The wait is over: the task as it stands, for the client to poll or resubscribe.
-            Err(_) => return task_answer(gw),
-            Ok(None) => return task_answer(gw),
-            Ok(Some(Live::Lagged)) => continue,
-            Ok(Some(Live::Event(event))) => match &*event {
-                Err(e) => return Err((dialect, e.clone())),
-                Ok(Reply::Message(message)) => {
-                    return Ok(Answer::Json(codec::encode_reply(
-                        dialect,
-                        id,
-                        &Reply::Message(message.clone()),
-                    )));
-                }
-                Ok(reply) if crate::bridge::ends_task(reply) => return task_answer(gw),
-                Ok(_) => {}
-            },
+        if immediately {
+            return task_answer(gw);
+        }
+        let deadline = Instant::now() + gw.config.blocking_wait;
+        loop {
+            let received = tokio::select! {
+                // Shutting down: the task as it stands, as when the wait is over.
+                _ = gw.shutdown.cancelled() => return task_answer(gw),
+                // The pump runs here, in the request's own task, until the task's stream ends.
+                () = &mut started.pump, if !started.pump.finished() => continue,
+                received = tokio::time::timeout_at(deadline, started.events.recv()) => received,
+            };
+            match received {
+                // The wait is over: the task as it stands, for the client to poll or resubscribe.
+                Err(_) => return task_answer(gw),
+                Ok(None) => return task_answer(gw),
+                Ok(Some(Live::Lagged)) => continue,
+                Ok(Some(Live::Event(event))) => match &*event {
+                    Err(e) => return Err((dialect, e.clone())),
+                    Ok(Reply::Message(message)) => {
+                        return Ok(Answer::Json(codec::encode_reply(
+                            dialect,
+                            id,
+                            &Reply::Message(message.clone()),
+                        )));
+                    }
+                    Ok(reply) if crate::bridge::ends_task(reply) => return task_answer(gw),
+                    Ok(_) => {}
+                },
+            }
         }
     }
 }
 
-async fn stream_message(
-    gw: &Arc<Shared>,
-    agent: &str,
-    http: &Http,
+/// `message/stream`: starts the task and answers with its event stream once the first event
+/// is there.
+#[allow(clippy::manual_async_fn)] // on purpose: see `handle`
+fn stream_message<'a>(
+    gw: &'a Arc<Shared>,
+    agent: &'a str,
+    http: &'a Http,
     dialect: Dialect,
-    id: &JsonRpcId,
+    id: &'a JsonRpcId,
     params: SendMessageRequest,
-) -> Result<Answer, Failed> {
-    let mut started = start(gw, agent, http, dialect, params, true)
-        .await
-        .map_err(|e| (dialect, e))?;
-    started.pump.detach();
-    // Wait for the first event (bounded: the pump fails the task at its deadline), so that an
-    // agent's refusal is a plain JSON-RPC error rather than a stream.
-    let first = loop {
-        tokio::select! {
-            _ = gw.shutdown.cancelled() => {
-                return Err((dialect, A2aError::internal("the gateway is shutting down")));
-            }
-            received = started.events.recv() => match received {
-                Some(Live::Event(event)) => break event,
-                Some(Live::Lagged) => continue,
-                None => {
-                    return Err((dialect, A2aError::internal("the task's event stream ended before its first event")));
+) -> impl Future<Output = Result<Answer, Failed>> + Send + 'a {
+    async move {
+        let mut started = start(gw, agent, http, dialect, params, true)
+            .await
+            .map_err(|e| (dialect, e))?;
+        started.pump.detach();
+        // Wait for the first event (bounded: the pump fails the task at its deadline), so that an
+        // agent's refusal is a plain JSON-RPC error rather than a stream.
+        let first = loop {
+            tokio::select! {
+                _ = gw.shutdown.cancelled() => {
+                    return Err((dialect, A2aError::internal("the gateway is shutting down")));
                 }
-            },
+                received = started.events.recv() => match received {
+                    Some(Live::Event(event)) => break event,
+                    Some(Live::Lagged) => continue,
+                    None => {
+                        return Err((dialect, A2aError::internal("the task's event stream ended before its first event")));
+                    }
+                },
+            }
+        };
+        if let Err(e) = &*first {
+            return Err((dialect, e.clone()));
         }
-    };
-    if let Err(e) = &*first {
-        return Err((dialect, e.clone()));
+        Ok(Answer::Stream(EventStream {
+            dialect,
+            id: id.clone(),
+            first: vec![first],
+            live: Some(started.events),
+            store: gw.store().clone(),
+            task_id: started.task_id,
+            shutdown: gw.shutdown.clone(),
+            keep_alive: gw.config.sse_keep_alive,
+            metrics: gw.metrics.clone(),
+        }))
     }
-    Ok(Answer::Stream(EventStream {
-        dialect,
-        id: id.clone(),
-        first: vec![first],
-        live: Some(started.events),
-        store: gw.store().clone(),
-        task_id: started.task_id,
-        shutdown: gw.shutdown.clone(),
-        keep_alive: gw.config.sse_keep_alive,
-        metrics: gw.metrics.clone(),
-    }))
 }
 
 // ---------------------------------------------------------------------------------------
