@@ -74,8 +74,8 @@ impl MeshMeta {
             return MeshMeta::default();
         };
         let meta = match map.remove(MESH_KEY) {
-            Some(value) => serde_json::from_value(value).unwrap_or_default(),
-            None => MeshMeta::default(),
+            Some(Value::Object(object)) => MeshMeta::from_object(object),
+            _ => MeshMeta::default(),
         };
         if map.is_empty() {
             *metadata = None;
@@ -85,26 +85,78 @@ impl MeshMeta {
 
     /// Reads `_mesh` from a metadata map without removing it.
     pub fn peek(metadata: &Option<HashMap<String, Value>>) -> MeshMeta {
-        metadata
-            .as_ref()
-            .and_then(|map| map.get(MESH_KEY))
-            .and_then(|value| MeshMeta::deserialize(value).ok())
-            .unwrap_or_default()
+        match metadata.as_ref().and_then(|map| map.get(MESH_KEY)) {
+            Some(Value::Object(object)) => MeshMeta::from_object(object.clone()),
+            _ => MeshMeta::default(),
+        }
     }
 
     /// Writes this value under `_mesh` into a metadata map (creating the map), merging with
     /// fields already there (the codecs may have put dialect-preservation fields in it).
     pub fn put(self, metadata: &mut Option<HashMap<String, Value>>) {
         let map = metadata.get_or_insert_with(HashMap::new);
-        let Ok(Value::Object(new)) = serde_json::to_value(self) else {
-            return;
-        };
+        let new = self.into_object();
         match map.get_mut(MESH_KEY) {
             Some(Value::Object(existing)) => existing.extend(new),
             _ => {
                 map.insert(MESH_KEY.to_owned(), Value::Object(new));
             }
         }
+    }
+
+    /// Reads the object under `_mesh`, moving its values out (what serde would read, written
+    /// by hand: serde's `flatten` buffers every field, and this runs on every message). A
+    /// field of the wrong type reads as absent; unknown fields are kept in `other`.
+    pub fn from_object(mut object: Map<String, Value>) -> MeshMeta {
+        fn string(object: &mut Map<String, Value>, key: &str) -> Option<String> {
+            match object.remove(key)? {
+                Value::String(s) => Some(s),
+                _ => None,
+            }
+        }
+        fn number(object: &mut Map<String, Value>, key: &str) -> Option<u64> {
+            object.remove(key)?.as_u64()
+        }
+        MeshMeta {
+            reply_to: string(&mut object, "replyTo"),
+            request_id: string(&mut object, "requestId"),
+            deadline: number(&mut object, "deadline"),
+            caller: object
+                .remove("caller")
+                .and_then(|caller| serde_json::from_value(caller).ok()),
+            depth: number(&mut object, "depth").and_then(|d| u32::try_from(d).ok()),
+            traceparent: string(&mut object, "traceparent"),
+            task_id: string(&mut object, "taskId"),
+            task: object.remove("task"),
+            instance: string(&mut object, "instance"),
+            seq: number(&mut object, "seq"),
+            other: object,
+        }
+    }
+
+    /// This value as the object under `_mesh` (the fields that are set, camelCase).
+    pub fn into_object(self) -> Map<String, Value> {
+        let mut object = self.other;
+        let mut set = |key: &str, value: Option<Value>| {
+            if let Some(value) = value {
+                object.insert(key.to_owned(), value);
+            }
+        };
+        set("replyTo", self.reply_to.map(Value::String));
+        set("requestId", self.request_id.map(Value::String));
+        set("deadline", self.deadline.map(Value::from));
+        set(
+            "caller",
+            self.caller
+                .and_then(|caller| serde_json::to_value(caller).ok()),
+        );
+        set("depth", self.depth.map(Value::from));
+        set("traceparent", self.traceparent.map(Value::String));
+        set("taskId", self.task_id.map(Value::String));
+        set("task", self.task);
+        set("instance", self.instance.map(Value::String));
+        set("seq", self.seq.map(Value::from));
+        object
     }
 
     /// The deadline as a duration from now; `None` when there is no deadline, zero when it
@@ -178,6 +230,49 @@ mod tests {
         let meta = MeshMeta::peek(&metadata);
         assert_eq!(meta.seq, Some(0));
         assert_eq!(meta.other.get("artifactId"), Some(&json!("a1")));
+    }
+
+    #[test]
+    fn the_hand_written_reader_and_writer_agree_with_serde() {
+        let meta = MeshMeta {
+            reply_to: Some("ns/a2a/v1/gateway/response/gw/t1".into()),
+            request_id: Some("r1".into()),
+            deadline: Some(42),
+            caller: Some(Caller {
+                kind: "gateway".into(),
+                id: "gw".into(),
+                principal: Some("alice".into()),
+            }),
+            depth: Some(2),
+            traceparent: Some("00-abc-def-01".into()),
+            task_id: Some("t1".into()),
+            task: Some(json!({"id": "t1", "kind": "task"})),
+            instance: Some("i1".into()),
+            seq: Some(7),
+            other: Map::from_iter([("artifactId".to_owned(), json!("a1"))]),
+        };
+        let by_serde = serde_json::to_value(&meta).unwrap();
+        assert_eq!(Value::Object(meta.clone().into_object()), by_serde);
+        let Value::Object(object) = by_serde else {
+            unreachable!()
+        };
+        assert_eq!(MeshMeta::from_object(object), meta);
+        assert_eq!(
+            Value::Object(MeshMeta::default().into_object()),
+            json!({}),
+            "unset fields are not written"
+        );
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_reads_as_absent() {
+        let Value::Object(object) = json!({"seq": "3", "instance": "i1", "depth": -1}) else {
+            unreachable!()
+        };
+        let meta = MeshMeta::from_object(object);
+        assert_eq!(meta.seq, None);
+        assert_eq!(meta.depth, None);
+        assert_eq!(meta.instance.as_deref(), Some("i1"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::registry::{Registry, RegistryEvent};
 use crate::rpc::{Call, Reply, Request};
 use crate::topic::{TopicError, Topics};
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -164,12 +165,32 @@ impl Requester {
     }
 
     /// Publishes `params` to `agent` and returns the stream of its replies.
-    pub async fn send(
+    ///
+    /// The request is encoded when this is called (not when the future is first polled), so
+    /// that the future holds only the payload and the stream while it waits for the bus.
+    pub fn send(
+        &self,
+        agent: &str,
+        params: SendMessageRequest,
+        options: SendOptions,
+    ) -> impl Future<Output = Result<ReplyStream, SendError>> + Send + '_ {
+        let prepared = self.prepare_send(agent, params, options);
+        async move {
+            let (topic, payload, stream) = prepared?;
+            self.bus
+                .publish(&topic, payload, QoS::AtLeastOnce, false)
+                .await?;
+            Ok(stream)
+        }
+    }
+
+    /// The request topic, the encoded request and its (registered) reply stream.
+    fn prepare_send(
         &self,
         agent: &str,
         mut params: SendMessageRequest,
         options: SendOptions,
-    ) -> Result<ReplyStream, SendError> {
+    ) -> Result<(String, Vec<u8>, ReplyStream), SendError> {
         let request_topic = self.topics.agent_request(agent, &options.task_id)?;
         let reply_to = self.reply_topic(&options.task_id)?;
         let rpc_id = uuid::Uuid::new_v4().simple().to_string();
@@ -179,12 +200,12 @@ impl Requester {
             request_id: Some(rpc_id.clone()),
             deadline: Some(deadline_in(options.timeout)),
             caller: Some(Caller {
-                principal: options.principal.clone(),
+                principal: options.principal,
                 ..self.caller.clone()
             }),
             depth: Some(options.depth),
-            traceparent: options.traceparent.clone(),
-            task_id: (!is_follow_up).then(|| options.task_id.clone()),
+            traceparent: options.traceparent,
+            task_id: (!is_follow_up).then_some(options.task_id),
             task: options
                 .snapshot
                 .as_ref()
@@ -199,16 +220,9 @@ impl Requester {
             shared_method: false,
             call: Call::Send(params),
         };
+        let payload = codec::encode_request(&request);
         let stream = self.register(rpc_id, options.timeout);
-        self.bus
-            .publish(
-                &request_topic,
-                codec::encode_request(&request),
-                QoS::AtLeastOnce,
-                false,
-            )
-            .await?;
-        Ok(stream)
+        Ok((request_topic, payload, stream))
     }
 
     /// Asks every instance of `agent` to cancel `task_id`, and waits up to `timeout` for the
@@ -355,7 +369,7 @@ impl ReplyStream {
                 }
             };
             if let Ok(reply) = &delivery.reply {
-                let seq = reply_meta(reply).seq;
+                let seq = reply_position(reply).0;
                 if let (Some(seq), Some(last)) = (seq, self.last_seq) {
                     if seq <= last {
                         continue; // a duplicate delivery of QoS 1
@@ -393,6 +407,26 @@ pub fn reply_meta(reply: &Reply) -> MeshMeta {
     }
 }
 
+/// A reply's `_mesh.seq` and `_mesh.instance`, read in place (on every reply: no copy).
+fn reply_position(reply: &Reply) -> (Option<u64>, Option<&str>) {
+    let metadata = match reply {
+        Reply::Task(task) => &task.metadata,
+        Reply::Message(message) => &message.metadata,
+        Reply::StatusUpdate(event) => &event.metadata,
+        Reply::ArtifactUpdate(event) => &event.metadata,
+        _ => return (None, None),
+    };
+    let mesh = metadata
+        .as_ref()
+        .and_then(|map| map.get(crate::meta::MESH_KEY))
+        .and_then(serde_json::Value::as_object);
+    let field = |key: &str| mesh.and_then(|mesh| mesh.get(key));
+    (
+        field("seq").and_then(serde_json::Value::as_u64),
+        field("instance").and_then(serde_json::Value::as_str),
+    )
+}
+
 /// Removes the `_mesh` metadata from a reply (before a client sees it) and returns it.
 pub fn strip_reply_meta(reply: &mut Reply) -> MeshMeta {
     match reply {
@@ -416,7 +450,10 @@ async fn route(pending: &Pending, payload: &[u8]) {
         JsonRpcId::String(s) => s.clone(),
         other => other.to_string(),
     };
-    let instance = reply.as_ref().ok().and_then(|r| reply_meta(r).instance);
+    let instance = reply
+        .as_ref()
+        .ok()
+        .and_then(|r| reply_position(r).1.map(str::to_owned));
     let tx = {
         let mut pending = lock(pending);
         let Some(entry) = pending.get_mut(&key) else {

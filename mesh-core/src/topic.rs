@@ -129,9 +129,17 @@ pub fn check_segment(segment: &str) -> Result<(), SegmentProblem> {
     if segment.starts_with('$') {
         return Err(SegmentProblem::LeadingDollar);
     }
-    if let Some(c) = segment.chars().find(|&c| {
+    // Ids are almost always ASCII: one pass over the bytes, characters only otherwise.
+    let forbidden = |c: char| {
         matches!(c, '/' | '+' | '#' | '.' | '*' | '>') || c.is_control() || c.is_whitespace()
-    }) {
+    };
+    if segment.is_ascii() {
+        if let Some(&b) = segment.as_bytes().iter().find(|&&b| {
+            b <= b' ' || b == 0x7f || matches!(b, b'/' | b'+' | b'#' | b'.' | b'*' | b'>')
+        }) {
+            return Err(SegmentProblem::ForbiddenChar(char::from(b)));
+        }
+    } else if let Some(c) = segment.chars().find(|&c| forbidden(c)) {
         return Err(SegmentProblem::ForbiddenChar(c));
     }
     Ok(())
@@ -368,7 +376,12 @@ impl Topics {
     ) -> Result<String, TopicError> {
         let target = checked(kind, target)?;
         let task = encode_task_id(task_id)?;
-        Ok(format!("{}/{path}/{target}/{task}", self.base))
+        let mut topic =
+            String::with_capacity(self.base.len() + path.len() + target.len() + task.len() + 3);
+        for part in [&self.base, "/", path, "/", target, "/", &task] {
+            topic.push_str(part);
+        }
+        Ok(topic)
     }
 
     fn task_filter(
@@ -859,6 +872,22 @@ mod tests {
                 reference_matches(&filter, &topic),
                 "filter {:?} topic {:?}", filter, topic
             );
+        }
+
+        #[test]
+        fn the_ascii_segment_check_agrees_with_the_character_rule(
+            segment in "[\\x00-\\x7f]{1,12}|\\PC{1,6}|[ -~\\u{85}\\u{a0}\\u{2028}\\u{3000}]{1,8}",
+        ) {
+            let reference = segment.chars().find(|&c| {
+                matches!(c, '/' | '+' | '#' | '.' | '*' | '>') || c.is_control() || c.is_whitespace()
+            });
+            let checked = match check_segment(&segment) {
+                Err(SegmentProblem::ForbiddenChar(c)) => Some(c),
+                _ => None,
+            };
+            if !segment.starts_with('$') {
+                prop_assert_eq!(checked, reference, "segment {:?}", segment);
+            }
         }
 
         #[test]
