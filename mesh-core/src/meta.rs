@@ -26,6 +26,43 @@ pub struct Caller {
     pub principal: Option<String>,
 }
 
+impl Caller {
+    /// `_mesh.caller` as written on the bus.
+    fn into_value(self) -> Value {
+        let mut object = Map::new();
+        object.insert("kind".to_owned(), Value::String(self.kind));
+        object.insert("id".to_owned(), Value::String(self.id));
+        if let Some(principal) = self.principal {
+            object.insert("principal".to_owned(), Value::String(principal));
+        }
+        Value::Object(object)
+    }
+
+    /// Reads `_mesh.caller` (`kind` and `id` strings, `principal` optional).
+    fn from_value(value: Value) -> Option<Caller> {
+        let Value::Object(object) = value else {
+            return None;
+        };
+        let (mut kind, mut id, mut principal) = (None, None, None);
+        for (key, value) in object {
+            let Value::String(value) = value else {
+                continue;
+            };
+            match key.as_str() {
+                "kind" => kind = Some(value),
+                "id" => id = Some(value),
+                "principal" => principal = Some(value),
+                _ => {}
+            }
+        }
+        Some(Caller {
+            kind: kind?,
+            id: id?,
+            principal,
+        })
+    }
+}
+
 /// The content of `metadata._mesh`, on requests and on events alike (each side uses its fields).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -107,31 +144,31 @@ impl MeshMeta {
     /// Reads the object under `_mesh`, moving its values out (what serde would read, written
     /// by hand: serde's `flatten` buffers every field, and this runs on every message). A
     /// field of the wrong type reads as absent; unknown fields are kept in `other`.
-    pub fn from_object(mut object: Map<String, Value>) -> MeshMeta {
-        fn string(object: &mut Map<String, Value>, key: &str) -> Option<String> {
-            match object.remove(key)? {
-                Value::String(s) => Some(s),
-                _ => None,
+    pub fn from_object(object: Map<String, Value>) -> MeshMeta {
+        let mut meta = MeshMeta::default();
+        let string = |value: Value| match value {
+            Value::String(s) => Some(s),
+            _ => None,
+        };
+        // One pass, moving each value out: no lookups.
+        for (key, value) in object {
+            match key.as_str() {
+                "replyTo" => meta.reply_to = string(value),
+                "requestId" => meta.request_id = string(value),
+                "deadline" => meta.deadline = value.as_u64(),
+                "caller" => meta.caller = Caller::from_value(value),
+                "depth" => meta.depth = value.as_u64().and_then(|d| u32::try_from(d).ok()),
+                "traceparent" => meta.traceparent = string(value),
+                "taskId" => meta.task_id = string(value),
+                "task" => meta.task = Some(value),
+                "instance" => meta.instance = string(value),
+                "seq" => meta.seq = value.as_u64(),
+                _ => {
+                    meta.other.insert(key, value);
+                }
             }
         }
-        fn number(object: &mut Map<String, Value>, key: &str) -> Option<u64> {
-            object.remove(key)?.as_u64()
-        }
-        MeshMeta {
-            reply_to: string(&mut object, "replyTo"),
-            request_id: string(&mut object, "requestId"),
-            deadline: number(&mut object, "deadline"),
-            caller: object
-                .remove("caller")
-                .and_then(|caller| serde_json::from_value(caller).ok()),
-            depth: number(&mut object, "depth").and_then(|d| u32::try_from(d).ok()),
-            traceparent: string(&mut object, "traceparent"),
-            task_id: string(&mut object, "taskId"),
-            task: object.remove("task"),
-            instance: string(&mut object, "instance"),
-            seq: number(&mut object, "seq"),
-            other: object,
-        }
+        meta
     }
 
     /// This value as the object under `_mesh` (the fields that are set, camelCase).
@@ -145,11 +182,7 @@ impl MeshMeta {
         set("replyTo", self.reply_to.map(Value::String));
         set("requestId", self.request_id.map(Value::String));
         set("deadline", self.deadline.map(Value::from));
-        set(
-            "caller",
-            self.caller
-                .and_then(|caller| serde_json::to_value(caller).ok()),
-        );
+        set("caller", self.caller.map(Caller::into_value));
         set("depth", self.depth.map(Value::from));
         set("traceparent", self.traceparent.map(Value::String));
         set("taskId", self.task_id.map(Value::String));

@@ -263,6 +263,27 @@ pub fn filter_matches(filter: &str, topic: &str) -> bool {
     }
 }
 
+/// The literal levels of a filter before its first wildcard (the `$share/<group>/` prefix
+/// stripped, the `/` before the wildcard excluded): every topic the filter matches starts
+/// with it, so a router compares it first, in one `memcmp`, and runs [`filter_matches`] only
+/// on the topics that pass.
+pub fn literal_prefix(filter: &str) -> &str {
+    let filter = strip_share(filter);
+    let bytes = filter.as_bytes();
+    let mut level_start = 0;
+    loop {
+        let wildcard = matches!(bytes.get(level_start), Some(b'+' | b'#'))
+            && matches!(bytes.get(level_start + 1), None | Some(b'/'));
+        if wildcard {
+            return &filter[..level_start.saturating_sub(1)];
+        }
+        match bytes[level_start..].iter().position(|&b| b == b'/') {
+            Some(slash) => level_start += slash + 1,
+            None => return filter,
+        }
+    }
+}
+
 /// Strips a `$share/<group>/` prefix from a filter (returns other filters unchanged).
 pub fn strip_share(filter: &str) -> &str {
     filter
@@ -872,6 +893,17 @@ mod tests {
                 reference_matches(&filter, &topic),
                 "filter {:?} topic {:?}", filter, topic
             );
+        }
+
+        #[test]
+        fn every_matching_topic_starts_with_the_literal_prefix(
+            filter in "(\\$share/g/)?[ab+#/]{0,8}",
+            topic in "[ab$/]{0,8}",
+        ) {
+            if filter_matches(&filter, &topic) {
+                let prefix = literal_prefix(&filter);
+                prop_assert!(topic.starts_with(prefix), "filter {:?} topic {:?} prefix {:?}", filter, topic, prefix);
+            }
         }
 
         #[test]

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::Backoff;
 use super::{BusError, BusMessage, ConnectionState};
-use crate::topic::filter_matches;
+use crate::topic::{filter_matches, literal_prefix};
 
 /// A subscriber waiting for the SUBACK of its filter.
 pub(crate) struct Waiter {
@@ -42,6 +42,8 @@ struct PendingSub {
 struct Route {
     id: u64,
     filter: String,
+    /// [`literal_prefix`] of the filter: compared before the full match.
+    literal: String,
     qos: QoS,
     tx: mpsc::Sender<BusMessage>,
 }
@@ -100,6 +102,7 @@ impl Shared {
         r.routes.push(Route {
             id,
             filter: filter.to_owned(),
+            literal: literal_prefix(filter).to_owned(),
             qos,
             tx,
         });
@@ -235,14 +238,22 @@ impl Shared {
         }
     }
 
-    /// The senders of every route whose filter matches `topic`.
-    fn targets(&self, topic: &str) -> Vec<mpsc::Sender<BusMessage>> {
-        self.lock()
+    /// The senders of every route whose filter matches `topic`: the first, and the others
+    /// (usually none: no allocation).
+    fn targets(
+        &self,
+        topic: &str,
+    ) -> (
+        Option<mpsc::Sender<BusMessage>>,
+        Vec<mpsc::Sender<BusMessage>>,
+    ) {
+        let router = self.lock();
+        let mut matching = router
             .routes
             .iter()
-            .filter(|r| filter_matches(&r.filter, topic))
-            .map(|r| r.tx.clone())
-            .collect()
+            .filter(|r| topic.starts_with(r.literal.as_str()) && filter_matches(&r.filter, topic))
+            .map(|r| r.tx.clone());
+        (matching.next(), matching.collect())
     }
 }
 
@@ -352,18 +363,18 @@ impl Driver {
                     }
                 }
                 Ok(Event::Incoming(Packet::Publish(p))) => {
-                    let targets = self.shared.targets(&p.topic);
+                    let (first, others) = self.shared.targets(&p.topic);
                     let msg = BusMessage {
                         topic: p.topic,
                         payload: p.payload,
                         retain: p.retain,
                     };
                     // Backpressure: wait for room in each subscription (see `Subscription`).
-                    if let Some((last, rest)) = targets.split_last() {
-                        for tx in rest {
+                    if let Some(first) = first {
+                        for tx in &others {
                             let _ = tx.send(msg.clone()).await;
                         }
-                        let _ = last.send(msg).await;
+                        let _ = first.send(msg).await;
                     }
                 }
                 Ok(Event::Incoming(Packet::SubAck(ack))) => {
