@@ -266,7 +266,7 @@ impl RunningGateway {
 }
 
 fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/", post(jsonrpc::post_default))
         .route("/agents/{name}", post(jsonrpc::post_agent))
         .route("/agents/{name}/", post(jsonrpc::post_agent))
@@ -291,12 +291,18 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::serve))
-        .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(
+        .fallback(not_found);
+    // Without API keys nothing is checked: no middleware (it would box every request's
+    // future once more).
+    let router = if shared.keys.enabled() {
+        router.layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             auth::require,
         ))
-        .with_state(shared)
+    } else {
+        router
+    };
+    router.with_state(shared)
 }
 
 /// The CORS layer for `origins` (`None` when there are none).
