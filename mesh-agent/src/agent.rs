@@ -618,11 +618,11 @@ struct Peeked {
 }
 
 fn peek(payload: &[u8]) -> Peeked {
-    let value: Value = serde_json::from_slice(payload).unwrap_or(Value::Null);
-    let meta = value
-        .pointer("/params/metadata/_mesh")
-        .and_then(|m| serde_json::from_value(m.clone()).ok())
-        .unwrap_or_default();
+    let mut value: Value = serde_json::from_slice(payload).unwrap_or(Value::Null);
+    let meta = match value.pointer_mut("/params/metadata/_mesh").map(Value::take) {
+        Some(Value::Object(object)) => MeshMeta::from_object(object),
+        _ => MeshMeta::default(),
+    };
     Peeked {
         id: value.get("id").cloned().unwrap_or(Value::Null),
         method: value

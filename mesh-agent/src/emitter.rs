@@ -13,7 +13,7 @@ use mesh_core::codec;
 use mesh_core::dialect::{Dialect, Method};
 use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
-use mesh_core::meta::{MESH_KEY, MeshMeta};
+use mesh_core::meta::MeshMeta;
 use mesh_core::model::{
     Artifact, Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
     is_final_state,
@@ -263,15 +263,11 @@ impl Emitter {
     }
 
     /// The task as it stands, as an event, written from the state without copying the task:
-    /// its `_mesh` is put in for the write and taken out again.
+    /// its `_mesh` is put in for the write, and its metadata restored after.
     fn encode_task(&self, guard: &mut State) -> Vec<u8> {
         let meta = self.next_meta(guard);
-        let had_metadata = guard.task.metadata.is_some();
-        let previous = guard
-            .task
-            .metadata
-            .as_ref()
-            .and_then(|m| m.get(MESH_KEY).cloned());
+        // Usually `None`: the copy costs nothing then.
+        let metadata = guard.task.metadata.clone();
         meta.put(&mut guard.task.metadata);
         // SendMessage's answer is the task's shape in every dialect (wrapped in 1.0).
         let payload = codec::encode_task(
@@ -281,19 +277,7 @@ impl Emitter {
             &guard.task,
             None,
         );
-        if let Some(map) = guard.task.metadata.as_mut() {
-            match previous {
-                Some(value) => {
-                    map.insert(MESH_KEY.to_owned(), value);
-                }
-                None => {
-                    map.remove(MESH_KEY);
-                }
-            }
-            if !had_metadata {
-                guard.task.metadata = None;
-            }
-        }
+        guard.task.metadata = metadata;
         payload
     }
 

@@ -205,34 +205,33 @@ pub(crate) async fn drive(shared: Arc<Shared>, started: Started) {
         });
     }
 
-    let (state, message) = match end {
-        End::Joined(Ok(Ok(outcome))) => final_status(outcome),
-        End::Joined(Ok(Err(error))) => (
-            Some(TaskState::Failed),
+    let ending = match end {
+        End::Joined(Ok(Ok(outcome))) => Ending::from(outcome),
+        End::Joined(Ok(Err(error))) => Ending::Status(
+            TaskState::Failed,
             Some(agent_text(format!("the agent failed: {error}"))),
         ),
         End::Joined(Err(reason)) => {
             tracing::error!(agent = %shared.name, task = %task_id, %reason, "handler panicked");
-            (
-                Some(TaskState::Failed),
+            Ending::Status(
+                TaskState::Failed,
                 Some(agent_text(format!(
                     "the agent's handler panicked: {reason}"
                 ))),
             )
         }
-        End::Canceled => (Some(TaskState::Canceled), None),
-        End::DeadlineExceeded => (
-            Some(TaskState::Failed),
+        End::Canceled => Ending::Status(TaskState::Canceled, None),
+        End::DeadlineExceeded => Ending::Status(
+            TaskState::Failed,
             Some(agent_text(format!(
                 "the task did not finish before its deadline ({} ms) and was canceled",
                 time_left.as_millis()
             ))),
         ),
     };
-    let result = match (state, message) {
-        (Some(state), message) => emitter.status(state, message).await,
-        (None, Some(message)) => emitter.reply(message).await,
-        (None, None) => Ok(()),
+    let result = match ending {
+        Ending::Status(state, message) => emitter.status(state, message).await,
+        Ending::Reply(message) => emitter.reply(message).await,
     };
     if let Err(error) = result {
         tracing::warn!(agent = %shared.name, task = %task_id, %error, "could not publish the end of a task");
@@ -270,16 +269,27 @@ enum End {
     DeadlineExceeded,
 }
 
-/// The final state a handler's outcome sets, with its message; `None` for a direct message
-/// answer (no task state: [`Emitter::reply`]).
-fn final_status(outcome: Outcome) -> (Option<TaskState>, Option<Message>) {
-    match outcome {
-        Outcome::Completed(message) => (Some(TaskState::Completed), message),
-        Outcome::InputRequired(message) => (Some(TaskState::InputRequired), Some(message)),
-        Outcome::AuthRequired(message) => (Some(TaskState::AuthRequired), Some(message)),
-        Outcome::Rejected(message) => (Some(TaskState::Rejected), message),
-        Outcome::Failed(message) => (Some(TaskState::Failed), Some(message)),
-        Outcome::Reply(message) => (None, Some(message)),
+/// How a task ends: a final (or interrupted) state with its message, or a direct message
+/// answer with no task state ([`Emitter::reply`]).
+enum Ending {
+    Status(TaskState, Option<Message>),
+    Reply(Message),
+}
+
+impl From<Outcome> for Ending {
+    fn from(outcome: Outcome) -> Ending {
+        match outcome {
+            Outcome::Completed(message) => Ending::Status(TaskState::Completed, message),
+            Outcome::InputRequired(message) => {
+                Ending::Status(TaskState::InputRequired, Some(message))
+            }
+            Outcome::AuthRequired(message) => {
+                Ending::Status(TaskState::AuthRequired, Some(message))
+            }
+            Outcome::Rejected(message) => Ending::Status(TaskState::Rejected, message),
+            Outcome::Failed(message) => Ending::Status(TaskState::Failed, Some(message)),
+            Outcome::Reply(message) => Ending::Reply(message),
+        }
     }
 }
 

@@ -396,17 +396,6 @@ impl Drop for ReplyStream {
     }
 }
 
-/// The `_mesh` metadata of a reply, without removing it.
-pub fn reply_meta(reply: &Reply) -> MeshMeta {
-    match reply {
-        Reply::Task(task) => MeshMeta::peek(&task.metadata),
-        Reply::Message(message) => MeshMeta::peek(&message.metadata),
-        Reply::StatusUpdate(event) => MeshMeta::peek(&event.metadata),
-        Reply::ArtifactUpdate(event) => MeshMeta::peek(&event.metadata),
-        _ => MeshMeta::default(),
-    }
-}
-
 /// A reply's `_mesh.seq` and `_mesh.instance`, read in place (on every reply: no copy).
 fn reply_position(reply: &Reply) -> (Option<u64>, Option<&str>) {
     let metadata = match reply {
