@@ -181,11 +181,17 @@ fn handle(
                 codec::encode_error(fallback, Some(&id), &error),
             );
         };
-        let answer = match codec::decode(&bytes) {
-            Decoded::Single(request) => answer(&gw, &agent, &http, request, false, fallback).await,
+        // The single request is sorted and dispatched here rather than through `answer`:
+        // its future, moved into this one, cost about 1,600 instructions (1 %) per request.
+        let single = match codec::decode(&bytes) {
+            Decoded::Single(request) => triage(&gw, &agent, &http, request, false, fallback),
             Decoded::Batch(requests) => {
                 return answer_batch(&gw, &agent, &http, requests, fallback).await;
             }
+        };
+        let answer = match single {
+            Triaged::Dispatch(request, id) => dispatch(&gw, &agent, &http, request, id).await,
+            Triaged::Done(answer) => answer,
         };
         match answer {
             Answer::Json(body) => json_response(StatusCode::OK, body),
@@ -231,8 +237,8 @@ async fn answer_batch(
     json_response(StatusCode::OK, out)
 }
 
-/// Answers one decoded request (a single one, or one element of a batch). The request is
-/// sorted when this is called, so that the future holds only what is left to dispatch.
+/// Answers one element of a batch. The request is sorted when this is called, so that the
+/// future holds only what is left to dispatch.
 fn answer<'a>(
     gw: &'a Arc<Shared>,
     agent: &'a str,
