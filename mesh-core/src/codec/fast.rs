@@ -481,7 +481,7 @@ struct FRequest<'a> {
 struct FEnv<'a> {
     id: MaybeId,
     method: &'a str,
-    params: Option<&'a [u8]>,
+    params: Option<&'a str>,
 }
 
 #[derive(Deserialize)]
@@ -546,50 +546,52 @@ struct FTaskId {
     tenant: Option<String>,
 }
 
-fn params<'a, T: Deserialize<'a>>(raw: Option<&'a [u8]>) -> Option<T> {
-    serde_json::from_slice::<M<T>>(raw?).ok().map(|M(t)| t)
+fn params<'a, T: Deserialize<'a>>(raw: Option<&'a str>) -> Option<T> {
+    serde_json::from_str::<M<T>>(raw?).ok().map(|M(t)| t)
 }
 
 /// A request exactly as the writers lay it out,
 /// `{"jsonrpc":"2.0","id":…,"method":"…","params":…}` (no `id` in a notification): the id,
 /// the method and the bytes of the params, found without scanning the params twice (see
 /// [`split_response`]).
-fn split_request(bytes: &[u8]) -> Option<(MaybeId, &str, &[u8])> {
-    let rest = bytes.strip_prefix(br#"{"jsonrpc":"2.0","#)?;
-    let (id, rest) = match rest.strip_prefix(br#""id":"#) {
+fn split_request(text: &str) -> Option<(MaybeId, &str, &str)> {
+    let rest = text.strip_prefix(r#"{"jsonrpc":"2.0","#)?;
+    let (id, rest) = match rest.strip_prefix(r#""id":"#) {
         Some(r) => {
             let (id, r) = split_id(r)?;
-            (MaybeId::Present(id), r.strip_prefix(b",")?)
+            (MaybeId::Present(id), r.strip_prefix(',')?)
         }
         None => (MaybeId::Absent, rest),
     };
-    let rest = rest.strip_prefix(br#""method":"#)?;
-    let mut stream = serde_json::Deserializer::from_slice(rest).into_iter::<&str>();
+    let rest = rest.strip_prefix(r#""method":"#)?;
+    let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<&str>();
     let method = stream.next()?.ok()?;
     let params = rest
         .get(stream.byte_offset()..)?
-        .strip_prefix(br#","params":"#)?
+        .strip_prefix(r#","params":"#)?
         .trim_ascii_end()
-        .strip_suffix(b"}")?;
+        .strip_suffix('}')?;
     Some((id, method, params))
 }
 
 /// The typed decode of a single canonical request; `None`: use the lenient reader.
 pub(crate) fn decode_request(bytes: &[u8]) -> Option<Request> {
-    let (id, method, params_bytes) = match split_request(bytes) {
+    // One UTF-8 check of the whole payload (fast for ASCII), then no check per string.
+    let text = std::str::from_utf8(bytes).ok()?;
+    let (id, method, params_text) = match split_request(text) {
         Some((id, method, params)) => (id, method, Some(params)),
         None => {
-            let env: FRequest = serde_json::from_slice::<M<FRequest>>(bytes).ok()?.0;
+            let env: FRequest = serde_json::from_str::<M<FRequest>>(text).ok()?.0;
             if env.jsonrpc != "2.0" {
                 return None;
             }
-            (env.id, env.method, env.params.map(|p| p.get().as_bytes()))
+            (env.id, env.method, env.params.map(|p| p.get()))
         }
     };
     let env = FEnv {
         id,
         method,
-        params: params_bytes,
+        params: params_text,
     };
     let info = resolve_method(env.method)?;
     let call = match info.method {
@@ -701,8 +703,8 @@ struct WrapArtifact<'a> {
     artifact_update: M<FArtifactEvent<'a>>,
 }
 
-fn typed<'a, T: Deserialize<'a>>(raw: &'a [u8]) -> Option<T> {
-    serde_json::from_slice::<M<T>>(raw).ok().map(|M(t)| t)
+fn typed<'a, T: Deserialize<'a>>(raw: &'a str) -> Option<T> {
+    serde_json::from_str::<M<T>>(raw).ok().map(|M(t)| t)
 }
 
 /// The typed decode of a canonical result: a task, message or event (bare, with or without
@@ -713,8 +715,8 @@ fn typed<'a, T: Deserialize<'a>>(raw: &'a [u8]) -> Option<T> {
 /// struct that decodes has at least two members, only its own members and its kind (if
 /// any) checked, which is how the lenient reader dispatches such an object too; a wrapper
 /// that decodes has exactly its one member.
-fn reply(raw: &[u8], d: Dialect) -> Option<Reply> {
-    fn bare(raw: &[u8]) -> Option<Option<Reply>> {
+fn reply(raw: &str, d: Dialect) -> Option<Reply> {
+    fn bare(raw: &str) -> Option<Option<Reply>> {
         if let Some(t) = typed(raw) {
             return Some(task(t).map(Reply::Task));
         }
@@ -729,7 +731,7 @@ fn reply(raw: &[u8], d: Dialect) -> Option<Reply> {
         }
         None
     }
-    fn wrapped(raw: &[u8]) -> Option<Option<Reply>> {
+    fn wrapped(raw: &str) -> Option<Option<Reply>> {
         if let Some(w) = typed::<WrapTask>(raw) {
             return Some(task(w.task.0).map(Reply::Task));
         }
@@ -756,8 +758,8 @@ fn reply(raw: &[u8], d: Dialect) -> Option<Reply> {
 }
 
 /// Reads the id of an envelope written member by member as `"id":<id>,` (the rest follows).
-fn split_id(rest: &[u8]) -> Option<(JsonRpcId, &[u8])> {
-    let mut stream = serde_json::Deserializer::from_slice(rest).into_iter::<MaybeId>();
+fn split_id(rest: &str) -> Option<(JsonRpcId, &str)> {
+    let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<MaybeId>();
     let MaybeId::Present(id) = stream.next()?.ok()? else {
         return None;
     };
@@ -767,15 +769,15 @@ fn split_id(rest: &[u8]) -> Option<(JsonRpcId, &[u8])> {
 /// A response exactly as the writers lay it out, `{"jsonrpc":"2.0","id":…,"result":…}`:
 /// the id and the bytes of the result, found without scanning the result twice. That the
 /// result is one JSON value (nothing after it but the closing brace) is checked by the
-/// typed decode of it (`from_slice` rejects trailing characters), so such a payload has
+/// typed decode of it (`from_str` rejects trailing characters), so such a payload has
 /// exactly these three members, as the lenient reader would see them.
-fn split_response(bytes: &[u8]) -> Option<(JsonRpcId, &[u8])> {
-    let rest = bytes.strip_prefix(br#"{"jsonrpc":"2.0","id":"#)?;
+fn split_response(text: &str) -> Option<(JsonRpcId, &str)> {
+    let rest = text.strip_prefix(r#"{"jsonrpc":"2.0","id":"#)?;
     let (id, rest) = split_id(rest)?;
     let result = rest
-        .strip_prefix(br#","result":"#)?
+        .strip_prefix(r#","result":"#)?
         .trim_ascii_end()
-        .strip_suffix(b"}")?;
+        .strip_suffix('}')?;
     Some((id, result))
 }
 
@@ -785,10 +787,11 @@ pub(crate) fn decode_reply(
     bytes: &[u8],
     dialect: Dialect,
 ) -> Option<(JsonRpcId, Result<Reply, A2aError>)> {
-    if let Some((id, result)) = split_response(bytes) {
+    let text = std::str::from_utf8(bytes).ok()?;
+    if let Some((id, result)) = split_response(text) {
         return Some((id, Ok(reply(result, dialect)?)));
     }
-    let env: FResponse = serde_json::from_slice::<M<FResponse>>(bytes).ok()?.0;
+    let env: FResponse = serde_json::from_str::<M<FResponse>>(text).ok()?.0;
     if env.jsonrpc != "2.0" {
         return None;
     }
@@ -800,5 +803,5 @@ pub(crate) fn decode_reply(
         let v: Value = serde_json::from_str(err.get()).ok()?;
         return Some((id, Err(A2aError::from_json(v, dialect).ok()?)));
     }
-    Some((id, Ok(reply(env.result?.get().as_bytes(), dialect)?)))
+    Some((id, Ok(reply(env.result?.get(), dialect)?)))
 }

@@ -629,3 +629,29 @@ fn fast_reader_edge_cases() {
     assert!(fast::decode_reply(replies[0].as_bytes(), Dialect::V0_3).is_some());
     assert!(fast::decode_reply(replies[1].as_bytes(), Dialect::V1_0).is_some());
 }
+
+/// The typed readers check UTF-8 once for the whole payload: a canonical request or reply
+/// with a byte that is not UTF-8 inside a string is left to the lenient reader, which answers
+/// with a parse error (as for any other payload that is not JSON).
+#[test]
+fn invalid_utf8_is_a_parse_error_on_both_paths() {
+    let mut request =
+        br#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"kind":"message","role":"user","messageId":"m","parts":[{"kind":"text","text":"X"}]}}}"#
+            .to_vec();
+    let at = request.iter().position(|&b| b == b'X').unwrap();
+    request[at] = 0xff;
+    assert!(fast::decode_request(&request).is_none());
+    let error = super::decode_request(&request).unwrap_err();
+    assert_eq!(error.error.code(), -32700, "{error:?}");
+
+    let mut reply =
+        br#"{"jsonrpc":"2.0","id":1,"result":{"kind":"task","id":"t","contextId":"c","status":{"state":"X"}}}"#
+            .to_vec();
+    let at = reply.iter().position(|&b| b == b'X').unwrap();
+    reply[at] = 0xc3; // the first byte of a two-byte sequence, cut short
+    for d in Dialect::ALL {
+        assert!(fast::decode_reply(&reply, d).is_none());
+        let error = super::decode_reply(&reply, d).unwrap_err();
+        assert_eq!(error.code(), -32700, "{error:?}");
+    }
+}
