@@ -113,10 +113,18 @@ fn main() {
             | Command::Agent { .. }
     );
     init_logging(settings.log_format, serving);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let carries_traffic_alone = matches!(
+        cli.command,
+        Command::Broker { .. } | Command::Gateway { .. }
+    );
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    match settings.runtime_threads(carries_traffic_alone) {
+        0 => {}
+        threads => {
+            builder.worker_threads(threads);
+        }
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => Failure::Other(format!("cannot start the async runtime: {e}")).exit(),
     };

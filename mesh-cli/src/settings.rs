@@ -58,6 +58,10 @@ pub struct Common {
     /// Log lines as text or as JSON (RUST_LOG sets the level).
     #[arg(long, env = "MESH_LOG_FORMAT", global = true, value_enum)]
     pub log_format: Option<LogFormat>,
+    /// Worker threads of the async runtime; 0: one per core [default: 1 for `broker` and
+    /// `gateway`, one per core for the other commands].
+    #[arg(long, env = "MESH_WORKER_THREADS", global = true, value_name = "N")]
+    pub worker_threads: Option<usize>,
 }
 
 /// Settings of the commands that serve (`up`, `broker`, `gateway`).
@@ -131,6 +135,7 @@ struct File {
     broker_ca: Option<PathBuf>,
     gateway_url: Option<String>,
     log_format: Option<LogFormat>,
+    worker_threads: Option<usize>,
     broker_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
     default_agent: Option<String>,
@@ -153,6 +158,9 @@ pub struct Settings {
     pub broker_ca: Option<PathBuf>,
     pub gateway_url: String,
     pub log_format: LogFormat,
+    /// Worker threads of the async runtime, when given (0: one per core); `None`: the
+    /// command's default (see [`Settings::runtime_threads`]).
+    pub worker_threads: Option<usize>,
     pub broker_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub default_agent: Option<String>,
@@ -177,7 +185,28 @@ pub fn default_data_dir() -> Option<PathBuf> {
         .map(|home| home.join(".local").join("share").join("mesh"))
 }
 
+/// More runtime workers than any host has cores: a typo, refused rather than spawned.
+const MAX_WORKER_THREADS: usize = 1024;
+
 impl Settings {
+    /// The async runtime's worker threads (0: one per core): the setting when given, else 1
+    /// for the processes that carry the mesh's traffic alone (`broker`, `gateway`) and one
+    /// per core for the others (`up` runs everything in one process; an agent's handlers may
+    /// compute).
+    ///
+    /// Why one: every request crosses tasks (the gateway's HTTP connection and its bus; the
+    /// broker's client connections), and with several workers tokio hands the request from
+    /// thread to thread (a futex wake and a context switch each way; `strace` counted four
+    /// futex calls per request in the gateway). On 2 cores one worker answers 25 to 35 %
+    /// sooner at concurrency 1 and serves as many requests per second at concurrency 64
+    /// (docs/benchmarks.md). More workers pay off for one process on a large host under high
+    /// load, and they keep a request that decodes a multi-MiB payload from delaying the
+    /// others meanwhile.
+    pub fn runtime_threads(&self, carries_traffic_alone: bool) -> usize {
+        self.worker_threads
+            .unwrap_or(if carries_traffic_alone { 1 } else { 0 })
+    }
+
     /// Flags and environment first (clap has read both), then the file, then the defaults.
     pub fn resolve(common: &Common, serve: &Serve) -> Result<Settings, String> {
         let file = match &common.config {
@@ -212,6 +241,12 @@ impl Settings {
         } else {
             serve.cors_origins.clone()
         };
+        let worker_threads = common.worker_threads.or(file.worker_threads);
+        if let Some(n) = worker_threads.filter(|&n| n > MAX_WORKER_THREADS) {
+            return Err(format!(
+                "worker_threads is {n}: give 0 (one per core) or 1 to {MAX_WORKER_THREADS} (--worker-threads)"
+            ));
+        }
         let cors_origins = cors_origins
             .into_iter()
             .map(|o| o.trim().to_owned())
@@ -236,6 +271,7 @@ impl Settings {
                 .or(file.gateway_url)
                 .unwrap_or_else(|| format!("http://{DEFAULT_HTTP_ADDR}")),
             log_format: common.log_format.or(file.log_format).unwrap_or_default(),
+            worker_threads,
             broker_ca: common.broker_ca.clone().or(file.broker_ca),
             broker_addr: serve
                 .broker_addr
@@ -289,6 +325,8 @@ mod tests {
         assert_eq!(settings.broker_addr.port(), 1884);
         assert_eq!(settings.broker_url_or_default(), "mqtt://127.0.0.1:1884");
         assert!(settings.api_keys.is_empty() && !settings.allow_private_webhooks);
+        assert_eq!(settings.runtime_threads(true), 1);
+        assert_eq!(settings.runtime_threads(false), 0);
         std::fs::write(
             &path,
             "data_dir = \"/tmp/x\"\napi_keys = [\"alice=a\", \"b\"]\ncors_origins = [\"*\"]\n",
@@ -300,8 +338,21 @@ mod tests {
         assert_eq!(settings.api_keys[1].principal, "key-2");
         assert_eq!(settings.cors_origins, ["*"]);
         assert_eq!(settings.webhook_ca, None);
-        std::fs::write(&path, "webhook_ca = \"/tmp/ca.pem\"\n").unwrap();
+        std::fs::write(&path, "webhook_ca = \"/tmp/ca.pem\"\nworker_threads = 3\n").unwrap();
         let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        assert_eq!(settings.runtime_threads(true), 3);
+        let flag = Common {
+            worker_threads: Some(0),
+            ..common.clone()
+        };
+        let settings_flag = Settings::resolve(&flag, &Serve::default()).unwrap();
+        assert_eq!(settings_flag.runtime_threads(true), 0);
+        let absurd = Common {
+            worker_threads: Some(100_000),
+            ..common.clone()
+        };
+        let error = Settings::resolve(&absurd, &Serve::default()).unwrap_err();
+        assert!(error.contains("worker_threads is 100000"), "{error}");
         assert_eq!(
             settings.webhook_ca.as_deref(),
             Some(Path::new("/tmp/ca.pem"))

@@ -342,3 +342,65 @@ async fn an_mqtts_broker_is_reached_with_its_ca_and_refused_without() {
     let (code, _, err) = run(&[&no_gateway[..], &["--broker-url", &url, "agents"]].concat()).await;
     assert_eq!(code, 3, "an untrusted certificate: {err}");
 }
+
+/// The threads of a running process (Linux: one entry per thread under /proc).
+fn threads_of(process: &Process) -> usize {
+    let pid = process.child.id().expect("running");
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("/proc is readable")
+        .count()
+}
+
+/// `mesh broker` and `mesh gateway` run one runtime worker unless told otherwise
+/// (`--worker-threads 0`: one per core); measured as the process's thread count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_and_gateway_run_one_worker_by_default() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 {
+        eprintln!("one core: one worker is also the per-core default; nothing to tell apart");
+        return;
+    }
+    let start_broker = |extra: &'static [&'static str]| async move {
+        let mut args = vec!["broker", "--broker-addr", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let mut broker = Process::spawn(&args);
+        let line = broker.line_with("broker listening on").await;
+        let url = line.rsplit(' ').next().unwrap().to_owned();
+        (broker, url)
+    };
+    let (default_broker, url) = start_broker(&[]).await;
+    let (per_core_broker, _) = start_broker(&["--worker-threads", "0"]).await;
+    assert_eq!(
+        threads_of(&per_core_broker) - threads_of(&default_broker),
+        cores - 1,
+        "the broker's default is one worker"
+    );
+
+    let namespace = format!("threads-{}", uuid::Uuid::new_v4().simple());
+    let start_gateway = |extra: &'static [&'static str]| {
+        let (url, namespace) = (url.clone(), namespace.clone());
+        async move {
+            let mut args = vec![
+                "gateway",
+                "--memory-store",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--broker-url",
+                &url,
+                "--namespace",
+                &namespace,
+            ];
+            args.extend_from_slice(extra);
+            let mut gateway = Process::spawn(&args);
+            gateway.line_with("gateway listening on").await;
+            gateway
+        }
+    };
+    let default_gateway = start_gateway(&[]).await;
+    let per_core_gateway = start_gateway(&["--worker-threads", "0"]).await;
+    assert_eq!(
+        threads_of(&per_core_gateway) - threads_of(&default_gateway),
+        cores - 1,
+        "the gateway's default is one worker"
+    );
+}
