@@ -195,7 +195,7 @@ impl TestBroker {
         match &mut self.kind {
             Kind::Mosquitto(m) => {
                 m.stop().await;
-                if let Err(e) = m.spawn_and_wait().await {
+                if let Err(e) = m.spawn_and_wait(Port::WaitUntilFree).await {
                     panic!(
                         "mesh-testkit: cannot restart Mosquitto on port {}: {e}",
                         m.port
@@ -216,6 +216,17 @@ impl TestBroker {
             }
         }
     }
+}
+
+/// What a Mosquitto that exits at once (its port is taken) means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Port {
+    /// A port probed free a moment ago: someone else took it since (another test's
+    /// connection, say), so the caller tries another port.
+    FreshProbe,
+    /// The port of a stopped Mosquitto, which the kernel can take a moment to free:
+    /// retry on it until the start deadline.
+    WaitUntilFree,
 }
 
 /// A Mosquitto process and its temporary directory.
@@ -260,7 +271,7 @@ impl Mosquitto {
                 child: None,
                 tls,
             };
-            match m.spawn_and_wait().await {
+            match m.spawn_and_wait(Port::FreshProbe).await {
                 Ok(()) => return Ok(m),
                 Err(e) => {
                     // Keep the directory for the next attempt.
@@ -309,11 +320,9 @@ impl Mosquitto {
     }
 
     /// Spawns the process on `self.port` and waits until the port accepts connections.
-    async fn spawn_and_wait(&mut self) -> io::Result<()> {
+    async fn spawn_and_wait(&mut self, port: Port) -> io::Result<()> {
         self.write_config()?;
         let deadline = Instant::now() + START_TIMEOUT;
-        // After a stop, the port can take a moment to be free again: retry until the
-        // deadline while the process exits at once.
         loop {
             let log = std::fs::File::create(self.log_path())?;
             let mut child = Command::new(&self.binary)
@@ -337,7 +346,7 @@ impl Mosquitto {
                 }
                 if let Some(status) = child.try_wait()? {
                     let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-                    if Instant::now() >= deadline {
+                    if port == Port::FreshProbe || Instant::now() >= deadline {
                         return Err(io::Error::other(format!(
                             "mosquitto exited with {status} on port {}: {}",
                             self.port,
