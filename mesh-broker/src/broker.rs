@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::num::NonZeroU16;
 
 use rmqtt::context::ServerContext;
+use rmqtt::hook::Type;
 use rmqtt::net::Builder;
 use rmqtt::server::MqttServer;
 use rmqtt::types::Id;
@@ -105,8 +106,16 @@ impl Broker {
             .mqtt_max_sessions(isize::try_from(config.max_connections).unwrap_or(isize::MAX))
             .build()
             .await;
-        *scx.extends.retain_mut().await =
-            Box::new(MemoryRetainStorage::new(config.max_retained_messages));
+        let retained = MemoryRetainStorage::new(config.max_retained_messages);
+        let hooks = scx.extends.hook_mgr().register();
+        hooks
+            .add(Type::ClientSubscribe, Box::new(retained.delivery()))
+            .await;
+        hooks
+            .add(Type::SessionSubscribed, Box::new(retained.delivery()))
+            .await;
+        hooks.start().await;
+        *scx.extends.retain_mut().await = Box::new(retained);
         *scx.extends.shared_subscription_mut().await = Box::new(RoundRobinShared::default());
 
         // `MqttServer::start` exits the process when serving fails: run it ourselves.

@@ -35,8 +35,12 @@
 //! - A client reconnecting with the same client id while the broker still processes
 //!   its previous connection may be refused once with CONNACK "server unavailable";
 //!   retrying succeeds.
-//! - Retained messages are sent just after the SUBACK: a retained message published
-//!   in that instant can reach the new subscriber twice (live, then as retained).
+//! - The retained messages matching a new subscription are queued before the SUBACK
+//!   is sent, so they reach the subscriber after its SUBACK and before anything
+//!   published after it (as with Mosquitto; rmqtt alone sends them from a task that
+//!   can run later). A message retained while the subscription is being made can
+//!   still arrive twice, live and as retained. A new shared subscription gets no
+//!   retained messages.
 //! - [`Broker::stop`] frees the port and every session, but rmqtt keeps one idle
 //!   task per stopped broker (about 40 kB with the default
 //!   [`BrokerConfig::max_concurrent_handshakes`]) until the Tokio runtime ends.
