@@ -45,6 +45,78 @@ async fn a_newcomer_sees_every_live_agent_at_once_from_retained_messages(broker:
     }
 }
 
+mesh_testkit::both_brokers!(a_newcomer_has_every_card_once_it_says_loaded);
+async fn a_newcomer_has_every_card_once_it_says_loaded(broker: TestBroker) {
+    // Enough retained cards and presences that a registry saying "loaded" too early, on
+    // the marker it publishes to itself, would miss some.
+    const AGENTS: usize = 300;
+    let mesh = Mesh::on(broker).await;
+    let mut card = mesh_examples::echo::agent().agent_card().clone();
+    let mut retained = Vec::new();
+    for i in 0..AGENTS {
+        let name = format!("agent-{i}");
+        card.name = name.clone();
+        let card_topic = mesh.topics.agent_card(&name).unwrap();
+        let card_json = mesh_core::codec::card::write_card_combined(&card);
+        mesh.bus
+            .publish(
+                &card_topic,
+                card_json.to_string().into_bytes(),
+                QoS::AtLeastOnce,
+                true,
+            )
+            .await
+            .unwrap();
+        let presence_topic = mesh.topics.presence(&name, "i1").unwrap();
+        let presence = serde_json::json!({"status": "online", "agent": name, "instance": "i1",
+            "heartbeatMs": 60_000});
+        mesh.bus
+            .publish(
+                &presence_topic,
+                presence.to_string().into_bytes(),
+                QoS::AtLeastOnce,
+                true,
+            )
+            .await
+            .unwrap();
+        retained.extend([card_topic, presence_topic]);
+    }
+    // The test's own registry has seen every one: the broker holds them all.
+    tokio::time::timeout(WAIT, async {
+        while mesh
+            .registry
+            .agents()
+            .iter()
+            .filter(|a| a.card.is_some())
+            .count()
+            < AGENTS
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the test's registry sees every card");
+
+    let bus = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+    let newcomer = Registry::start(&bus, &mesh.topics).await.unwrap();
+    assert!(newcomer.wait_loaded(WAIT).await);
+    let agents = newcomer.agents();
+    let with_card = agents.iter().filter(|a| a.card.is_some()).count();
+    let online = agents.iter().filter(|a| a.online()).count();
+    assert_eq!(
+        (with_card, online),
+        (AGENTS, AGENTS),
+        "cards and online agents when loaded"
+    );
+
+    for topic in retained {
+        mesh.bus
+            .publish(&topic, Vec::new(), QoS::AtLeastOnce, true)
+            .await
+            .unwrap();
+    }
+}
+
 mesh_testkit::both_brokers!(a_changed_card_reaches_the_registry);
 async fn a_changed_card_reaches_the_registry(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
@@ -168,39 +240,54 @@ impl NatsMqtt {
                 .unwrap()
                 .port()
         };
-        let (client_port, mqtt_port) = (free(), free());
         let dir = std::env::temp_dir().join(format!("mesh-nats-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
-        let config = format!(
-            "listen: 127.0.0.1:{client_port}\nserver_name: mesh_test\n\
-             jetstream {{ store_dir: \"{}\" }}\nmqtt {{ listen: 127.0.0.1:{mqtt_port} }}\n",
-            dir.join("js").display()
-        );
-        std::fs::write(dir.join("nats.conf"), config).unwrap();
-        let child = tokio::process::Command::new(binary)
-            .arg("-c")
-            .arg(dir.join("nats.conf"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .ok()?;
-        let started = Instant::now();
-        while tokio::net::TcpStream::connect(("127.0.0.1", mqtt_port))
-            .await
-            .is_err()
-        {
-            assert!(
-                started.elapsed() < WAIT,
-                "nats-server's MQTT listener did not come up"
+        let log_path = dir.join("nats.log");
+        // A port probed free can be taken before nats-server binds it (another test's
+        // connection, say): then nats-server exits, and another pair of ports is tried.
+        for _attempt in 0..5 {
+            let (client_port, mqtt_port) = (free(), free());
+            let config = format!(
+                "listen: 127.0.0.1:{client_port}\nserver_name: mesh_test\n\
+                 jetstream {{ store_dir: \"{}\" }}\nmqtt {{ listen: 127.0.0.1:{mqtt_port} }}\n",
+                dir.join("js").display()
             );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            std::fs::write(dir.join("nats.conf"), config).unwrap();
+            let mut child = tokio::process::Command::new(binary)
+                .arg("-c")
+                .arg(dir.join("nats.conf"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&log_path).unwrap())
+                .kill_on_drop(true)
+                .spawn()
+                .ok()?;
+            let started = Instant::now();
+            loop {
+                if tokio::net::TcpStream::connect(("127.0.0.1", mqtt_port))
+                    .await
+                    .is_ok()
+                {
+                    return Some(NatsMqtt {
+                        _child: child,
+                        dir,
+                        port: mqtt_port,
+                    });
+                }
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < WAIT,
+                    "nats-server's MQTT listener did not come up: {}",
+                    std::fs::read_to_string(&log_path).unwrap_or_default()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
-        Some(NatsMqtt {
-            _child: child,
-            dir,
-            port: mqtt_port,
-        })
+        panic!(
+            "nats-server exited at every attempt: {}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
     }
 }
 

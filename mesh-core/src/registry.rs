@@ -136,14 +136,14 @@ impl Registry {
             events,
             loaded: watch::channel(false).0,
         });
-        let mut cards = bus
-            .subscribe(&topics.agent_cards_filter(), QoS::AtLeastOnce)
+        // One subscription for cards and presence: their retained messages and the load
+        // marker then arrive on one channel in the broker's order, and a newcomer among
+        // more retained messages than a subscription buffers cannot stall on a second
+        // SUBACK. A broker sends the retained messages of a subscription before anything
+        // published after its SUBACK, so the marker published now arrives after them.
+        let mut discovery = bus
+            .subscribe(&topics.discovery_filter(), QoS::AtLeastOnce)
             .await?;
-        let mut presence = bus
-            .subscribe(&topics.presence_filter(), QoS::AtLeastOnce)
-            .await?;
-        // Retained messages are delivered when the broker handles a SUBSCRIBE; a marker
-        // published after both subscriptions arrives after them.
         let marker = uuid::Uuid::new_v4().simple().to_string();
         let marker_topic = topics
             .presence(REGISTRY_MARKER_AGENT, &marker)
@@ -159,24 +159,23 @@ impl Registry {
             let mut sweep = tokio::time::interval(Duration::from_millis(500));
             loop {
                 tokio::select! {
-                    message = cards.recv() => match message {
-                        Some(message) => worker.on_card(&topics, &message),
-                        None => break,
-                    },
-                    message = presence.recv() => match message {
+                    message = discovery.recv() => match message {
+                        Some(message) if message.topic == marker_topic => {
+                            worker.shared.loaded.send_replace(true);
+                        }
                         Some(message) => {
-                            if message.topic == marker_topic {
-                                worker.shared.loaded.send_replace(true);
-                            } else if worker.on_presence(&topics, &message) {
-                                // A retained "offline" is the last will of an instance that
-                                // crashed before this registry started: history. Clear it, or
-                                // every crash would leave a retained message behind forever.
-                                if let Err(error) = janitor
-                                    .publish(&message.topic, Vec::new(), QoS::AtLeastOnce, true)
-                                    .await
-                                {
-                                    tracing::debug!(%error, "stale presence not cleared");
+                            let stale = match topics.parse_own(&message.topic) {
+                                Some(TopicKind::AgentCard { agent, .. }) => {
+                                    worker.on_card(agent, &message.payload);
+                                    false
                                 }
+                                Some(TopicKind::Presence {
+                                    agent, instance, ..
+                                }) => worker.on_presence(agent, instance, &message),
+                                _ => false,
+                            };
+                            if stale {
+                                clear_stale_presence(&janitor, message.topic);
                             }
                         }
                         None => break,
@@ -283,12 +282,10 @@ impl Registry {
         let _ = self.shared.events.send(event);
     }
 
-    fn on_card(&self, topics: &Topics, message: &BusMessage) {
-        let Some(TopicKind::AgentCard { agent, .. }) = topics.parse_own(&message.topic) else {
-            return;
-        };
+    /// Applies a card (or its clearing, an empty payload) published for `agent`.
+    fn on_card(&self, agent: &str, payload: &[u8]) {
         let agent = agent.to_owned();
-        if message.payload.is_empty() {
+        if payload.is_empty() {
             // A cleared card: the agent is gone for good.
             if let Some(entry) = self.write().get_mut(&agent) {
                 entry.card = None;
@@ -296,7 +293,7 @@ impl Registry {
             self.emit(RegistryEvent::CardChanged { agent });
             return;
         }
-        let decoded = serde_json::from_slice(&message.payload)
+        let decoded = serde_json::from_slice(payload)
             .map_err(|e| e.to_string())
             .and_then(|value| card::read_card(value).map_err(|e| e.to_string()));
         match decoded {
@@ -308,14 +305,9 @@ impl Registry {
         }
     }
 
-    /// Applies a presence message; true when it is a stale retained "offline" to clear.
-    fn on_presence(&self, topics: &Topics, message: &BusMessage) -> bool {
-        let Some(TopicKind::Presence {
-            agent, instance, ..
-        }) = topics.parse_own(&message.topic)
-        else {
-            return false;
-        };
+    /// Applies a presence message of `agent`'s `instance`; true when it is a stale
+    /// retained "offline" to clear.
+    fn on_presence(&self, agent: &str, instance: &str, message: &BusMessage) -> bool {
         if agent == REGISTRY_MARKER_AGENT {
             return false; // another registry's load marker
         }
@@ -414,4 +406,19 @@ fn view(name: &str, entry: &AgentEntry) -> AgentView {
         instances,
         last_seen: entry.last_seen,
     }
+}
+/// Clears a retained "offline": the last will of an instance that crashed before this
+/// registry started, history. Left alone, every crash would leave a retained message behind
+/// forever. Sent from a task of its own: the registry's task must keep draining its
+/// subscription while the publish waits for room in the bus's request queue.
+fn clear_stale_presence(bus: &Bus, topic: String) {
+    let bus = bus.clone();
+    tokio::spawn(async move {
+        if let Err(error) = bus
+            .publish(&topic, Vec::new(), QoS::AtLeastOnce, true)
+            .await
+        {
+            tracing::debug!(%error, "stale presence not cleared");
+        }
+    });
 }

@@ -492,6 +492,12 @@ impl Topics {
         Ok(format!("{}/discovery/agentcards/{agent}", self.base))
     }
 
+    /// The filter of everything on the discovery topics of the namespace: every card and
+    /// every presence.
+    pub fn discovery_filter(&self) -> String {
+        format!("{}/discovery/#", self.base)
+    }
+
     /// The filter of every agent card in the namespace.
     pub fn agent_cards_filter(&self) -> String {
         format!("{}/discovery/agentcards/+", self.base)
@@ -661,6 +667,7 @@ mod tests {
             "prod/a2a/v1/discovery/presence/echo/i-1"
         );
         assert_eq!(t.presence_filter(), "prod/a2a/v1/discovery/presence/+/+");
+        assert_eq!(t.discovery_filter(), "prod/a2a/v1/discovery/#");
         assert_eq!(
             t.agent_presence_filter("echo").unwrap(),
             "prod/a2a/v1/discovery/presence/echo/+"
