@@ -270,6 +270,58 @@ async fn cancel_reaches_the_handler_and_the_task_ends_canceled(broker: TestBroke
     running.shutdown().await;
 }
 
+mesh_testkit::both_brokers!(a_canceled_handler_may_clean_up_then_is_aborted);
+async fn a_canceled_handler_may_clean_up_then_is_aborted(broker: TestBroker) {
+    /// Says "aborted" when the handler's future is dropped unfinished.
+    struct Guard(tokio::sync::mpsc::UnboundedSender<&'static str>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = self.0.send("aborted");
+        }
+    }
+    let mesh = Mesh::on(broker).await;
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let agent = Agent::new(
+        "stubborn",
+        handler_fn(move |ctx: TaskContext| {
+            let events = events_tx.clone();
+            async move {
+                let _guard = Guard(events.clone());
+                ctx.working("waiting for a cancel").await?;
+                ctx.cancelled().await;
+                // Clean-up work that takes a moment, well within the grace (2 s)...
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let _ = events.send("cleaned up");
+                // ...then a handler that never returns.
+                std::future::pending::<()>().await;
+                Ok(Outcome::completed())
+            }
+        }),
+    );
+    let running = mesh.run(agent).await;
+    let (task_id, mut stream) = mesh
+        .send("stubborn", "work", Method::SendStreamingMessage)
+        .await;
+    for _ in 0..3 {
+        stream.next().await.unwrap().reply.unwrap();
+    }
+    let answer = mesh
+        .requester
+        .cancel("stubborn", &task_id, WAIT)
+        .await
+        .unwrap()
+        .expect("the running instance answers")
+        .expect("with the task");
+    // The task ends canceled at once, without waiting for the handler.
+    assert_eq!(answer.status.state, TaskState::Canceled);
+    assert_eq!(running.running_tasks(), 0);
+    for expected in ["cleaned up", "aborted"] {
+        let event = tokio::time::timeout(WAIT, events.recv()).await;
+        assert_eq!(event, Ok(Some(expected)));
+    }
+    running.shutdown().await;
+}
+
 mesh_testkit::both_brokers!(a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so);
 async fn a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
