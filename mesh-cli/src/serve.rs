@@ -166,6 +166,10 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
         cors_origins: settings.cors_origins.clone(),
         allow_private_webhooks: settings.allow_private_webhooks,
         webhook_ca_file: settings.webhook_ca.clone(),
+        webhook_timeout: settings.webhook_timeout,
+        webhook_attempts: settings.webhook_attempts,
+        webhook_backoff: settings.webhook_backoff,
+        webhook_queue: settings.webhook_queue,
         ..GatewayConfig::default()
     };
     Gateway::start(config, bus).await.map_err(|e| match e {

@@ -17,9 +17,14 @@
 //! | CORS origins (`*` for any) | `--cors-origin` (repeatable) | `MESH_CORS_ORIGINS` (comma-separated) | none: no CORS |
 //! | webhooks into private networks | `--allow-private-webhooks` | `MESH_ALLOW_PRIVATE_WEBHOOKS` | off |
 //! | CA file of `https://` webhooks (besides the system's roots) | `--webhook-ca` | `MESH_WEBHOOK_CA` | the system's roots only |
+//! | how long one webhook POST may take | `--webhook-timeout` | `MESH_WEBHOOK_TIMEOUT` | `10s` |
+//! | tries of one webhook delivery before it is given up | `--webhook-attempts` | `MESH_WEBHOOK_ATTEMPTS` | 5 |
+//! | wait before the first webhook retry (doubled each time, at most 30 s) | `--webhook-backoff` | `MESH_WEBHOOK_BACKOFF` | `250ms` |
+//! | webhook deliveries that may wait (past it new ones are dropped) | `--webhook-queue` | `MESH_WEBHOOK_QUEUE` | 10000 |
+//! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker` and `gateway`, one per core otherwise |
 //!
 //! The TOML file uses the same names in snake case (`broker_url = "mqtt://…"`; the lists are
-//! `api_keys = […]` and `cors_origins = […]`).
+//! `api_keys = […]` and `cors_origins = […]`; durations are strings such as `"10s"`).
 
 use clap::Args;
 use clap::builder::FalseyValueParser;
@@ -27,6 +32,7 @@ use mesh_gateway::ApiKey;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The default address of the embedded broker: 1883 is often taken by a system broker.
 pub const DEFAULT_BROKER_ADDR: &str = "127.0.0.1:1884";
@@ -113,6 +119,20 @@ pub struct Serve {
     /// system's roots.
     #[arg(long, env = "MESH_WEBHOOK_CA", value_name = "PEM_FILE")]
     pub webhook_ca: Option<PathBuf>,
+    /// How long one webhook POST may take, e.g. `10s` or `500ms` [default: 10s].
+    #[arg(long, env = "MESH_WEBHOOK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub webhook_timeout: Option<Duration>,
+    /// How many times a webhook delivery is tried before it is given up [default: 5].
+    #[arg(long, env = "MESH_WEBHOOK_ATTEMPTS", value_name = "N")]
+    pub webhook_attempts: Option<u32>,
+    /// The wait before the first webhook retry, doubled after each one up to 30 s
+    /// [default: 250ms].
+    #[arg(long, env = "MESH_WEBHOOK_BACKOFF", value_name = "DURATION", value_parser = parse_duration)]
+    pub webhook_backoff: Option<Duration>,
+    /// How many webhook deliveries may wait; past it new ones are dropped and counted
+    /// [default: 10000].
+    #[arg(long, env = "MESH_WEBHOOK_QUEUE", value_name = "N")]
+    pub webhook_queue: Option<usize>,
 }
 
 /// How log lines look.
@@ -146,6 +166,10 @@ struct File {
     cors_origins: Option<Vec<String>>,
     allow_private_webhooks: Option<bool>,
     webhook_ca: Option<PathBuf>,
+    webhook_timeout: Option<String>,
+    webhook_attempts: Option<u32>,
+    webhook_backoff: Option<String>,
+    webhook_queue: Option<usize>,
 }
 
 /// Every setting, resolved.
@@ -172,6 +196,10 @@ pub struct Settings {
     pub allow_private_webhooks: bool,
     /// The CA file for `https://` webhooks; `None`: the system's roots only.
     pub webhook_ca: Option<PathBuf>,
+    pub webhook_timeout: Duration,
+    pub webhook_attempts: u32,
+    pub webhook_backoff: Duration,
+    pub webhook_queue: usize,
 }
 
 /// The default data directory: `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh`.
@@ -247,6 +275,43 @@ impl Settings {
                 "worker_threads is {n}: give 0 (one per core) or 1 to {MAX_WORKER_THREADS} (--worker-threads)"
             ));
         }
+        let webhooks = mesh_gateway::GatewayConfig::default();
+        let file_duration = |value: Option<String>, key: &str| {
+            value
+                .map(|text| {
+                    parse_duration(&text).map_err(|e| format!("{key} in the config file: {e}"))
+                })
+                .transpose()
+        };
+        let webhook_timeout = match serve.webhook_timeout {
+            Some(timeout) => timeout,
+            None => file_duration(file.webhook_timeout, "webhook_timeout")?
+                .unwrap_or(webhooks.webhook_timeout),
+        };
+        if webhook_timeout.is_zero() {
+            return Err(
+                "webhook_timeout is 0: give a duration such as 10s (--webhook-timeout)".into(),
+            );
+        }
+        let webhook_backoff = match serve.webhook_backoff {
+            Some(backoff) => backoff,
+            None => file_duration(file.webhook_backoff, "webhook_backoff")?
+                .unwrap_or(webhooks.webhook_backoff),
+        };
+        let webhook_attempts = serve
+            .webhook_attempts
+            .or(file.webhook_attempts)
+            .unwrap_or(webhooks.webhook_attempts);
+        if webhook_attempts == 0 {
+            return Err("webhook_attempts is 0: give 1 or more (--webhook-attempts)".into());
+        }
+        let webhook_queue = serve
+            .webhook_queue
+            .or(file.webhook_queue)
+            .unwrap_or(webhooks.webhook_queue);
+        if webhook_queue == 0 {
+            return Err("webhook_queue is 0: give 1 or more (--webhook-queue)".into());
+        }
         let cors_origins = cors_origins
             .into_iter()
             .map(|o| o.trim().to_owned())
@@ -259,6 +324,10 @@ impl Settings {
             allow_private_webhooks: serve.allow_private_webhooks
                 || file.allow_private_webhooks.unwrap_or(false),
             webhook_ca: serve.webhook_ca.clone().or(file.webhook_ca),
+            webhook_timeout,
+            webhook_attempts,
+            webhook_backoff,
+            webhook_queue,
             namespace: common
                 .namespace
                 .clone()
@@ -292,6 +361,29 @@ impl Settings {
             .clone()
             .unwrap_or_else(|| format!("mqtt://{}", self.broker_addr))
     }
+}
+
+/// A duration written as a whole number and a unit: `ms`, `s`, `m` or `h` (`250ms`, `10s`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{text}` has no unit: write it as 250ms, 10s, 2m or 1h"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration: write it as 250ms, 10s, 2m or 1h"))?;
+    let millis_per_unit = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("`{text}`: the unit is one of ms, s, m, h")),
+    };
+    number
+        .checked_mul(millis_per_unit)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("`{text}` is too long"))
 }
 
 fn read_file(path: &Path) -> Result<File, String> {
@@ -364,9 +456,60 @@ mod tests {
         };
         let error = Settings::resolve(&common, &memory).unwrap_err();
         assert!(error.contains("empty"), "{error}");
+        assert_eq!(settings.webhook_timeout, Duration::from_secs(10));
+        assert_eq!(settings.webhook_attempts, 5);
+        std::fs::write(
+            &path,
+            "webhook_timeout = \"2m\"\nwebhook_backoff = \"1s\"\nwebhook_attempts = 9\nwebhook_queue = 7\n",
+        )
+        .unwrap();
+        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        assert_eq!(settings.webhook_timeout, Duration::from_secs(120));
+        assert_eq!(settings.webhook_backoff, Duration::from_secs(1));
+        assert_eq!((settings.webhook_attempts, settings.webhook_queue), (9, 7));
+        let flags = Serve {
+            webhook_timeout: Some(Duration::from_millis(500)),
+            webhook_attempts: Some(2),
+            ..Serve::default()
+        };
+        let settings = Settings::resolve(&common, &flags).unwrap();
+        assert_eq!(settings.webhook_timeout, Duration::from_millis(500));
+        assert_eq!((settings.webhook_attempts, settings.webhook_queue), (2, 7));
+        let zero = Serve {
+            webhook_attempts: Some(0),
+            ..Serve::default()
+        };
+        let error = Settings::resolve(&common, &zero).unwrap_err();
+        assert!(error.contains("webhook_attempts is 0"), "{error}");
+        std::fs::write(&path, "webhook_timeout = \"10\"\n").unwrap();
+        let error = Settings::resolve(&common, &Serve::default()).unwrap_err();
+        assert!(
+            error.contains("webhook_timeout in the config file") && error.contains("no unit"),
+            "{error}"
+        );
         std::fs::write(&path, "nonsense = 1\n").unwrap();
         let error = Settings::resolve(&common, &Serve::default()).unwrap_err();
         assert!(error.contains("nonsense"), "{error}");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration(" 10s "), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in [
+            "",
+            "10",
+            "s",
+            "1.5s",
+            "-1s",
+            "10 s",
+            "3d",
+            "99999999999999999999h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
     }
 }

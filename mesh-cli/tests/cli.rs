@@ -287,6 +287,14 @@ async fn bad_input_gives_a_clear_message_and_a_nonzero_exit() {
     assert_eq!(code, 4, "{err}");
     assert!(err.contains("echo, writer"), "{err}");
 
+    // A duration without its unit, and no webhook attempts at all.
+    let (code, _, err) = run(&["gateway", "--webhook-timeout", "10"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no unit"), "{err}");
+    let (code, _, err) = run(&["gateway", "--memory-store", "--webhook-attempts", "0"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--webhook-attempts"), "{err}");
+
     // A broken config file.
     let path = std::env::temp_dir().join(format!("mesh-bad-{}.toml", std::process::id()));
     std::fs::write(&path, "namespace = [").unwrap();
