@@ -56,30 +56,20 @@ async fn a_newcomer_has_every_card_once_it_says_loaded(broker: TestBroker) {
     for i in 0..AGENTS {
         let name = format!("agent-{i}");
         card.name = name.clone();
-        let card_topic = mesh.topics.agent_card(&name).unwrap();
         let card_json = mesh_core::codec::card::write_card_combined(&card);
-        mesh.bus
-            .publish(
-                &card_topic,
-                card_json.to_string().into_bytes(),
-                QoS::AtLeastOnce,
-                true,
-            )
-            .await
-            .unwrap();
-        let presence_topic = mesh.topics.presence(&name, "i1").unwrap();
         let presence = serde_json::json!({"status": "online", "agent": name, "instance": "i1",
             "heartbeatMs": 60_000});
-        mesh.bus
-            .publish(
-                &presence_topic,
-                presence.to_string().into_bytes(),
-                QoS::AtLeastOnce,
-                true,
-            )
-            .await
-            .unwrap();
-        retained.extend([card_topic, presence_topic]);
+        for (topic, payload) in [
+            (mesh.topics.agent_card(&name).unwrap(), card_json),
+            (mesh.topics.presence(&name, "i1").unwrap(), presence),
+        ] {
+            let payload = payload.to_string().into_bytes();
+            mesh.bus
+                .publish(&topic, payload, QoS::AtLeastOnce, true)
+                .await
+                .unwrap();
+            retained.push(topic);
+        }
     }
     // The test's own registry has seen every one: the broker holds them all.
     tokio::time::timeout(WAIT, async {

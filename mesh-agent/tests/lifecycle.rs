@@ -238,20 +238,7 @@ async fn cancel_reaches_the_handler_and_the_task_ends_canceled(broker: TestBroke
         }),
     );
     let running = mesh.run(agent).await;
-    let (task_id, mut stream) = mesh
-        .send("slow", "work", Method::SendStreamingMessage)
-        .await;
-    // Wait until it runs (task, working, working+message).
-    for _ in 0..3 {
-        stream.next().await.unwrap().reply.unwrap();
-    }
-    let answer = mesh
-        .requester
-        .cancel("slow", &task_id, WAIT)
-        .await
-        .unwrap()
-        .expect("the running instance answers")
-        .expect("with the task");
+    let (answer, stream) = mesh.start_then_cancel("slow").await;
     assert_eq!(answer.status.state, TaskState::Canceled);
     let last = collect(stream).await.pop().unwrap().reply.unwrap();
     assert_eq!(state_of(&last), Some(TaskState::Canceled));
@@ -299,19 +286,7 @@ async fn a_canceled_handler_may_clean_up_then_is_aborted(broker: TestBroker) {
         }),
     );
     let running = mesh.run(agent).await;
-    let (task_id, mut stream) = mesh
-        .send("stubborn", "work", Method::SendStreamingMessage)
-        .await;
-    for _ in 0..3 {
-        stream.next().await.unwrap().reply.unwrap();
-    }
-    let answer = mesh
-        .requester
-        .cancel("stubborn", &task_id, WAIT)
-        .await
-        .unwrap()
-        .expect("the running instance answers")
-        .expect("with the task");
+    let (answer, _stream) = mesh.start_then_cancel("stubborn").await;
     // The task ends canceled at once, without waiting for the handler.
     assert_eq!(answer.status.state, TaskState::Canceled);
     assert_eq!(running.running_tasks(), 0);

@@ -276,41 +276,43 @@ impl Settings {
             ));
         }
         let webhooks = mesh_gateway::GatewayConfig::default();
-        let file_duration = |value: Option<String>, key: &str| {
-            value
+        let duration = |flag: Option<Duration>, in_file: Option<String>, key: &str| match flag {
+            Some(duration) => Ok(Some(duration)),
+            None => in_file
                 .map(|text| {
                     parse_duration(&text).map_err(|e| format!("{key} in the config file: {e}"))
                 })
-                .transpose()
+                .transpose(),
         };
-        let webhook_timeout = match serve.webhook_timeout {
-            Some(timeout) => timeout,
-            None => file_duration(file.webhook_timeout, "webhook_timeout")?
-                .unwrap_or(webhooks.webhook_timeout),
-        };
-        if webhook_timeout.is_zero() {
-            return Err(
-                "webhook_timeout is 0: give a duration such as 10s (--webhook-timeout)".into(),
-            );
-        }
-        let webhook_backoff = match serve.webhook_backoff {
-            Some(backoff) => backoff,
-            None => file_duration(file.webhook_backoff, "webhook_backoff")?
-                .unwrap_or(webhooks.webhook_backoff),
-        };
+        let webhook_timeout = duration(
+            serve.webhook_timeout,
+            file.webhook_timeout,
+            "webhook_timeout",
+        )?
+        .unwrap_or(webhooks.webhook_timeout);
+        let webhook_backoff = duration(
+            serve.webhook_backoff,
+            file.webhook_backoff,
+            "webhook_backoff",
+        )?
+        .unwrap_or(webhooks.webhook_backoff);
         let webhook_attempts = serve
             .webhook_attempts
             .or(file.webhook_attempts)
             .unwrap_or(webhooks.webhook_attempts);
-        if webhook_attempts == 0 {
-            return Err("webhook_attempts is 0: give 1 or more (--webhook-attempts)".into());
-        }
         let webhook_queue = serve
             .webhook_queue
             .or(file.webhook_queue)
             .unwrap_or(webhooks.webhook_queue);
-        if webhook_queue == 0 {
-            return Err("webhook_queue is 0: give 1 or more (--webhook-queue)".into());
+        for (key, is_zero) in [
+            ("webhook_timeout", webhook_timeout.is_zero()),
+            ("webhook_attempts", webhook_attempts == 0),
+            ("webhook_queue", webhook_queue == 0),
+        ] {
+            if is_zero {
+                let flag = key.replace('_', "-");
+                return Err(format!("{key} is 0: give more than 0 (--{flag})"));
+            }
         }
         let cors_origins = cors_origins
             .into_iter()

@@ -84,6 +84,25 @@ impl Mesh {
         self.send_message(agent, user(text), method, None).await
     }
 
+    /// Streams a task to `agent`, whose handler says it is working (one status with a
+    /// message), waits until it does, and cancels it: the task the cancel answered with, and
+    /// the rest of the stream.
+    pub async fn start_then_cancel(&self, agent: &str) -> (Task, ReplyStream) {
+        let (task_id, mut stream) = self.send(agent, "work", Method::SendStreamingMessage).await;
+        // The task, working, then working with the handler's message.
+        for _ in 0..3 {
+            stream.next().await.unwrap().reply.unwrap();
+        }
+        let answer = self
+            .requester
+            .cancel(agent, &task_id, WAIT)
+            .await
+            .unwrap()
+            .expect("the running instance answers")
+            .expect("with the task");
+        (answer, stream)
+    }
+
     pub async fn send_message(
         &self,
         agent: &str,
