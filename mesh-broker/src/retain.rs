@@ -138,16 +138,15 @@ impl RetainedDelivery {
 
     /// Once the subscription is made: queues the matching retained messages.
     async fn after_subscribe(&self, session: &Session, sub: &Subscribe) {
-        let resubscribed = session
-            .extra_attrs
-            .write()
-            .await
-            .get_mut::<HashSet<TopicFilter>>(RESUBSCRIBED_ATTR)
-            .is_some_and(|filters| filters.remove(&sub.topic_filter));
         let wanted = match sub.opts.retain_handling() {
             // MQTT 3.1.1 has no retain handling: always.
             None | Some(RetainHandling::AtSubscribe) => true,
-            Some(RetainHandling::AtSubscribeNew) => !resubscribed,
+            Some(RetainHandling::AtSubscribeNew) => !session
+                .extra_attrs
+                .write()
+                .await
+                .get_mut::<HashSet<TopicFilter>>(RESUBSCRIBED_ATTR)
+                .is_some_and(|filters| filters.remove(&sub.topic_filter)),
             Some(RetainHandling::NoAtSubscribe) => false,
         };
         // MQTT 5, 4.8.2: a new shared subscription gets no retained messages.

@@ -198,6 +198,82 @@ async fn new_subscriber_gets_all_retained_messages_before_later_ones() {
     broker.stop().await;
 }
 
+/// 4b. MQTT 5 retain handling: 0 sends the retained messages at every subscription, 1 only
+///     when the subscription is new, 2 never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mqtt5_retain_handling_is_honoured() {
+    use rumqttc::v5::mqttbytes::QoS as QoS5;
+    use rumqttc::v5::mqttbytes::v5::{Filter, Packet as Packet5, RetainForwardRule};
+
+    let broker = broker().await;
+    let addr = broker.local_addr();
+    let mut publisher = connect(addr, "retainer").await;
+    publisher
+        .client
+        .publish("r/kept", QoS::AtLeastOnce, true, "kept")
+        .await
+        .expect("queued");
+    publisher.wait_pubacks(1).await;
+
+    let options = rumqttc::v5::MqttOptions::new("v5-reader", addr.ip().to_string(), addr.port());
+    let (client, mut eventloop) = rumqttc::v5::AsyncClient::new(options, 64);
+    let (tx, mut packets) = mpsc::unbounded_channel();
+    let driver = tokio::spawn(async move {
+        while let Ok(event) = eventloop.poll().await {
+            if let rumqttc::v5::Event::Incoming(packet) = event {
+                if tx.send(packet).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    // Subscribes with `rule`, publishes a marker once subscribed, and returns the topics
+    // received up to the marker.
+    let mut subscribe = async |rule: RetainForwardRule| {
+        let mut filter = Filter::new("r/#", QoS5::AtLeastOnce);
+        filter.retain_forward_rule = rule;
+        client.subscribe_many([filter]).await.expect("queued");
+        let mut topics = Vec::new();
+        loop {
+            match within("a packet", packets.recv()).await.expect("connected") {
+                Packet5::SubAck(_) => client
+                    .publish("r/marker", QoS5::AtLeastOnce, false, "m")
+                    .await
+                    .expect("queued"),
+                Packet5::Publish(p) if p.topic.as_ref() == b"r/marker" => return topics,
+                Packet5::Publish(p) => topics.push(String::from_utf8_lossy(&p.topic).into_owned()),
+                _ => {}
+            }
+        }
+    };
+    assert_eq!(
+        subscribe(RetainForwardRule::OnEverySubscribe).await,
+        ["r/kept"]
+    );
+    assert!(
+        subscribe(RetainForwardRule::OnNewSubscribe)
+            .await
+            .is_empty(),
+        "not new"
+    );
+    assert!(
+        subscribe(RetainForwardRule::Never).await.is_empty(),
+        "never"
+    );
+    assert_eq!(
+        subscribe(RetainForwardRule::OnEverySubscribe).await,
+        ["r/kept"]
+    );
+    client.unsubscribe("r/#").await.expect("queued");
+    assert_eq!(
+        subscribe(RetainForwardRule::OnNewSubscribe).await,
+        ["r/kept"],
+        "new"
+    );
+    driver.abort();
+    broker.stop().await;
+}
+
 /// 5. Shared subscriptions: groups of different filters stay apart, members of one
 ///    group share the load, and another group on the same filter gets its own copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

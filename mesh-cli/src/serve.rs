@@ -156,7 +156,25 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
     )
     .await
     .map_err(|e| unreachable_broker(url, e))?;
-    let config = GatewayConfig {
+    Gateway::start(gateway_config(settings), bus)
+        .await
+        .map_err(|e| match e {
+            GatewayError::Bind { addr, source } => Failure::Unreachable(format!(
+                "cannot listen on {addr}: {source}; choose another address with --http-addr"
+            )),
+            GatewayError::Bus(bus) => unreachable_broker(url, bus),
+            GatewayError::Store(e) => {
+                Failure::Usage(format!("{e} (--data-dir, or --memory-store)"))
+            }
+            GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
+            GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
+            other => Failure::Other(other.to_string()),
+        })
+}
+
+/// The gateway's configuration from the settings.
+fn gateway_config(settings: &Settings) -> GatewayConfig {
+    GatewayConfig {
         listen: settings.http_addr,
         public_url: settings.public_url.clone(),
         namespace: settings.namespace.clone(),
@@ -171,17 +189,7 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
         webhook_backoff: settings.webhook_backoff,
         webhook_queue: settings.webhook_queue,
         ..GatewayConfig::default()
-    };
-    Gateway::start(config, bus).await.map_err(|e| match e {
-        GatewayError::Bind { addr, source } => Failure::Unreachable(format!(
-            "cannot listen on {addr}: {source}; choose another address with --http-addr"
-        )),
-        GatewayError::Bus(bus) => unreachable_broker(url, bus),
-        GatewayError::Store(e) => Failure::Usage(format!("{e} (--data-dir, or --memory-store)")),
-        GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
-        GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
-        other => Failure::Other(other.to_string()),
-    })
+    }
 }
 
 /// The bus settings of a connection to `url` (with --broker-ca for an `mqtts://` broker).
@@ -241,5 +249,33 @@ async fn wait_for_stop() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{Common, Serve};
+    use std::time::Duration;
+
+    #[test]
+    fn the_webhook_settings_reach_the_gateway() {
+        let serve = Serve {
+            memory_store: true,
+            webhook_timeout: Some(Duration::from_secs(3)),
+            webhook_attempts: Some(2),
+            webhook_backoff: Some(Duration::from_millis(40)),
+            webhook_queue: Some(9),
+            allow_private_webhooks: true,
+            ..Serve::default()
+        };
+        let settings = Settings::resolve(&Common::default(), &serve).unwrap();
+        let config = gateway_config(&settings);
+        assert_eq!(config.webhook_timeout, Duration::from_secs(3));
+        assert_eq!(config.webhook_attempts, 2);
+        assert_eq!(config.webhook_backoff, Duration::from_millis(40));
+        assert_eq!(config.webhook_queue, 9);
+        assert!(config.allow_private_webhooks);
+        assert_eq!(config.data_dir, None);
     }
 }

@@ -407,6 +407,7 @@ fn view(name: &str, entry: &AgentEntry) -> AgentView {
         last_seen: entry.last_seen,
     }
 }
+
 /// Clears a retained "offline": the last will of an instance that crashed before this
 /// registry started, history. Left alone, every crash would leave a retained message behind
 /// forever. Sent from a task of its own: the registry's task must keep draining its
