@@ -115,7 +115,7 @@ fn main() {
     init_logging(settings.log_format, serving);
     let carries_traffic_alone = matches!(
         cli.command,
-        Command::Broker { .. } | Command::Gateway { .. }
+        Command::Broker { .. } | Command::Gateway { .. } | Command::Agent { .. }
     );
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     match settings.runtime_threads(carries_traffic_alone) {

@@ -21,7 +21,7 @@
 //! | tries of one webhook delivery before it is given up | `--webhook-attempts` | `MESH_WEBHOOK_ATTEMPTS` | 5 |
 //! | wait before the first webhook retry (doubled each time, at most 30 s) | `--webhook-backoff` | `MESH_WEBHOOK_BACKOFF` | `250ms` |
 //! | webhook deliveries that may wait (past it new ones are dropped) | `--webhook-queue` | `MESH_WEBHOOK_QUEUE` | 10000 |
-//! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker` and `gateway`, one per core otherwise |
+//! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker`, `gateway` and `agent`, one per core otherwise |
 //!
 //! The TOML file uses the same names in snake case (`broker_url = "mqtt://…"`; the lists are
 //! `api_keys = […]` and `cors_origins = […]`; durations are strings such as `"10s"`).
@@ -218,18 +218,18 @@ const MAX_WORKER_THREADS: usize = 1024;
 
 impl Settings {
     /// The async runtime's worker threads (0: one per core): the setting when given, else 1
-    /// for the processes that carry the mesh's traffic alone (`broker`, `gateway`) and one
-    /// per core for the others (`up` runs everything in one process; an agent's handlers may
-    /// compute).
+    /// for the processes that carry the mesh's traffic alone (`broker`, `gateway`, `agent`)
+    /// and one per core for the others (`up` runs everything in one process).
     ///
     /// Why one: every request crosses tasks (the gateway's HTTP connection and its bus; the
-    /// broker's client connections), and with several workers tokio hands the request from
-    /// thread to thread (a futex wake and a context switch each way; `strace` counted four
-    /// futex calls per request in the gateway). On 2 cores one worker answers 25 to 35 %
-    /// sooner at concurrency 1 and serves as many requests per second at concurrency 64
-    /// (docs/benchmarks.md). More workers pay off for one process on a large host under high
-    /// load, and they keep a request that decodes a multi-MiB payload from delaying the
-    /// others meanwhile.
+    /// broker's client connections; an agent's bus and its handler), and with several workers
+    /// tokio hands the request from thread to thread (a futex wake and a context switch each
+    /// way; `strace` counted four futex calls per request in the gateway). On one worker the
+    /// bus also acknowledges a request in the same write as the reply (`bus::driver`). On 2
+    /// cores one worker answers 25 to 35 % sooner at concurrency 1 and serves as many requests
+    /// per second at concurrency 64 (docs/benchmarks.md). More workers pay off for one process
+    /// on a large host under high load, for an agent whose handlers compute, and they keep a
+    /// request that decodes a multi-MiB payload from delaying the others meanwhile.
     pub fn runtime_threads(&self, carries_traffic_alone: bool) -> usize {
         self.worker_threads
             .unwrap_or(if carries_traffic_alone { 1 } else { 0 })

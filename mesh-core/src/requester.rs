@@ -116,7 +116,7 @@ impl Requester {
             RequesterKind::Gateway => topics.gateway_response_filter(id)?,
             RequesterKind::Agent => topics.agent_response_filter(id)?,
         };
-        let mut subscription = bus.subscribe(&filter, QoS::AtLeastOnce).await?;
+        let mut subscription = bus.subscribe(&filter, bus.inbox_qos()).await?;
         let pending: Pending = Arc::default();
         let router_pending = pending.clone();
         tokio::spawn(async move {

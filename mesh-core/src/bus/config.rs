@@ -352,7 +352,9 @@ impl BusConfig {
         opts.set_keep_alive(self.keep_alive)
             .set_clean_session(self.clean_session)
             .set_max_packet_size(self.max_packet_size, self.max_packet_size)
-            .set_request_channel_capacity(self.request_channel_capacity);
+            .set_request_channel_capacity(self.request_channel_capacity)
+            // The driver acknowledges (`Driver::acknowledge`).
+            .set_manual_acks(true);
         if let Some(user) = &self.username {
             opts.set_credentials(user.clone(), self.password.clone().unwrap_or_default());
         }

@@ -4,6 +4,8 @@
 //!   incoming publishes to subscriptions, matches SUBACKs to waiting subscribers, reports the
 //!   connection state, and reconnects with backoff. It never awaits a client request
 //!   (publish, subscribe): that deadlocks once the request queue is full (rumqttc #1025).
+//!   It also acknowledges incoming QoS 1 publishes (rumqttc's manual acks), after they are
+//!   handed over rather than before (see [`Driver::acknowledge`]).
 //! - The *control task* issues every SUBSCRIBE and UNSUBSCRIBE, in order, including the
 //!   re-subscription of every live filter after a reconnect (rumqttc does not re-subscribe:
 //!   #250). Because it is the only task that sends SUBSCRIBEs, the order of its pending
@@ -11,11 +13,12 @@
 //!   match each SUBACK to its subscribers.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use rumqttc::{
-    AsyncClient, ConnectionError, Event, EventLoop, Outgoing, Packet, QoS, Request,
+    AsyncClient, ConnectionError, Event, EventLoop, Outgoing, Packet, PubAck, PubRec, QoS, Request,
     SubscribeFilter, SubscribeReasonCode,
 };
 use tokio::sync::{mpsc, oneshot, watch};
@@ -66,6 +69,9 @@ struct Router {
 pub(crate) struct Shared {
     router: Mutex<Router>,
     next_id: AtomicU64,
+    /// Publishes handed to rumqttc and not yet written: while there is one, the next write
+    /// flushes the acknowledgements waiting in the write buffer too.
+    queued_publishes: AtomicUsize,
 }
 
 /// What the control task is asked to do.
@@ -82,6 +88,22 @@ pub(crate) enum Command {
 }
 
 impl Shared {
+    /// A publish was handed to rumqttc.
+    pub(crate) fn publish_queued(&self) {
+        self.queued_publishes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A publish handed to rumqttc was written, or never reached it.
+    pub(crate) fn publish_gone(&self) {
+        let _ = self
+            .queued_publishes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    fn publishes_queued(&self) -> bool {
+        self.queued_publishes.load(Ordering::Relaxed) > 0
+    }
+
     fn lock(&self) -> MutexGuard<'_, Router> {
         // A panic elsewhere never makes the bus panic.
         self.router.lock().unwrap_or_else(|e| e.into_inner())
@@ -318,6 +340,12 @@ pub(crate) struct Driver {
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) backoff: Backoff,
     pub(crate) url: String,
+    /// Packet ids of incoming QoS 1 publishes routed and not yet acknowledged.
+    pub(crate) acks: Vec<u16>,
+    /// How long a write of the acknowledgements may take.
+    pub(crate) write_timeout: Duration,
+    /// The runtime has one worker thread (see [`Driver::acknowledge`]).
+    pub(crate) one_worker: bool,
 }
 
 impl Driver {
@@ -363,6 +391,15 @@ impl Driver {
                     }
                 }
                 Ok(Event::Incoming(Packet::Publish(p))) => {
+                    match p.qos {
+                        QoS::AtMostOnce => {}
+                        QoS::AtLeastOnce => self.acks.push(p.pkid),
+                        // Kept by rumqttc's state until the PUBREL: its own request.
+                        QoS::ExactlyOnce => self
+                            .eventloop
+                            .pending
+                            .push_back(Request::PubRec(PubRec::new(p.pkid))),
+                    }
                     let (first, others) = self.shared.targets(&p.topic);
                     let msg = BusMessage {
                         topic: p.topic,
@@ -384,6 +421,7 @@ impl Driver {
                     }
                 }
                 Ok(Event::Outgoing(Outgoing::Subscribe(pkid))) => self.shared.sub_written(pkid),
+                Ok(Event::Outgoing(Outgoing::Publish(_))) => self.shared.publish_gone(),
                 Ok(Event::Outgoing(Outgoing::Disconnect)) => {
                     break "disconnected by the client".to_owned();
                 }
@@ -395,6 +433,7 @@ impl Driver {
                         break reason;
                     }
                     connected = false;
+                    self.acks.clear();
                     stash.extend(self.eventloop.pending.drain(..));
                     self.shared.connection_lost();
                     let reason = e.to_string();
@@ -411,9 +450,45 @@ impl Driver {
                     self.state.send_replace(ConnectionState::Connecting);
                 }
             }
+            // Once every packet of the last read is handed over.
+            if !self.acks.is_empty() && self.eventloop.state.events.is_empty() {
+                self.acknowledge().await;
+            }
         };
         tracing::info!(url = %self.url, %reason, "bus closed");
         self.shared.close();
         self.state.send_replace(ConnectionState::Closed);
+    }
+
+    /// Acknowledges the QoS 1 publishes of the last read, after they were handed over: the
+    /// PUBACKs go into the write buffer and leave with the next publish when one is queued (a
+    /// reply the consumer just made), at once otherwise. On a runtime with one worker, the
+    /// consumers first get their turn, so that what they publish in answer is queued by then.
+    ///
+    /// rumqttc's own acknowledgements are written, one system call, before the publish is
+    /// handed over: on the critical path of every request an agent serves.
+    async fn acknowledge(&mut self) {
+        if self.one_worker {
+            // On several workers this wakes another one (a futex call each way) for nothing.
+            tokio::task::yield_now().await;
+        }
+        let Some(network) = self.eventloop.network.as_mut() else {
+            self.acks.clear();
+            return;
+        };
+        for pkid in self.acks.drain(..) {
+            if network
+                .write(Packet::PubAck(PubAck::new(pkid)))
+                .await
+                .is_err()
+            {
+                // The connection is broken: the next poll reports it (the drain drops the rest).
+                break;
+            }
+        }
+        if !self.shared.publishes_queued() {
+            // An error means a broken connection, which the next poll reports.
+            let _ = tokio::time::timeout(self.write_timeout, network.flush()).await;
+        }
     }
 }

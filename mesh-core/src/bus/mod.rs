@@ -179,6 +179,7 @@ struct Inner {
     shutdown: watch::Sender<bool>,
     tasks: Mutex<Option<(JoinHandle<()>, JoinHandle<()>)>>,
     default_qos: QoS,
+    clean_session: bool,
     max_packet_size: usize,
     subscription_capacity: usize,
     request_timeout: Duration,
@@ -246,6 +247,9 @@ impl Bus {
             shutdown: shutdown_rx,
             backoff: config.backoff,
             url: url.clone(),
+            acks: Vec::new(),
+            write_timeout: Duration::from_secs(secs),
+            one_worker: tokio::runtime::Handle::current().metrics().num_workers() == 1,
         };
         let event_loop = tokio::spawn(driver.run(ready_tx));
         let control = tokio::spawn(driver::control(
@@ -263,6 +267,7 @@ impl Bus {
                 shutdown: shutdown_tx,
                 tasks: Mutex::new(Some((event_loop, control))),
                 default_qos: config.default_qos,
+                clean_session: config.clean_session,
                 max_packet_size: config.max_packet_size,
                 subscription_capacity: config.subscription_capacity,
                 request_timeout: config.request_timeout,
@@ -305,14 +310,33 @@ impl Bus {
             });
         }
         let after = self.inner.request_timeout;
+        self.inner.shared.publish_queued();
         let queued = self.inner.client.publish_bytes(topic, qos, retain, payload);
-        match tokio::time::timeout(after, queued).await {
-            Ok(Ok(())) => Ok(()),
+        let result = match tokio::time::timeout(after, queued).await {
+            Ok(Ok(())) => return Ok(()),
             Ok(Err(_)) => Err(BusError::Closed),
             Err(_) => Err(BusError::Timeout {
                 what: "queueing a publish",
                 after,
             }),
+        };
+        self.inner.shared.publish_gone();
+        result
+    }
+
+    /// The QoS to subscribe with to messages addressed to this client alone (replies to its
+    /// requests): QoS 0 on a clean session, QoS 1 on a persistent one.
+    ///
+    /// Publishers still publish with QoS 1, so the broker has acknowledged each message. On the
+    /// way to a clean-session subscriber QoS 1 would cost a PUBACK per message and buy
+    /// nothing: the broker discards an unacknowledged message with the session when the
+    /// connection drops. A persistent session keeps them while the client reconnects, so
+    /// there QoS 1 is worth its acknowledgements.
+    pub fn inbox_qos(&self) -> QoS {
+        if self.inner.clean_session {
+            QoS::AtMostOnce
+        } else {
+            QoS::AtLeastOnce
         }
     }
 

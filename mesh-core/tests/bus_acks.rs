@@ -1,0 +1,183 @@
+//! Acknowledgements: the bus acknowledges every QoS 1 and QoS 2 delivery itself, after handing
+//! it over (rumqttc's manual acks), so deliveries keep flowing past the broker's in-flight
+//! window (100 in the test Mosquitto, 64 in the embedded broker) whether or not the subscriber
+//! publishes in turn. Each scenario runs on one runtime worker (where the bus lets the consumer
+//! answer before it acknowledges) and on two, against both brokers.
+
+mod bus_support;
+
+use bus_support::{connect, next, within};
+use bytes::Bytes;
+use mesh_core::bus::QoS;
+use mesh_core::topic::Topics;
+use mesh_testkit::{TestBroker, fresh_namespace};
+
+/// Far more than either broker lets wait unacknowledged.
+const MESSAGES: u32 = 1_000;
+
+/// Runs `$scenario` on one worker and on two, against Mosquitto and the embedded broker.
+macro_rules! every_runtime {
+    ($scenario:ident) => {
+        mod $scenario {
+            use mesh_testkit::TestBroker;
+
+            #[tokio::test(flavor = "current_thread")]
+            async fn mosquitto_one_worker() {
+                super::$scenario(TestBroker::mosquitto().await).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mosquitto_two_workers() {
+                super::$scenario(TestBroker::mosquitto().await).await
+            }
+
+            #[tokio::test(flavor = "current_thread")]
+            async fn embedded_one_worker() {
+                super::$scenario(TestBroker::embedded().await).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded_two_workers() {
+                super::$scenario(TestBroker::embedded().await).await
+            }
+        }
+    };
+}
+
+every_runtime!(a_subscriber_that_never_publishes_gets_every_delivery);
+async fn a_subscriber_that_never_publishes_gets_every_delivery(broker: TestBroker) {
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let topic = topics.agent_request("sink", "t1").unwrap();
+    let subscriber = connect(&broker.url()).await;
+    let publisher = connect(&broker.url()).await;
+    let mut sub = subscriber
+        .subscribe(
+            &topics.agent_request_filter("sink").unwrap(),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    let sending = tokio::spawn(async move {
+        for i in 0..MESSAGES {
+            publisher.send(&topic, i.to_string()).await.unwrap();
+        }
+        publisher
+    });
+    for i in 0..MESSAGES {
+        // Without acknowledgements the broker stops after its in-flight window.
+        assert_eq!(next(&mut sub).await.payload, Bytes::from(i.to_string()));
+    }
+    let publisher = within("the publisher", sending).await.unwrap();
+    publisher.disconnect().await.unwrap();
+    subscriber.disconnect().await.unwrap();
+}
+
+every_runtime!(a_responder_that_answers_each_request_keeps_flowing);
+async fn a_responder_that_answers_each_request_keeps_flowing(broker: TestBroker) {
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let responder = connect(&broker.url()).await;
+    let requester = connect(&broker.url()).await;
+    let mut requests = responder
+        .subscribe(
+            &topics.agent_request_filter("echo").unwrap(),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    let reply_filter = topics.gateway_response_filter("gw").unwrap();
+    let mut replies = requester
+        .subscribe(&reply_filter, requester.inbox_qos())
+        .await
+        .unwrap();
+    let reply_topic = topics.gateway_response("gw", "t1").unwrap();
+    let answering = {
+        let responder = responder.clone();
+        tokio::spawn(async move {
+            // Each reply is queued before the request's acknowledgement is written.
+            while let Some(request) = requests.recv().await {
+                responder.send(&reply_topic, request.payload).await.unwrap();
+            }
+        })
+    };
+    let request_topic = topics.agent_request("echo", "t1").unwrap();
+    // Several requests in flight at once, as a gateway under load has.
+    for window in 0..MESSAGES / 50 {
+        for i in 0..50 {
+            let n = window * 50 + i;
+            requester.send(&request_topic, n.to_string()).await.unwrap();
+        }
+        for i in 0..50 {
+            let n = window * 50 + i;
+            assert_eq!(next(&mut replies).await.payload, Bytes::from(n.to_string()));
+        }
+    }
+    answering.abort();
+    requester.disconnect().await.unwrap();
+    responder.disconnect().await.unwrap();
+}
+
+/// Mosquitto only: the embedded broker (rmqtt) delivers one QoS 2 message twice at the edge of
+/// its in-flight window, with rumqttc's automatic acknowledgements too. The mesh itself uses
+/// QoS 0 and 1; this checks that the bus completes QoS 2 handshakes of its own subscribers.
+mod qos2_deliveries_arrive_once_each {
+    use mesh_testkit::TestBroker;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn mosquitto_one_worker() {
+        super::qos2_deliveries_arrive_once_each(TestBroker::mosquitto().await).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mosquitto_two_workers() {
+        super::qos2_deliveries_arrive_once_each(TestBroker::mosquitto().await).await
+    }
+}
+
+async fn qos2_deliveries_arrive_once_each(broker: TestBroker) {
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let topic = topics.agent_request("sink", "t1").unwrap();
+    let subscriber = connect(&broker.url()).await;
+    let publisher = connect(&broker.url()).await;
+    let mut sub = subscriber
+        .subscribe(
+            &topics.agent_request_filter("sink").unwrap(),
+            QoS::ExactlyOnce,
+        )
+        .await
+        .unwrap();
+    let n = 300u32;
+    for i in 0..n {
+        publisher
+            .publish(&topic, i.to_string(), QoS::ExactlyOnce, false)
+            .await
+            .unwrap();
+    }
+    for i in 0..n {
+        assert_eq!(next(&mut sub).await.payload, Bytes::from(i.to_string()));
+    }
+    // A second delivery of any of them would be here by the time a marker sent after them is.
+    publisher
+        .publish(&topic, "marker", QoS::ExactlyOnce, false)
+        .await
+        .unwrap();
+    assert_eq!(next(&mut sub).await.payload, Bytes::from("marker"));
+    assert!(sub.try_recv().is_none());
+    publisher.disconnect().await.unwrap();
+    subscriber.disconnect().await.unwrap();
+}
+
+#[tokio::test]
+async fn replies_come_at_qos0_on_a_clean_session_and_qos1_on_a_persistent_one() {
+    let broker = TestBroker::mosquitto().await;
+    let clean = connect(&broker.url()).await;
+    assert_eq!(clean.inbox_qos(), QoS::AtMostOnce);
+    let mut config = bus_support::config(&broker.url());
+    config.clean_session = false;
+    config.client_id = format!("persistent-{}", fresh_namespace());
+    let persistent = within("connect", mesh_core::bus::Bus::connect(config))
+        .await
+        .unwrap();
+    assert_eq!(persistent.inbox_qos(), QoS::AtLeastOnce);
+    persistent.disconnect().await.unwrap();
+    clean.disconnect().await.unwrap();
+}
