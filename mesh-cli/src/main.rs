@@ -91,6 +91,12 @@ enum Command {
     },
 }
 
+/// mimalloc instead of glibc's allocator: `scripts/bench-instructions` counts 13 % fewer
+/// instructions per request in the gateway and 15 % in an agent (allocation was 16 to 19 % of
+/// both), for the same idle memory once arenas are committed as they are used (`main`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     // Before any HTTP client is built (reqwest's rustls has no provider of its own).
     mesh_core::tls::install_crypto_provider();
