@@ -87,14 +87,35 @@ pub(crate) enum Command {
     Resubscribe,
 }
 
-impl Shared {
-    /// A publish was handed to rumqttc.
-    pub(crate) fn publish_queued(&self) {
-        self.queued_publishes.fetch_add(1, Ordering::Relaxed);
+/// One publish on its way to rumqttc, counted in [`Shared::queued_publishes`] until it is
+/// written; taken back from the count when it never reaches rumqttc (dropped unless
+/// [`QueuedPublish::handed_over`]).
+pub(crate) struct QueuedPublish<'a>(Option<&'a Shared>);
+
+impl<'a> QueuedPublish<'a> {
+    pub(crate) fn new(shared: &'a Shared) -> QueuedPublish<'a> {
+        shared.queued_publishes.fetch_add(1, Ordering::Relaxed);
+        QueuedPublish(Some(shared))
     }
 
-    /// A publish handed to rumqttc was written, or never reached it.
-    pub(crate) fn publish_gone(&self) {
+    /// rumqttc has it: the driver takes it from the count once it is written.
+    pub(crate) fn handed_over(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for QueuedPublish<'_> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0 {
+            shared.publish_gone();
+        }
+    }
+}
+
+impl Shared {
+    /// A counted publish was written, or never reached rumqttc. Saturates: a publish rumqttc
+    /// writes again after a reconnect is seen twice.
+    fn publish_gone(&self) {
         let _ = self
             .queued_publishes
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
@@ -372,6 +393,10 @@ impl Driver {
             match polled {
                 Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                     connected = true;
+                    // A publish rumqttc dropped with the last connection would keep the count
+                    // up for good (acknowledgements then wait for the next write or read);
+                    // counting too few only flushes them sooner.
+                    self.shared.queued_publishes.store(0, Ordering::Relaxed);
                     attempt = 0;
                     if !stash.is_empty() {
                         stash.extend(self.eventloop.pending.drain(..));
@@ -490,5 +515,30 @@ impl Driver {
             // An error means a broken connection, which the next poll reports.
             let _ = tokio::time::timeout(self.write_timeout, network.flush()).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_publish_that_never_reaches_rumqttc_leaves_the_count() {
+        let shared = Shared::default();
+        let dropped = QueuedPublish::new(&shared);
+        let handed = QueuedPublish::new(&shared);
+        assert!(shared.publishes_queued());
+        // A caller that gives up (its future dropped while the queue was full).
+        drop(dropped);
+        handed.handed_over();
+        assert!(
+            shared.publishes_queued(),
+            "a handed-over publish waits to be written"
+        );
+        shared.publish_gone();
+        assert!(!shared.publishes_queued());
+        // Seen written twice (rewritten after a reconnect): the count does not wrap.
+        shared.publish_gone();
+        assert!(!shared.publishes_queued());
     }
 }

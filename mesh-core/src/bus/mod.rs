@@ -63,7 +63,7 @@ pub use config::{
 };
 pub use rumqttc::QoS;
 
-use driver::{Command, Driver, Shared};
+use driver::{Command, Driver, QueuedPublish, Shared};
 
 /// Every way a bus operation can fail.
 #[derive(Debug, thiserror::Error)]
@@ -310,18 +310,21 @@ impl Bus {
             });
         }
         let after = self.inner.request_timeout;
-        self.inner.shared.publish_queued();
+        // Counted as queued until rumqttc has it; a failure or a caller that gives up (drops
+        // this future) takes it back.
+        let counted = QueuedPublish::new(&self.inner.shared);
         let queued = self.inner.client.publish_bytes(topic, qos, retain, payload);
-        let result = match tokio::time::timeout(after, queued).await {
-            Ok(Ok(())) => return Ok(()),
+        match tokio::time::timeout(after, queued).await {
+            Ok(Ok(())) => {
+                counted.handed_over();
+                Ok(())
+            }
             Ok(Err(_)) => Err(BusError::Closed),
             Err(_) => Err(BusError::Timeout {
                 what: "queueing a publish",
                 after,
             }),
-        };
-        self.inner.shared.publish_gone();
-        result
+        }
     }
 
     /// The QoS to subscribe with to messages addressed to this client alone (replies to its
