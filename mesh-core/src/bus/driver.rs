@@ -493,28 +493,30 @@ impl Driver {
     /// rumqttc's own acknowledgements are written, one system call, before the publish is
     /// handed over: on the critical path of every request an agent serves.
     async fn acknowledge(&mut self) {
+        // Only on one worker: on several, the yield wakes another one (a futex call each way)
+        // and the consumers may run there anyway.
         if self.one_worker {
-            // On several workers this wakes another one (a futex call each way) for nothing.
             tokio::task::yield_now().await;
         }
-        let Some(network) = self.eventloop.network.as_mut() else {
-            self.acks.clear();
+        let flush = !self.shared.publishes_queued();
+        let (acks, network) = (&mut self.acks, self.eventloop.network.as_mut());
+        let Some(network) = network else {
+            acks.clear();
             return;
         };
-        for pkid in self.acks.drain(..) {
-            if network
-                .write(Packet::PubAck(PubAck::new(pkid)))
-                .await
-                .is_err()
-            {
-                // The connection is broken: the next poll reports it (the drain drops the rest).
-                break;
+        let write = async {
+            for pkid in acks.drain(..) {
+                network.write(Packet::PubAck(PubAck::new(pkid))).await?;
             }
-        }
-        if !self.shared.publishes_queued() {
-            // An error means a broken connection, which the next poll reports.
-            let _ = tokio::time::timeout(self.write_timeout, network.flush()).await;
-        }
+            if flush {
+                network.flush().await?;
+            }
+            Ok::<(), rumqttc::StateError>(())
+        };
+        // A failure or a timeout means a broken or stuck connection, which the next poll
+        // reports; the acknowledgements die with it.
+        let _ = tokio::time::timeout(self.write_timeout, write).await;
+        self.acks.clear();
     }
 }
 
