@@ -8,7 +8,7 @@ mod bus_support;
 
 use bus_support::{connect, next, within};
 use bytes::Bytes;
-use mesh_core::bus::QoS;
+use mesh_core::bus::{Bus, QoS, Subscription};
 use mesh_core::topic::Topics;
 use mesh_testkit::{TestBroker, fresh_namespace};
 
@@ -44,19 +44,37 @@ macro_rules! every_runtime {
     };
 }
 
-every_runtime!(a_subscriber_that_never_publishes_gets_every_delivery);
-async fn a_subscriber_that_never_publishes_gets_every_delivery(broker: TestBroker) {
+/// A subscriber at `qos` on a fresh namespace, and a publisher to its topic.
+struct Sink {
+    topic: String,
+    subscriber: Bus,
+    publisher: Bus,
+    sub: Subscription,
+}
+
+async fn sink(broker: &TestBroker, qos: QoS) -> Sink {
     let topics = Topics::new(fresh_namespace()).unwrap();
-    let topic = topics.agent_request("sink", "t1").unwrap();
     let subscriber = connect(&broker.url()).await;
-    let publisher = connect(&broker.url()).await;
-    let mut sub = subscriber
-        .subscribe(
-            &topics.agent_request_filter("sink").unwrap(),
-            QoS::AtLeastOnce,
-        )
+    let sub = subscriber
+        .subscribe(&topics.agent_request_filter("sink").unwrap(), qos)
         .await
         .unwrap();
+    Sink {
+        topic: topics.agent_request("sink", "t1").unwrap(),
+        subscriber,
+        publisher: connect(&broker.url()).await,
+        sub,
+    }
+}
+
+every_runtime!(a_subscriber_that_never_publishes_gets_every_delivery);
+async fn a_subscriber_that_never_publishes_gets_every_delivery(broker: TestBroker) {
+    let Sink {
+        topic,
+        subscriber,
+        publisher,
+        mut sub,
+    } = sink(&broker, QoS::AtLeastOnce).await;
     let sending = tokio::spawn(async move {
         for i in 0..MESSAGES {
             publisher.send(&topic, i.to_string()).await.unwrap();
@@ -134,17 +152,12 @@ mod qos2_deliveries_arrive_once_each {
 }
 
 async fn qos2_deliveries_arrive_once_each(broker: TestBroker) {
-    let topics = Topics::new(fresh_namespace()).unwrap();
-    let topic = topics.agent_request("sink", "t1").unwrap();
-    let subscriber = connect(&broker.url()).await;
-    let publisher = connect(&broker.url()).await;
-    let mut sub = subscriber
-        .subscribe(
-            &topics.agent_request_filter("sink").unwrap(),
-            QoS::ExactlyOnce,
-        )
-        .await
-        .unwrap();
+    let Sink {
+        topic,
+        subscriber,
+        publisher,
+        mut sub,
+    } = sink(&broker, QoS::ExactlyOnce).await;
     let n = 300u32;
     for i in 0..n {
         publisher
@@ -174,9 +187,7 @@ async fn replies_come_at_qos0_on_a_clean_session_and_qos1_on_a_persistent_one() 
     let mut config = bus_support::config(&broker.url());
     config.clean_session = false;
     config.client_id = format!("persistent-{}", fresh_namespace());
-    let persistent = within("connect", mesh_core::bus::Bus::connect(config))
-        .await
-        .unwrap();
+    let persistent = within("connect", Bus::connect(config)).await.unwrap();
     assert_eq!(persistent.inbox_qos(), QoS::AtLeastOnce);
     persistent.disconnect().await.unwrap();
     clean.disconnect().await.unwrap();
