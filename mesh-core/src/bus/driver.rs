@@ -4,8 +4,8 @@
 //!   incoming publishes to subscriptions, matches SUBACKs to waiting subscribers, reports the
 //!   connection state, and reconnects with backoff. It never awaits a client request
 //!   (publish, subscribe): that deadlocks once the request queue is full (rumqttc #1025).
-//!   It also acknowledges incoming QoS 1 publishes (rumqttc's manual acks), after they are
-//!   handed over rather than before (see [`Driver::acknowledge`]).
+//!   It also acknowledges incoming QoS 1 and QoS 2 publishes (rumqttc's manual acks), after
+//!   they are handed over rather than before (see [`Driver::acknowledge`]).
 //! - The *control task* issues every SUBSCRIBE and UNSUBSCRIBE, in order, including the
 //!   re-subscription of every live filter after a reconnect (rumqttc does not re-subscribe:
 //!   #250). Because it is the only task that sends SUBSCRIBEs, the order of its pending
@@ -361,10 +361,9 @@ pub(crate) struct Driver {
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) backoff: Backoff,
     pub(crate) url: String,
-    /// Packet ids of incoming QoS 1 publishes routed and not yet acknowledged.
-    pub(crate) acks: Vec<u16>,
-    /// How long a write of the acknowledgements may take.
-    pub(crate) write_timeout: Duration,
+    /// The acknowledgements (PUBACK, PUBREC) of incoming publishes routed and not yet
+    /// acknowledged.
+    pub(crate) acks: Vec<Packet>,
     /// The runtime has one worker thread (see [`Driver::acknowledge`]).
     pub(crate) one_worker: bool,
 }
@@ -416,14 +415,12 @@ impl Driver {
                     }
                 }
                 Ok(Event::Incoming(Packet::Publish(p))) => {
+                    // rumqttc noted a QoS 2 publish in its state as it read it, and answers
+                    // the PUBREL itself: the PUBREC is all that is left to write.
                     match p.qos {
                         QoS::AtMostOnce => {}
-                        QoS::AtLeastOnce => self.acks.push(p.pkid),
-                        // Kept by rumqttc's state until the PUBREL: its own request.
-                        QoS::ExactlyOnce => self
-                            .eventloop
-                            .pending
-                            .push_back(Request::PubRec(PubRec::new(p.pkid))),
+                        QoS::AtLeastOnce => self.acks.push(Packet::PubAck(PubAck::new(p.pkid))),
+                        QoS::ExactlyOnce => self.acks.push(Packet::PubRec(PubRec::new(p.pkid))),
                     }
                     let (first, others) = self.shared.targets(&p.topic);
                     let msg = BusMessage {
@@ -485,8 +482,8 @@ impl Driver {
         self.state.send_replace(ConnectionState::Closed);
     }
 
-    /// Acknowledges the QoS 1 publishes of the last read, after they were handed over: the
-    /// PUBACKs go into the write buffer and leave with the next publish when one is queued (a
+    /// Acknowledges the QoS 1 and 2 publishes of the last read, after they were handed over:
+    /// the PUBACKs (PUBRECs) go into the write buffer and leave with the next publish when one is queued (a
     /// reply the consumer just made), at once otherwise. On a runtime with one worker, the
     /// consumers first get their turn, so that what they publish in answer is queued by then.
     ///
@@ -505,8 +502,8 @@ impl Driver {
             return;
         };
         let write = async {
-            for pkid in acks.drain(..) {
-                network.write(Packet::PubAck(PubAck::new(pkid))).await?;
+            for ack in acks.drain(..) {
+                network.write(ack).await?;
             }
             if flush {
                 network.flush().await?;
@@ -514,9 +511,9 @@ impl Driver {
             Ok::<(), rumqttc::StateError>(())
         };
         // A failure or a timeout means a broken or stuck connection, which the next poll
-        // reports; the acknowledgements die with it.
-        let _ = tokio::time::timeout(self.write_timeout, write).await;
-        self.acks.clear();
+        // reports; the acknowledgements die with it (the drain drops what it did not write).
+        let timeout = Duration::from_secs(self.eventloop.network_options.connection_timeout());
+        let _ = tokio::time::timeout(timeout, write).await;
     }
 }
 

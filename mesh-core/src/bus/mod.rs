@@ -248,7 +248,6 @@ impl Bus {
             backoff: config.backoff,
             url: url.clone(),
             acks: Vec::new(),
-            write_timeout: Duration::from_secs(secs),
             one_worker: tokio::runtime::Handle::current().metrics().num_workers() == 1,
         };
         let event_loop = tokio::spawn(driver.run(ready_tx));
