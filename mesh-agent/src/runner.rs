@@ -180,6 +180,10 @@ pub(crate) async fn drive(shared: Arc<Shared>, started: Started) {
 
     let end = loop {
         tokio::select! {
+            // The handler first: one that finishes on its first poll (most do) ends the task
+            // before either timer is polled, and an unpolled timer costs nothing (a polled one
+            // registers with the runtime's timer, which may wake its driver through a syscall).
+            biased;
             joined = &mut handle => break End::Joined(joined),
             _ = cancel.cancelled() => break End::Canceled,
             _ = &mut deadline => break End::DeadlineExceeded,
@@ -191,12 +195,15 @@ pub(crate) async fn drive(shared: Arc<Shared>, started: Started) {
             }
         }
     };
+    // A handler that did not finish is told to stop and given a grace period; one that has
+    // finished must not be polled again.
+    let unfinished = !matches!(end, End::Joined(_));
     // A handler that returns once it sees the cancel still ends a canceled task.
     let end = match end {
         End::Joined(_) if cancel.is_cancelled() => End::Canceled,
         end => end,
     };
-    if !matches!(end, End::Joined(_)) {
+    if unfinished {
         cancel.cancel(); // reaches the handler and the sub-tasks of its peer calls
         // The handler may see the cancel and clean up for a moment; then it is aborted.
         tokio::spawn(async move {
