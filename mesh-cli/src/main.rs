@@ -124,13 +124,16 @@ fn main() {
         cli.command,
         Command::Broker { .. } | Command::Gateway { .. } | Command::Agent { .. }
     );
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    match settings.runtime_threads(carries_traffic_alone) {
-        0 => {}
+    // One worker: the current-thread scheduler (see `Settings::runtime_threads`).
+    let mut builder = match settings.runtime_threads(carries_traffic_alone) {
+        0 => tokio::runtime::Builder::new_multi_thread(),
+        1 => tokio::runtime::Builder::new_current_thread(),
         threads => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
             builder.worker_threads(threads);
+            builder
         }
-    }
+    };
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => Failure::Other(format!("cannot start the async runtime: {e}")).exit(),
