@@ -12,6 +12,7 @@
 
 use crate::handler::Handler;
 use crate::runner::{self, Running, SendRequest};
+use foldhash::{HashMap, HashSet};
 use mesh_core::bus::{Bus, BusConfig, BusError, LastWill, QoS};
 use mesh_core::codec;
 use mesh_core::dialect::Dialect;
@@ -24,7 +25,7 @@ use mesh_core::requester::{Requester, RequesterKind, SendError};
 use mesh_core::rpc::Call;
 use mesh_core::topic::{TopicError, Topics};
 use serde_json::Value;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::Semaphore;

@@ -19,7 +19,7 @@ use crate::model::{CancelTaskRequest, SendMessageRequest, Task};
 use crate::registry::{Registry, RegistryEvent};
 use crate::rpc::{Call, Reply, Request};
 use crate::topic::{TopicError, Topics};
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

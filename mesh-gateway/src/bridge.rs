@@ -16,6 +16,7 @@
 
 use crate::push::Pusher;
 use crate::store::{TaskRecord, TaskStore};
+use foldhash::HashMap;
 use mesh_core::error::A2aError;
 use mesh_core::model::is_final_state;
 use mesh_core::model::{
@@ -24,7 +25,6 @@ use mesh_core::model::{
 };
 use mesh_core::requester::{ReplyStream, is_deadline_error, strip_reply_meta};
 use mesh_core::rpc::Reply;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -2,8 +2,9 @@
 //! go first) and finished tasks forgotten `max_age` after their last change.
 
 use super::{StoreError, TaskPage, TaskQuery, TaskRecord, TaskStore};
+use foldhash::HashMap;
 use mesh_core::model::{TaskState, is_final_state};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, SystemTime};
 
