@@ -10,6 +10,7 @@ pub mod codecs;
 pub mod discovery;
 pub mod e2e;
 pub mod memory;
+pub mod paired;
 pub mod payload;
 pub mod procs;
 pub mod raw_mqtt;

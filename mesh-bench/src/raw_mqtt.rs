@@ -40,27 +40,77 @@ pub async fn run(port: u16, case: Duration) -> Result<RawResult, String> {
 }
 
 async fn run_qos(port: u16, qos: QoS, case: Duration) -> Result<RawQos, String> {
-    let run = uuid::Uuid::new_v4().simple().to_string();
-    let req_topic = format!("bench/{run}/req");
-    let rep_topic = format!("bench/{run}/rep");
-    let responder = start_responder(port, qos, &req_topic, &rep_topic, &run).await?;
-    let (client, mut el) = connect(&format!("bench-req-{run}"), port);
-    client
-        .subscribe(&rep_topic, qos)
-        .await
-        .map_err(|e| e.to_string())?;
-    wait_suback(&mut el).await?;
-    let body = payload::send(1).into_bytes();
-
-    // Warm up, then sequential round trips.
-    let rtt = sequential(&client, &mut el, &req_topic, qos, &body, case).await?;
-    let pipelined_per_s = pipelined(&client, &mut el, &req_topic, qos, &body, case).await?;
-    let _ = client.try_disconnect();
-    responder.abort();
+    let mut pair = RawPair::connect(port, qos).await?;
+    let rtt = pair.rtt(case).await?;
+    let pipelined_per_s = pipelined(
+        &pair.client,
+        &mut pair.requester,
+        &pair.req_topic,
+        qos,
+        &pair.body,
+        case,
+    )
+    .await?;
+    pair.close();
     Ok(RawQos {
         rtt,
         pipelined_per_s,
     })
+}
+
+/// A requester and a responder, connected and subscribed, that measure the sequential round
+/// trip again whenever asked: what the interleaved comparison with the mesh uses, so that both
+/// sides of a ratio are measured within seconds of each other.
+pub struct RawPair {
+    client: AsyncClient,
+    requester: EventLoop,
+    responder: tokio::task::JoinHandle<()>,
+    req_topic: String,
+    qos: QoS,
+    body: Vec<u8>,
+}
+
+impl RawPair {
+    /// Connects both clients to the broker on `port` and subscribes them at `qos`.
+    pub async fn connect(port: u16, qos: QoS) -> Result<RawPair, String> {
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        let req_topic = format!("bench/{run}/req");
+        let rep_topic = format!("bench/{run}/rep");
+        let responder = start_responder(port, qos, &req_topic, &rep_topic, &run).await?;
+        let (client, mut requester) = connect(&format!("bench-req-{run}"), port);
+        client
+            .subscribe(&rep_topic, qos)
+            .await
+            .map_err(|e| e.to_string())?;
+        wait_suback(&mut requester).await?;
+        Ok(RawPair {
+            client,
+            requester,
+            responder,
+            req_topic,
+            qos,
+            body: payload::send(1).into_bytes(),
+        })
+    }
+
+    /// Sequential round trips for `case`, after 200 to warm up.
+    pub async fn rtt(&mut self, case: Duration) -> Result<Latencies, String> {
+        sequential(
+            &self.client,
+            &mut self.requester,
+            &self.req_topic,
+            self.qos,
+            &self.body,
+            case,
+        )
+        .await
+    }
+
+    /// Disconnects the requester and stops the responder.
+    pub fn close(self) {
+        let _ = self.client.try_disconnect();
+        self.responder.abort();
+    }
 }
 
 /// A client with TCP_NODELAY and a short keep-alive, not yet connected (the event loop

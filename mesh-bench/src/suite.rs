@@ -1,12 +1,14 @@
 //! One broker's run, in order: the broker process; the raw MQTT limit through it; a gateway
 //! process (its idle RSS); `mesh agent echo` spawned and timed until the gateway lists it
-//! (then its idle RSS); `mesh agent writer`; wrk at concurrency 1 and 64; one SSE stream;
+//! (then its idle RSS); `mesh agent writer`; wrk at concurrency 1; the interleaved rounds of
+//! raw MQTT and concurrency 1 that the ratio is taken from; wrk at concurrency 64; one SSE stream;
 //! wrk again until the gateway holds 100,000 tasks (its RSS); SIGKILL of the echo agent,
 //! timed until the gateway lists it offline. Every case is bounded in time; a case that
 //! cannot run says why instead of giving a figure.
 
 use crate::e2e::{self, WrkResult};
 use crate::memory::{self, Rss};
+use crate::paired::{self, Paired};
 use crate::procs::{self, BrokerKind, BrokerProc};
 use crate::raw_mqtt::{self, RawResult};
 use crate::sse::{self, SseResult};
@@ -40,6 +42,8 @@ pub struct Figures {
     pub broker: BrokerKind,
     pub raw: Figure<RawResult>,
     pub c1: Figure<WrkResult>,
+    /// Concurrency 1 and raw MQTT QoS 1, in interleaved rounds (the ratio's source).
+    pub paired: Figure<Paired>,
     pub c64: Figure<WrkResult>,
     /// Concurrency 64 through a second gateway that keeps its tasks in SQLite.
     pub c64_durable: Figure<WrkResult>,
@@ -58,6 +62,7 @@ impl Figures {
             broker,
             raw: Err(why.clone()),
             c1: Err(why.clone()),
+            paired: Err(why.clone()),
             c64: Err(why.clone()),
             c64_durable: Err(why.clone()),
             sse: Err(why.clone()),
@@ -139,6 +144,17 @@ async fn mesh_cases(
     let mut sent = 0u64;
     log(&format!("[{label}] HTTP message/send, concurrency 1"));
     let c1 = wrk_case(plan, &echo_url, &mut sent, 1, plan.case, None);
+    log(&format!(
+        "[{label}] concurrency 1 against raw MQTT QoS 1, {} interleaved rounds",
+        paired::ROUNDS
+    ));
+    let paired = match &plan.wrk {
+        None => Err(e2e::WRK_MISSING.to_string()),
+        Some(wrk) => {
+            let round = Duration::from_secs((plan.case.as_secs() / 3).max(1));
+            paired::run(wrk, &plan.dir, broker.port, &echo_url, round, &mut sent).await
+        }
+    };
     log(&format!("[{label}] HTTP message/send, concurrency 64"));
     let c64 = wrk_case(plan, &echo_url, &mut sent, 64, plan.case, None);
     log(&format!(
@@ -215,6 +231,7 @@ async fn mesh_cases(
         broker: kind,
         raw,
         c1,
+        paired,
         c64,
         c64_durable,
         sse,
@@ -237,7 +254,9 @@ fn wrk_case(
 ) -> Figure<WrkResult> {
     let result = match &plan.wrk {
         None => Err(e2e::WRK_MISSING.to_string()),
-        Some(wrk) => e2e::run(wrk, &plan.dir, url, connections, bound, limit, *sent),
+        Some(wrk) => tokio::task::block_in_place(|| {
+            e2e::run(wrk, &plan.dir, url, connections, bound, limit, *sent)
+        }),
     };
     if let Ok(r) = &result {
         *sent += r.responses;

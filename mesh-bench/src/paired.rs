@@ -1,0 +1,127 @@
+//! The concurrency-1 ratio, measured in interleaved rounds: raw MQTT QoS 1 round trips, then
+//! HTTP `message/send` through the mesh at concurrency 1, then raw again, and so on, each
+//! round giving one ratio of the two medians.
+//!
+//! On a shared VM the speed of everything drifts by a fifth within minutes, and the raw case
+//! runs minutes before the HTTP cases; a ratio of two figures taken that far apart measures
+//! the drift as much as the mesh. Rounds a second long, side by side, see the same machine,
+//! and the median of their ratios is the figure the target is checked against.
+
+use crate::e2e::{self, WrkResult};
+use crate::raw_mqtt::RawPair;
+use rumqttc::QoS;
+use std::path::Path;
+use std::time::Duration;
+
+/// How many rounds (each one raw case and one HTTP case).
+pub const ROUNDS: usize = 5;
+
+/// One round: the raw QoS 1 p50 and the end-to-end p50, measured one after the other.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Round {
+    pub raw_p50: Duration,
+    pub mesh_p50: Duration,
+}
+
+impl Round {
+    /// End to end over raw.
+    pub fn ratio(&self) -> f64 {
+        self.mesh_p50.as_secs_f64() / self.raw_p50.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Every round of the comparison.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paired {
+    pub rounds: Vec<Round>,
+}
+
+impl Paired {
+    /// The ratios, smallest first.
+    pub fn sorted_ratios(&self) -> Vec<f64> {
+        let mut ratios: Vec<f64> = self.rounds.iter().map(Round::ratio).collect();
+        ratios.sort_by(f64::total_cmp);
+        ratios
+    }
+
+    /// The median ratio (the lower middle one for an even count); zero without rounds.
+    pub fn median_ratio(&self) -> f64 {
+        let ratios = self.sorted_ratios();
+        match ratios.len() {
+            0 => 0.0,
+            n => ratios[(n - 1) / 2],
+        }
+    }
+}
+
+/// Runs [`ROUNDS`] rounds of `round` each against the broker on `port` and the gateway's
+/// `url`. `sent` counts the HTTP answers (request ids stay unique across wrk runs).
+pub async fn run(
+    wrk: &Path,
+    dir: &Path,
+    port: u16,
+    url: &str,
+    round: Duration,
+    sent: &mut u64,
+) -> Result<Paired, String> {
+    let mut raw = RawPair::connect(port, QoS::AtLeastOnce).await?;
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let raw_p50 = raw.rtt(round).await?.percentile(50.0);
+        let first = *sent;
+        let mesh: WrkResult =
+            tokio::task::block_in_place(|| e2e::run(wrk, dir, url, 1, round, None, first))?;
+        *sent += mesh.responses;
+        if mesh.errors > 0 {
+            raw.close();
+            return Err(format!(
+                "{} errors in a concurrency-1 round through the mesh",
+                mesh.errors
+            ));
+        }
+        rounds.push(Round {
+            raw_p50,
+            mesh_p50: mesh.p50,
+        });
+    }
+    raw.close();
+    Ok(Paired { rounds })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(raw_us: u64, mesh_us: u64) -> Round {
+        Round {
+            raw_p50: Duration::from_micros(raw_us),
+            mesh_p50: Duration::from_micros(mesh_us),
+        }
+    }
+
+    #[test]
+    fn the_median_ratio_is_the_middle_round() {
+        let paired = Paired {
+            rounds: vec![
+                round(100, 300),
+                round(100, 150),
+                round(100, 200),
+                round(50, 500),
+                round(100, 190),
+            ],
+        };
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        let sorted = paired.sorted_ratios();
+        let expected = [1.5, 1.9, 2.0, 3.0, 10.0];
+        assert!(
+            sorted.iter().zip(expected).all(|(&a, b)| close(a, b)),
+            "{sorted:?}"
+        );
+        assert!(close(paired.median_ratio(), 2.0));
+        let even = Paired {
+            rounds: vec![round(100, 300), round(100, 100)],
+        };
+        assert!(close(even.median_ratio(), 1.0), "the lower middle one");
+        assert_eq!(Paired { rounds: vec![] }.median_ratio(), 0.0);
+    }
+}
