@@ -257,6 +257,58 @@ async fn cancel_reaches_the_handler_and_the_task_ends_canceled(broker: TestBroke
     running.shutdown().await;
 }
 
+/// How many panics said "resumed after completion": a finished handler polled again. The hook
+/// is chained to the previous one and shared by every test of this binary, which is fine: no
+/// test panics that way on purpose.
+static POLLED_AFTER_COMPLETION: AtomicUsize = AtomicUsize::new(0);
+
+fn count_polls_after_completion() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("");
+            if message.contains("resumed after completion") {
+                POLLED_AFTER_COMPLETION.fetch_add(1, Ordering::SeqCst);
+            }
+            previous(info);
+        }));
+    });
+}
+
+mesh_testkit::both_brokers!(a_handler_that_returns_on_cancel_is_not_polled_again);
+async fn a_handler_that_returns_on_cancel_is_not_polled_again(broker: TestBroker) {
+    // The runner polls the handler before its cancel branch, so a handler that returns once
+    // it sees the cancel has finished when the runner learns of the cancel; it must not be
+    // handed to the grace period (which would poll it again) as an unfinished one would.
+    count_polls_after_completion();
+    let before = POLLED_AFTER_COMPLETION.load(Ordering::SeqCst);
+    let mesh = Mesh::on(broker).await;
+    let agent = Agent::new(
+        "polite",
+        handler_fn(|ctx: TaskContext| async move {
+            ctx.working("waiting for a cancel").await?;
+            ctx.cancelled().await;
+            Ok(Outcome::completed())
+        }),
+    );
+    let running = mesh.run(agent).await;
+    let (answer, stream) = mesh.start_then_cancel("polite").await;
+    assert_eq!(answer.status.state, TaskState::Canceled);
+    let last = collect(stream).await.pop().unwrap().reply.unwrap();
+    assert_eq!(state_of(&last), Some(TaskState::Canceled));
+    assert_eq!(running.running_tasks(), 0);
+    running.shutdown().await;
+    // A grace period would have started (and polled the handler) before the final event
+    // left, so the answer above comes after any such poll.
+    assert_eq!(POLLED_AFTER_COMPLETION.load(Ordering::SeqCst), before);
+}
+
 mesh_testkit::both_brokers!(a_canceled_handler_may_clean_up_then_is_aborted);
 async fn a_canceled_handler_may_clean_up_then_is_aborted(broker: TestBroker) {
     /// Says "aborted" when the handler's future is dropped unfinished.
