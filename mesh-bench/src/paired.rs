@@ -64,7 +64,7 @@ pub async fn run(
     round: Duration,
     sent: &mut u64,
 ) -> Result<Paired, String> {
-    let mut raw = RawPair::connect(port, QoS::AtLeastOnce).await?;
+    let mut raw = RawPair::connect(port, QoS::AtLeastOnce).await?; // closed when dropped
     let mut rounds = Vec::with_capacity(ROUNDS);
     for _ in 0..ROUNDS {
         let raw_p50 = raw.rtt(round).await?.percentile(50.0);
@@ -73,7 +73,6 @@ pub async fn run(
             tokio::task::block_in_place(|| e2e::run(wrk, dir, url, 1, round, None, first))?;
         *sent += mesh.responses;
         if mesh.errors > 0 {
-            raw.close();
             return Err(format!(
                 "{} errors in a concurrency-1 round through the mesh",
                 mesh.errors
@@ -84,7 +83,6 @@ pub async fn run(
             mesh_p50: mesh.p50,
         });
     }
-    raw.close();
     Ok(Paired { rounds })
 }
 

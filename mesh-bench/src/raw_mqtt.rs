@@ -51,7 +51,6 @@ async fn run_qos(port: u16, qos: QoS, case: Duration) -> Result<RawQos, String> 
         case,
     )
     .await?;
-    pair.close();
     Ok(RawQos {
         rtt,
         pipelined_per_s,
@@ -105,9 +104,11 @@ impl RawPair {
         )
         .await
     }
+}
 
-    /// Disconnects the requester and stops the responder.
-    pub fn close(self) {
+impl Drop for RawPair {
+    /// Disconnects the requester and stops the responder, whatever ended the measurement.
+    fn drop(&mut self) {
         let _ = self.client.try_disconnect();
         self.responder.abort();
     }
