@@ -1,9 +1,9 @@
 //! One broker's run, in order: the broker process; the raw MQTT limit through it; a gateway
 //! process (its idle RSS); `mesh agent echo` spawned and timed until the gateway lists it
 //! (then its idle RSS); `mesh agent writer`; wrk at concurrency 1; the interleaved rounds of
-//! raw MQTT and concurrency 1 that the ratio is taken from; wrk at concurrency 64; one SSE stream;
-//! wrk again until the gateway holds 100,000 tasks (its RSS); SIGKILL of the echo agent,
-//! timed until the gateway lists it offline. Every case is bounded in time; a case that
+//! raw MQTT and concurrency 1 that the ratio is taken from; wrk at concurrency 64; one SSE
+//! stream; wrk again until the gateway holds 100,000 tasks (its RSS); SIGKILL of the echo
+//! agent, timed until the gateway lists it offline. Every case is bounded in time; a case that
 //! cannot run says why instead of giving a figure.
 
 use crate::e2e::{self, WrkResult};
