@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// How many rounds (each one raw case and one HTTP case).
-pub const ROUNDS: usize = 5;
+pub const ROUNDS: usize = 9;
 
 /// One round: the raw QoS 1 p50 and the end-to-end p50, measured one after the other.
 #[derive(Debug, Clone, Copy, PartialEq)]
