@@ -78,10 +78,18 @@ pub async fn run(
                 mesh.errors
             ));
         }
-        rounds.push(Round {
+        let round = Round {
             raw_p50,
             mesh_p50: mesh.p50,
-        });
+        };
+        crate::log(&format!(
+            "  round {}: raw {} µs, mesh {} µs ({:.2}×)",
+            rounds.len() + 1,
+            raw_p50.as_micros(),
+            mesh.p50.as_micros(),
+            round.ratio()
+        ));
+        rounds.push(round);
     }
     Ok(Paired { rounds })
 }
