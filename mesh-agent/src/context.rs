@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 /// The handler's view of one message and its task. Cheap to clone.
 #[derive(Clone)]
 pub struct TaskContext {
-    pub(crate) message: Arc<Message>,
+    /// The task as this turn began, the new message last in its history.
     pub(crate) snapshot: Arc<Task>,
     pub(crate) resumed: bool,
     pub(crate) caller: Option<Caller>,
@@ -27,15 +27,20 @@ pub struct TaskContext {
 }
 
 impl TaskContext {
-    /// The message this turn answers (`_mesh` metadata removed).
+    /// The message this turn answers (`_mesh` metadata removed): the last of the task's
+    /// history, where the runtime puts it.
     pub fn message(&self) -> &Message {
-        &self.message
+        static NONE: std::sync::OnceLock<Message> = std::sync::OnceLock::new();
+        match self.snapshot.history.as_deref() {
+            Some([.., last]) => last,
+            _ => NONE.get_or_init(|| Message::new(mesh_core::model::Role::User, Vec::new())),
+        }
     }
 
     /// The text of the message: its text parts, joined by newlines.
     pub fn text(&self) -> String {
         let texts: Vec<&str> = self
-            .message
+            .message()
             .parts
             .iter()
             .filter_map(|part| match &part.content {

@@ -132,7 +132,6 @@ pub(crate) fn start(
     let emitter = emitter(task.clone());
     let principal = meta.caller.as_ref().and_then(|c| c.principal.clone());
     let ctx = TaskContext {
-        message: Arc::new(last_message(&task)),
         snapshot: Arc::new(task),
         resumed,
         caller: meta.caller,
@@ -372,13 +371,6 @@ fn resolve_task(
         metadata: None,
     };
     Ok((task, false))
-}
-
-fn last_message(task: &Task) -> Message {
-    task.history
-        .as_ref()
-        .and_then(|h| h.last().cloned())
-        .unwrap_or_else(|| Message::new(mesh_core::model::Role::User, Vec::new()))
 }
 
 fn empty_task() -> Task {
