@@ -40,8 +40,21 @@ pub const WRK_MISSING: &str = "wrk is not installed: `sudo apt-get install -y wr
 
 /// Runs wrk against `url` with `connections` connections on one thread for at most
 /// `duration`, stopping after `limit` answers when given. Request numbers start after
-/// `first`, so ids stay unique across runs.
+/// `first`, so ids stay unique across runs. It waits for wrk in place: called from the
+/// bench's multi-thread runtime, whose other worker goes on meanwhile.
 pub fn run(
+    wrk: &Path,
+    dir: &Path,
+    url: &str,
+    connections: usize,
+    duration: Duration,
+    limit: Option<u64>,
+    first: u64,
+) -> Result<WrkResult, String> {
+    tokio::task::block_in_place(|| run_wrk(wrk, dir, url, connections, duration, limit, first))
+}
+
+fn run_wrk(
     wrk: &Path,
     dir: &Path,
     url: &str,

@@ -254,9 +254,7 @@ fn wrk_case(
 ) -> Figure<WrkResult> {
     let result = match &plan.wrk {
         None => Err(e2e::WRK_MISSING.to_string()),
-        Some(wrk) => tokio::task::block_in_place(|| {
-            e2e::run(wrk, &plan.dir, url, connections, bound, limit, *sent)
-        }),
+        Some(wrk) => e2e::run(wrk, &plan.dir, url, connections, bound, limit, *sent),
     };
     if let Ok(r) = &result {
         *sent += r.responses;
