@@ -17,9 +17,10 @@
 //! What 0.1/0.3 have no field for travels in `metadata._mesh` and is restored on read.
 //!
 //! # Fast path and fallback
-//! - Writing never builds a `serde_json::Value`: the `wire` module's `Serialize` adapters
-//!   borrow the model and write each dialect straight into the output bytes (the public
-//!   helpers that return a `Value` serialize the same adapters into one).
+//! - Writing never builds a `serde_json::Value`: the `wire` module's writers borrow the
+//!   model and write each dialect straight into the output bytes through the `out` module's
+//!   JSON writer (literal member names, strings escaped eight bytes at a time); the public
+//!   helpers that return a `Value` read those bytes back.
 //! - Reading first tries the `fast` module: a typed `serde` decode of the canonical shapes
 //!   (the JSON-RPC envelope with `params`/`result` as borrowed `RawValue`s; 0.3 and 1.0
 //!   SendMessage/SendStreamingMessage params, GetTask/CancelTask/SubscribeToTask params;
@@ -53,6 +54,7 @@
 
 pub mod card;
 mod fast;
+mod out;
 mod params;
 mod read;
 #[cfg(test)]
@@ -167,22 +169,23 @@ pub fn decode_value(value: Value) -> Result<Request, RequestError> {
 /// [`crate::dialect::method_name`]; no `id` member for
 /// a notification).
 pub fn encode_request(req: &Request) -> Vec<u8> {
-    wire::to_vec(&wire::WRequest(req))
+    wire::to_vec(|out| wire::request(out, req))
 }
 
 /// Encodes a success response (or SSE event payload) in `dialect`. In 1.0 a task or message
 /// is wrapped (`{"task": …}`), as SendMessage and stream events require; use
 /// [`encode_reply_to`] for GetTask/CancelTask, which answer a bare task in 1.0.
 pub fn encode_reply(dialect: Dialect, id: &JsonRpcId, reply: &Reply) -> Vec<u8> {
-    wire::to_vec(&wire::WResult(id, wire::reply_for(None, dialect, reply)))
+    wire::to_vec(|out| wire::result(out, id, |out| wire::reply_for(out, None, dialect, reply)))
 }
 
 /// Encodes the answer to `method` in `dialect` (1.0 GetTask/CancelTask: bare task).
 pub fn encode_reply_to(method: Method, dialect: Dialect, id: &JsonRpcId, reply: &Reply) -> Vec<u8> {
-    wire::to_vec(&wire::WResult(
-        id,
-        wire::reply_for(Some(method), dialect, reply),
-    ))
+    wire::to_vec(|out| {
+        wire::result(out, id, |out| {
+            wire::reply_for(out, Some(method), dialect, reply)
+        })
+    })
 }
 
 /// Encodes the answer to `method` carrying `task`, with only the last `history_length`
@@ -194,22 +197,26 @@ pub fn encode_task(
     task: &Task,
     history_length: Option<usize>,
 ) -> Vec<u8> {
-    let task = wire::WTaskTail(task, dialect, history_length);
-    if dialect == Dialect::V1_0 && method == Method::SendMessage {
-        wire::to_vec(&wire::WResult(id, wire::Wrap("task", task)))
-    } else {
-        wire::to_vec(&wire::WResult(id, task))
-    }
+    let wrapped = dialect == Dialect::V1_0 && method == Method::SendMessage;
+    wire::to_vec(|out| {
+        wire::result(out, id, |out| {
+            if wrapped {
+                wire::wrapped_task(out, task, dialect, history_length)
+            } else {
+                wire::task(out, task, dialect, history_length)
+            }
+        })
+    })
 }
 
 /// Encodes an error response in `dialect` (`id` null when unknown).
 pub fn encode_error(dialect: Dialect, id: Option<&JsonRpcId>, err: &A2aError) -> Vec<u8> {
-    wire::to_vec(&wire::WError(id, err.to_json(dialect)))
+    wire::to_vec(|out| wire::error(out, id, &err.to_json(dialect)))
 }
 
 /// The JSON of a reply (a response's `result`) in `dialect`.
 pub fn write_reply(d: Dialect, reply: &Reply) -> Value {
-    wire::to_value(&wire::reply_for(None, d, reply))
+    wire::to_value(|out| wire::reply_for(out, None, d, reply))
 }
 
 /// Reads a reply (a response's `result` or a stream event) written in `dialect`; the shape
@@ -410,7 +417,7 @@ fn decode_reply_lenient(bytes: &[u8], dialect: Dialect) -> Result<DecodedReply, 
 
 /// Writes a task in `dialect` (bare, e.g. a push-notification body).
 pub fn write_task(task: &Task, dialect: Dialect) -> Value {
-    wire::to_value(&wire::WTask(task, dialect))
+    wire::to_value(|out| wire::task(out, task, dialect, None))
 }
 
 /// Reads a bare task written in any dialect (`-32602` naming the field).
@@ -420,7 +427,7 @@ pub fn read_task(v: Value) -> Result<Task, A2aError> {
 
 /// Writes a message in `dialect` (bare).
 pub fn write_message(message: &Message, dialect: Dialect) -> Value {
-    wire::to_value(&wire::WMessage(message, dialect))
+    wire::to_value(|out| wire::message(out, message, dialect))
 }
 
 /// Reads a bare message written in any dialect (a missing `messageId` is generated).

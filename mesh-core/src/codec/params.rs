@@ -1,5 +1,5 @@
 //! Request params per dialect: the lenient reader (any spelling). Params are written by
-//! the typed writer ([`super::wire::WCall`]).
+//! the typed writer ([`super::wire`]).
 
 use serde_json::{Map, Value};
 
