@@ -3,9 +3,10 @@
 //! Member names are literals written as they are (they need no escaping); strings are
 //! escaped exactly as `serde_json` escapes them, eight bytes at a time where nothing needs
 //! escaping; JSON values (metadata, data parts) and RFC 3339 timestamps are written the same
-//! way; numbers and a2a-lf's enums go through `serde_json` into the same buffer. Compared with driving `serde_json`'s
-//! `Serializer` through `SerializeMap`, this skips escaping every member name and the map
-//! state machine, which was most of the cost of writing a task.
+//! way; numbers and a2a-lf's enums go through `serde_json` into the same buffer. Compared
+//! with driving `serde_json`'s `Serializer` through `SerializeMap`, this skips escaping
+//! every member name and the map state machine, which was most of the cost of writing a
+//! task.
 
 use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 use serde::Serialize;
