@@ -51,22 +51,11 @@ pub fn run(
     limit: Option<u64>,
     first: u64,
 ) -> Result<WrkResult, String> {
-    tokio::task::block_in_place(|| run_wrk(wrk, dir, url, connections, duration, limit, first))
-}
-
-fn run_wrk(
-    wrk: &Path,
-    dir: &Path,
-    url: &str,
-    connections: usize,
-    duration: Duration,
-    limit: Option<u64>,
-    first: u64,
-) -> Result<WrkResult, String> {
     let script = dir.join(format!("send-{first}.lua"));
     std::fs::write(&script, lua_script(first, limit.unwrap_or(0))).map_err(|e| e.to_string())?;
     let secs = duration.as_secs().max(1);
-    let output = Command::new(wrk)
+    let mut command = Command::new(wrk);
+    command
         .args([
             "-t1".to_string(),
             format!("-c{connections}"),
@@ -76,8 +65,8 @@ fn run_wrk(
             script.display().to_string(),
             url.to_string(),
         ])
-        .stdin(Stdio::null())
-        .output()
+        .stdin(Stdio::null());
+    let output = tokio::task::block_in_place(|| command.output())
         .map_err(|e| format!("cannot run wrk: {e}"))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
