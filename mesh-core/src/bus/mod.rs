@@ -50,6 +50,7 @@ mod config;
 mod driver;
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -177,6 +178,9 @@ struct Inner {
     control: mpsc::UnboundedSender<Command>,
     state: watch::Receiver<ConnectionState>,
     shutdown: watch::Sender<bool>,
+    /// Set by [`Bus::abort`] before the driver is stopped: from then on nothing more is
+    /// queued, even while the driver's current poll (on another worker) still runs.
+    aborted: AtomicBool,
     tasks: Mutex<Option<(JoinHandle<()>, JoinHandle<()>)>>,
     default_qos: QoS,
     clean_session: bool,
@@ -264,6 +268,7 @@ impl Bus {
                 control: control_tx,
                 state: state_rx,
                 shutdown: shutdown_tx,
+                aborted: AtomicBool::new(false),
                 tasks: Mutex::new(Some((event_loop, control))),
                 default_qos: config.default_qos,
                 clean_session: config.clean_session,
@@ -299,6 +304,9 @@ impl Bus {
         retain: bool,
     ) -> Result<(), BusError> {
         check_topic(topic)?;
+        if self.inner.aborted.load(Ordering::Acquire) {
+            return Err(BusError::Closed);
+        }
         let payload = payload.into();
         // Variable header (topic length, topic, packet id) plus payload.
         let size = 2 + topic.len() + 2 + payload.len();
@@ -408,6 +416,7 @@ impl Bus {
     /// Drops the connection at once, with no MQTT DISCONNECT: the broker sees what it sees
     /// when a process crashes, and publishes the last will. Every clone of this bus is closed.
     pub fn abort(&self) {
+        self.inner.aborted.store(true, Ordering::Release);
         let tasks = self
             .inner
             .tasks
