@@ -516,8 +516,8 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
     };
     let (rpc_id, method, dialect) = (request.id, request.method, request.dialect);
     match request.call {
-        Call::Send(mut params) => {
-            let meta = MeshMeta::take(&mut params.metadata);
+        Call::Send(params) => {
+            let meta = request.mesh;
             let Some(reply_to) = meta.reply_to.clone() else {
                 tracing::warn!(agent = %shared.name, "a request with no _mesh.replyTo: nowhere to answer, dropped");
                 return Next::Nothing;
@@ -539,8 +539,7 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
             }
         }
         _ => {
-            let peeked = peek(payload);
-            let Some(reply_to) = peeked.meta.reply_to else {
+            let Some(reply_to) = request.mesh.reply_to else {
                 return Next::Nothing;
             };
             let error = A2aError::unsupported_operation(format!(
@@ -560,10 +559,10 @@ fn handle_cancel(shared: &Shared, payload: &[u8]) {
         tracing::warn!(agent = %shared.name, "undecodable cancel request ignored");
         return;
     };
-    let Call::CancelTask(mut cancel) = request.call else {
+    let Call::CancelTask(cancel) = request.call else {
         return;
     };
-    let meta = MeshMeta::take(&mut cancel.metadata);
+    let meta = request.mesh;
     let Some(running) = shared.lock_running().get(&cancel.id).cloned() else {
         return; // another instance runs it, or nobody does: stay silent
     };

@@ -168,7 +168,8 @@ async fn a_message_for_an_unknown_task_is_task_not_found(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let echo = mesh.run(mesh_examples::echo::agent()).await;
     // No snapshot, no assigned id, a taskId the agent cannot know: -32001.
-    let mut request = Request {
+    let reply_topic = mesh.topics.gateway_response("probe", "t").unwrap();
+    let request = Request {
         id: Some(JsonRpcId::String("r1".into())),
         method: Method::SendMessage,
         dialect: Dialect::V0_3,
@@ -183,21 +184,17 @@ async fn a_message_for_an_unknown_task_is_task_not_found(broker: TestBroker) {
             metadata: None,
             tenant: None,
         }),
+        mesh: MeshMeta {
+            reply_to: Some(reply_topic.clone()),
+            request_id: Some("rq-1".into()),
+            ..Default::default()
+        },
     };
-    let reply_topic = mesh.topics.gateway_response("probe", "t").unwrap();
     let mut replies_sub = mesh
         .bus
         .subscribe(&reply_topic, QoS::AtLeastOnce)
         .await
         .unwrap();
-    if let Call::Send(params) = &mut request.call {
-        MeshMeta {
-            reply_to: Some(reply_topic.clone()),
-            request_id: Some("rq-1".into()),
-            ..Default::default()
-        }
-        .put(&mut params.metadata);
-    }
     mesh.bus
         .publish(
             &mesh.topics.agent_request("echo", "t").unwrap(),
@@ -441,25 +438,24 @@ async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice(broker
     let publish = |request_id: &str, task_id: &str| {
         let mut message = user("same message id");
         message.message_id = "the-same-message-id".into();
-        let mut params = SendMessageRequest {
+        let params = SendMessageRequest {
             message,
             configuration: None,
             metadata: None,
             tenant: None,
         };
-        MeshMeta {
-            reply_to: Some(reply_topic.clone()),
-            request_id: Some(request_id.into()),
-            task_id: Some(task_id.into()),
-            ..Default::default()
-        }
-        .put(&mut params.metadata);
         codec::encode_request(&Request {
             id: Some(JsonRpcId::String(request_id.into())),
             method: Method::SendMessage,
             dialect: Dialect::V0_3,
             shared_method: false,
             call: Call::Send(params),
+            mesh: MeshMeta {
+                reply_to: Some(reply_topic.clone()),
+                request_id: Some(request_id.into()),
+                task_id: Some(task_id.into()),
+                ..Default::default()
+            },
         })
     };
     let topic = mesh.topics.agent_request("counter", "t").unwrap();

@@ -359,6 +359,7 @@ impl Gateway {
             dialect: Dialect::V0_3,
             shared_method: false,
             call: Call::Send(send_params(message)),
+            mesh: Default::default(),
         };
         let response = self
             .http

@@ -192,6 +192,11 @@ impl MeshMeta {
         object
     }
 
+    /// True when no field is set (nothing to write under `_mesh`).
+    pub fn is_empty(&self) -> bool {
+        *self == MeshMeta::default()
+    }
+
     /// The deadline as a duration from now; `None` when there is no deadline, zero when it
     /// has passed.
     pub fn time_left(&self) -> Option<Duration> {

@@ -188,14 +188,14 @@ impl Requester {
     fn prepare_send(
         &self,
         agent: &str,
-        mut params: SendMessageRequest,
+        params: SendMessageRequest,
         options: SendOptions,
     ) -> Result<(String, Vec<u8>, ReplyStream), SendError> {
         let request_topic = self.topics.agent_request(agent, &options.task_id)?;
         let reply_to = self.reply_topic(&options.task_id)?;
         let rpc_id = uuid::Uuid::new_v4().simple().to_string();
         let is_follow_up = options.snapshot.is_some();
-        MeshMeta {
+        let mesh = MeshMeta {
             reply_to: Some(reply_to),
             request_id: Some(rpc_id.clone()),
             deadline: Some(deadline_in(options.timeout)),
@@ -211,14 +211,14 @@ impl Requester {
                 .as_ref()
                 .map(|task| codec::write_task(task, Dialect::V0_3)),
             ..Default::default()
-        }
-        .put(&mut params.metadata);
+        };
         let request = Request {
             id: Some(JsonRpcId::String(rpc_id.clone())),
             method: options.method,
             dialect: Dialect::V0_3,
             shared_method: false,
             call: Call::Send(params),
+            mesh,
         };
         let payload = codec::encode_request(&request);
         let stream = self.register(rpc_id, options.timeout);
@@ -235,14 +235,6 @@ impl Requester {
     ) -> Result<Option<Result<Task, A2aError>>, SendError> {
         let cancel_topic = self.topics.agent_cancel(agent, task_id)?;
         let rpc_id = uuid::Uuid::new_v4().simple().to_string();
-        let mut metadata = None;
-        MeshMeta {
-            reply_to: Some(self.reply_topic(task_id)?),
-            request_id: Some(rpc_id.clone()),
-            caller: Some(self.caller.clone()),
-            ..Default::default()
-        }
-        .put(&mut metadata);
         let request = Request {
             id: Some(JsonRpcId::String(rpc_id.clone())),
             method: Method::CancelTask,
@@ -250,9 +242,15 @@ impl Requester {
             shared_method: false,
             call: Call::CancelTask(CancelTaskRequest {
                 id: task_id.to_owned(),
-                metadata,
+                metadata: None,
                 tenant: None,
             }),
+            mesh: MeshMeta {
+                reply_to: Some(self.reply_topic(task_id)?),
+                request_id: Some(rpc_id.clone()),
+                caller: Some(self.caller.clone()),
+                ..Default::default()
+            },
         };
         let mut stream = self.register(rpc_id, timeout);
         self.bus

@@ -7,6 +7,7 @@
 use crate::dialect::{Dialect, Method};
 use crate::error::A2aError;
 use crate::jsonrpc::JsonRpcId;
+use crate::meta::MeshMeta;
 use crate::model::{
     AgentCard, CancelTaskRequest, DeleteTaskPushNotificationConfigRequest,
     GetTaskPushNotificationConfigRequest, GetTaskRequest, ListTaskPushNotificationConfigsRequest,
@@ -31,6 +32,11 @@ pub struct Request {
     pub shared_method: bool,
     /// The typed params.
     pub call: Call,
+    /// The bus envelope, `params.metadata._mesh` on the wire (reply topic, request id,
+    /// deadline, caller, …). The readers lift it out of the params' metadata (so a handler or
+    /// a client never sees it there) and the writers write it back; a `_mesh` entry left in
+    /// the params' metadata map is not written. Empty (the default) over HTTP.
+    pub mesh: MeshMeta,
 }
 
 /// The typed params of a request.
@@ -62,6 +68,16 @@ pub enum Call {
 }
 
 impl Call {
+    /// Removes `_mesh` from the params' metadata (the calls that carry metadata: send and
+    /// cancel) and reads it (see [`MeshMeta::take`]).
+    pub(crate) fn take_mesh(&mut self) -> MeshMeta {
+        match self {
+            Call::Send(params) => MeshMeta::take(&mut params.metadata),
+            Call::CancelTask(params) => MeshMeta::take(&mut params.metadata),
+            _ => MeshMeta::default(),
+        }
+    }
+
     /// The method this call belongs to (SendMessage for [`Call::Send`]; the request's
     /// `method` tells streaming apart).
     pub fn default_method(&self) -> Method {

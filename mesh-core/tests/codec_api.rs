@@ -14,6 +14,7 @@ use mesh_core::codec::{
 use mesh_core::dialect::{Dialect, Method};
 use mesh_core::error::{A2aError, ErrorKind};
 use mesh_core::jsonrpc::JsonRpcId;
+use mesh_core::meta::MeshMeta;
 use mesh_core::model::*;
 use mesh_core::rpc::{Call, Reply, Request};
 use serde_json::{Value, json};
@@ -56,7 +57,7 @@ fn all_calls() -> Vec<(Method, Call)> {
                     return_immediately: Some(true),
                 }),
                 metadata: Some(
-                    [("_mesh".to_string(), json!({"route": "x"}))]
+                    [("trace".to_string(), json!({"route": "x"}))]
                         .into_iter()
                         .collect(),
                 ),
@@ -139,6 +140,7 @@ fn every_method_round_trips_in_every_dialect() {
                 dialect: d,
                 shared_method: false,
                 call,
+                mesh: MeshMeta::default(),
             };
             let out = encode_request(&req);
             let back = decode_request(&out).unwrap_or_else(|e| panic!("{method:?} in {d}: {e}"));
@@ -166,6 +168,11 @@ fn wire_shapes_per_dialect() {
         dialect: d,
         shared_method: false,
         call: call.clone(),
+        mesh: MeshMeta {
+            reply_to: Some("ns/a2a/v1/gateway/response/g/t".into()),
+            deadline: Some(42),
+            ..MeshMeta::default()
+        },
     };
     let v03 = parse(&encode_request(&req(Dialect::V0_3)));
     assert_eq!(v03["method"], "message/send");
@@ -180,7 +187,13 @@ fn wire_shapes_per_dialect() {
         v03["params"]["configuration"]["pushNotificationConfig"]["authentication"]["schemes"],
         json!(["Bearer"])
     );
-    assert_eq!(v03["params"]["metadata"], json!({"_mesh": {"route": "x"}}));
+    assert_eq!(
+        v03["params"]["metadata"],
+        json!({"trace": {"route": "x"}, "_mesh": {"replyTo": "ns/a2a/v1/gateway/response/g/t", "deadline": 42}})
+    );
+    // The envelope is lifted out of the params' metadata on the way back in.
+    let back = decode_request(&encode_request(&req(Dialect::V0_3))).unwrap();
+    assert_eq!(back, req(Dialect::V0_3));
     let v10 = parse(&encode_request(&req(Dialect::V1_0)));
     assert_eq!(v10["method"], "SendMessage");
     assert_eq!(v10["params"]["message"]["role"], "ROLE_USER");

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use mesh_core::codec::{decode_reply, decode_request, encode_reply, encode_request};
 use mesh_core::dialect::{Dialect, Method};
 use mesh_core::jsonrpc::JsonRpcId;
+use mesh_core::meta::MeshMeta;
 use mesh_core::model::*;
 use mesh_core::rpc::{Call, Reply, Request};
 use proptest::prelude::*;
@@ -250,6 +251,14 @@ proptest! {
                 dialect: d,
                 shared_method: false,
                 call: Call::Send(s.clone()),
+                // The bus envelope travels beside the params' own metadata, in every dialect.
+                mesh: MeshMeta {
+                    reply_to: Some("ns/a2a/v1/gateway/response/g/t".into()),
+                    request_id: Some("r".into()),
+                    deadline: Some(1_795_422_601_053),
+                    depth: Some(streaming as u32),
+                    ..MeshMeta::default()
+                },
             };
             let bytes = encode_request(&req);
             let back = decode_request(&bytes).map_err(|e| TestCaseError::fail(format!("{d}: {e}")))?;

@@ -31,9 +31,10 @@ use super::read::{
 use crate::dialect::{Dialect, Method, resolve_method};
 use crate::error::A2aError;
 use crate::jsonrpc::JsonRpcId;
+use crate::meta::{Caller, MeshMeta};
 use crate::model::{
-    Artifact, CancelTaskRequest, GetTaskRequest, Message, Metadata, Part, PartContent, Role,
-    SendMessageConfiguration, SendMessageRequest, SubscribeToTaskRequest, Task,
+    Artifact, CancelTaskRequest, GetTaskRequest, MESH_KEY, Message, Metadata, Part, PartContent,
+    Role, SendMessageConfiguration, SendMessageRequest, SubscribeToTaskRequest, Task,
     TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent, is_final_state,
 };
 use crate::rpc::{Call, Reply, Request};
@@ -501,11 +502,143 @@ struct FSend<'a> {
     #[serde(borrow)]
     message: M<FMessage<'a>>,
     configuration: Option<M<FConfig>>,
-    metadata: Option<Metadata>,
+    metadata: Option<FParamsMetadata>,
     tenant: Option<String>,
 }
 
-fn send(p: FSend) -> Option<SendMessageRequest> {
+/// The metadata of send params: its entries, with `_mesh` read straight into a
+/// [`MeshMeta`] instead of a `Value` tree (the request's envelope, on every request an agent
+/// serves).
+struct FParamsMetadata {
+    entries: Metadata,
+    mesh: MeshMeta,
+}
+
+impl<'de> Deserialize<'de> for FParamsMetadata {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FParamsMetadata;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries = Metadata::new();
+                let mut mesh = None;
+                while let Some(Key(key)) = map.next_key()? {
+                    if key == MESH_KEY {
+                        if mesh.is_some() {
+                            return Err(de::Error::duplicate_field(MESH_KEY));
+                        }
+                        mesh = Some(map.next_value::<FMesh>()?.0);
+                    } else {
+                        entries.insert(key.into_owned(), map.next_value()?);
+                    }
+                }
+                Ok(FParamsMetadata {
+                    entries,
+                    mesh: mesh.unwrap_or_default(),
+                })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// An object member's name, borrowed from the input unless it has escapes.
+struct Key<'a>(Str<'a>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(s.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+#[derive(Deserialize)]
+struct FCaller {
+    kind: String,
+    id: String,
+    principal: Option<String>,
+}
+
+/// `_mesh` read strictly into a [`MeshMeta`]: an object whose known members have their
+/// types (`null` as absent) and appear once; unknown members are kept in `other`. Anything
+/// else fails the fast path, and the lenient reading ([`MeshMeta::take`]) decides.
+struct FMesh(MeshMeta);
+
+impl<'de> Deserialize<'de> for FMesh {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FMesh;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FMesh, A::Error> {
+                let mut m = MeshMeta::default();
+                let mut seen = 0u16;
+                while let Some(Key(key)) = map.next_key()? {
+                    let bit = match &*key {
+                        "replyTo" => 0,
+                        "requestId" => 1,
+                        "deadline" => 2,
+                        "caller" => 3,
+                        "depth" => 4,
+                        "traceparent" => 5,
+                        "taskId" => 6,
+                        "task" => 7,
+                        "instance" => 8,
+                        "seq" => 9,
+                        _ => {
+                            m.other.insert(key.into_owned(), map.next_value()?);
+                            continue;
+                        }
+                    };
+                    if seen & (1 << bit) != 0 {
+                        return Err(de::Error::custom("duplicate member in _mesh"));
+                    }
+                    seen |= 1 << bit;
+                    match bit {
+                        0 => m.reply_to = map.next_value()?,
+                        1 => m.request_id = map.next_value()?,
+                        2 => m.deadline = map.next_value()?,
+                        3 => {
+                            m.caller = map.next_value::<Option<FCaller>>()?.map(|c| Caller {
+                                kind: c.kind,
+                                id: c.id,
+                                principal: c.principal,
+                            })
+                        }
+                        4 => m.depth = map.next_value()?,
+                        5 => m.traceparent = map.next_value()?,
+                        6 => m.task_id = map.next_value()?,
+                        7 => m.task = Some(map.next_value()?),
+                        8 => m.instance = map.next_value()?,
+                        _ => m.seq = map.next_value()?,
+                    }
+                }
+                Ok(FMesh(m))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Send params and their `_mesh`.
+fn send(p: FSend) -> Option<(SendMessageRequest, MeshMeta)> {
     let configuration = match p.configuration {
         None => None,
         Some(M(c)) => {
@@ -529,12 +662,18 @@ fn send(p: FSend) -> Option<SendMessageRequest> {
             .then_some(cfg)
         }
     };
-    Some(SendMessageRequest {
+    // As `MeshMeta::take` leaves it: a map with nothing but `_mesh` (or nothing) is absent.
+    let (metadata, mesh) = match p.metadata {
+        Some(m) => (Some(m.entries).filter(|e| !e.is_empty()), m.mesh),
+        None => (None, MeshMeta::default()),
+    };
+    let params = SendMessageRequest {
         message: message(p.message.0)?,
         configuration,
-        metadata: p.metadata,
+        metadata,
         tenant: p.tenant,
-    })
+    };
+    Some((params, mesh))
 }
 
 #[derive(Deserialize)]
@@ -594,9 +733,12 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Option<Request> {
         params: params_text,
     };
     let info = resolve_method(env.method)?;
-    let call = match info.method {
+    let mut mesh = None;
+    let mut call = match info.method {
         Method::SendMessage | Method::SendStreamingMessage if info.dialect != Dialect::V0_1 => {
-            Call::Send(send(params(env.params)?)?)
+            let (send, envelope) = send(params(env.params)?)?;
+            mesh = Some(envelope);
+            Call::Send(send)
         }
         Method::GetTask | Method::CancelTask | Method::SubscribeToTask => {
             let p: FTaskId = params(env.params)?;
@@ -632,6 +774,7 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Option<Request> {
         method: info.method,
         dialect: info.dialect,
         shared_method: info.shared,
+        mesh: mesh.unwrap_or_else(|| call.take_mesh()),
         call,
     })
 }

@@ -147,11 +147,12 @@ pub fn decode_value(value: Value) -> Result<Request, RequestError> {
         });
     };
     match params::read_call(info.method, info.dialect, env.params) {
-        Ok(call) => Ok(Request {
+        Ok(mut call) => Ok(Request {
             id: env.id,
             method: info.method,
             dialect: info.dialect,
             shared_method: info.shared,
+            mesh: call.take_mesh(),
             call,
         }),
         Err(error) => Err(RequestError {

@@ -261,6 +261,19 @@ impl Obj<'_> {
         self.out
     }
 
+    /// Starts the member `name` (any string: escaped as needed) and returns the writer for
+    /// its value.
+    pub(crate) fn entry(&mut self, name: &str) -> &mut JsonOut {
+        if self.first {
+            self.first = false;
+        } else {
+            self.out.buf.push(b',');
+        }
+        self.out.str(name);
+        self.out.buf.push(b':');
+        self.out
+    }
+
     /// Closes the object.
     #[inline]
     pub(crate) fn end(self) {

@@ -26,6 +26,51 @@ fn meta() -> impl Strategy<Value = Option<Metadata>> {
         .prop_map(|m| m.map(|m: HashMap<String, Value>| m))
 }
 
+/// A request's `_mesh` envelope: none, or some of its fields (and an unknown one).
+fn mesh() -> impl Strategy<Value = crate::meta::MeshMeta> {
+    use crate::meta::{Caller, MeshMeta};
+    let some = (
+        prop::option::of("[a-z/+é\"]{1,12}"),
+        prop::option::of(any::<u64>()),
+        prop::option::of((
+            "[a-z]{1,5}",
+            "[a-z0-9]{1,8}",
+            prop::option::of("[a-z@.]{1,8}"),
+        )),
+        prop::option::of(any::<u32>()),
+        prop::option::of(prop_oneof![
+            Just(json!(null)),
+            Just(json!({"id": "t", "k": [1]}))
+        ]),
+        prop::option::of(any::<u64>()),
+        prop::bool::ANY,
+    )
+        .prop_map(|(reply_to, deadline, caller, depth, task, seq, unknown)| {
+            let mut other = serde_json::Map::new();
+            if unknown {
+                other.insert("futureField".into(), json!([true, "x"]));
+            }
+            MeshMeta {
+                request_id: reply_to.clone().map(|r| format!("{r}-id")),
+                task_id: deadline.map(|d| format!("t{d}")),
+                reply_to,
+                deadline,
+                caller: caller.map(|(kind, id, principal)| Caller {
+                    kind,
+                    id,
+                    principal,
+                }),
+                depth,
+                traceparent: depth.map(|d| format!("00-{d:032x}-{d:016x}-01")),
+                task,
+                instance: seq.map(|s| format!("i{s}")),
+                seq,
+                other,
+            }
+        });
+    prop_oneof![Just(MeshMeta::default()), some]
+}
+
 fn part() -> impl Strategy<Value = Part> {
     let content = prop_oneof![
         ".{0,12}".prop_map(PartContent::Text),
@@ -328,7 +373,21 @@ fn reference_request(req: &Request) -> Value {
         "method".into(),
         crate::dialect::method_name(req.method, req.dialect).into(),
     );
-    if let Some(p) = write::write_call(&req.call, req.dialect) {
+    if let Some(mut p) = write::write_call(&req.call, req.dialect) {
+        // The envelope as serde writes `MeshMeta`, in place of any `_mesh` of the params.
+        if matches!(req.call, Call::Send(_) | Call::CancelTask(_)) {
+            let had = p.get("metadata").is_some();
+            if let Some(Value::Object(own)) = p.get_mut("metadata") {
+                own.remove(MESH_KEY);
+            }
+            if !req.mesh.is_empty() {
+                let mesh = serde_json::to_value(&req.mesh).unwrap();
+                if !had {
+                    p["metadata"] = json!({});
+                }
+                p["metadata"][MESH_KEY] = mesh;
+            }
+        }
         obj.insert("params".into(), p);
     }
     Value::Object(obj)
@@ -361,9 +420,9 @@ proptest! {
     }
 
     #[test]
-    fn typed_writer_matches_reference_requests((method, call) in call(), id in id()) {
+    fn typed_writer_matches_reference_requests((method, call) in call(), id in id(), mesh in mesh()) {
         for d in Dialect::ALL {
-            let req = Request { id: id.clone(), method, dialect: d, shared_method: false, call: call.clone() };
+            let req = Request { id: id.clone(), method, dialect: d, shared_method: false, call: call.clone(), mesh: mesh.clone() };
             let bytes = super::encode_request(&req);
             prop_assert_eq!(parse(&bytes), reference_request(&req), "dialect {}", d);
         }
@@ -518,9 +577,9 @@ proptest! {
     }
 
     #[test]
-    fn fast_reader_matches_lenient_requests((method, call) in call(), id in id(), muts in prop::collection::vec(mutation(), 1..3)) {
+    fn fast_reader_matches_lenient_requests((method, call) in call(), id in id(), mesh in mesh(), muts in prop::collection::vec(mutation(), 1..3)) {
         for d in Dialect::ALL {
-            let req = Request { id: id.clone(), method, dialect: d, shared_method: false, call: call.clone() };
+            let req = Request { id: id.clone(), method, dialect: d, shared_method: false, call: call.clone(), mesh: mesh.clone() };
             let bytes = super::encode_request(&req);
             check_request(&bytes)?;
             if d != Dialect::V0_1 && matches!(call, Call::Send(_)) {
@@ -579,6 +638,22 @@ fn fast_reader_edge_cases() {
         r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t","metadata":{"a":1}}}"#.to_string(),
         r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t","historyLength":2.0}}"#.to_string(),
         r#"{"jsonrpc":"2.0","id":1,"method":"tasks/cancel","params":{"id":"t","metadata":{}}}"#.to_string(),
+        // The envelope under params.metadata._mesh: read in place, or declined to the lenient
+        // reader when it is anything but a plain object of well-typed members.
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"a":1,"_mesh":{{"replyTo":"r/t","requestId":"q","deadline":17,"caller":{{"id":"g","kind":"gateway","x":1}},"depth":0,"taskId":"t","task":null,"seq":3,"instance":"i","other":[1]}}}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"_mesh":{{"replyTo":null,"deadline":null,"caller":null}}}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"_mesh":{{"replyTo":"a","replyTo":"b"}}}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"_mesh":{{"x":1}},"_mesh":{{"y":2}}}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"_mesh":{{"replyTo":5,"deadline":-1,"depth":4294967296}}}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"_mesh":{{"deadline":1.5,"seq":"3"}}}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"_mesh":{{"caller":{{"kind":"gateway"}}}}}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"_mesh":{{"caller":{{"kind":"agent","id":"a","principal":7}}}}}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"_mesh":"junk","b":2}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"_mesh":[1,2]}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"\u005fmesh":{{"replyTo":"r"}},"k\"ey":1}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{"_mesh":{{}}}}}}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{msg},"metadata":{{}}}}}}"#),
+        r#"{"jsonrpc":"2.0","id":1,"method":"tasks/cancel","params":{"id":"t","metadata":{"_mesh":{"replyTo":"r","requestId":"q"}}}}"#.to_string(),
     ];
     for r in &requests {
         let fast = fast::decode_request(r.as_bytes());
@@ -623,8 +698,27 @@ fn fast_reader_edge_cases() {
             }
         }
     }
-    // The canonical ones are covered.
+    // The canonical ones are covered, the envelope included.
     assert!(fast::decode_request(requests[0].as_bytes()).is_some());
+    let enveloped = requests
+        .iter()
+        .find(|r| r.contains(r#""replyTo":"r/t""#))
+        .unwrap();
+    let decoded = fast::decode_request(enveloped.as_bytes()).expect("read in place");
+    assert_eq!(decoded.mesh.reply_to.as_deref(), Some("r/t"));
+    assert_eq!(
+        decoded.mesh.caller.as_ref().map(|c| c.id.as_str()),
+        Some("g")
+    );
+    assert_eq!(decoded.mesh.task, Some(Value::Null));
+    assert_eq!(decoded.mesh.other.get("other"), Some(&json!([1])));
+    let Call::Send(params) = &decoded.call else {
+        panic!("a send")
+    };
+    assert_eq!(
+        params.metadata,
+        Some(HashMap::from([("a".to_owned(), json!(1))]))
+    );
     assert!(fast::decode_reply(replies[0].as_bytes(), Dialect::V0_3).is_some());
     assert!(fast::decode_reply(replies[1].as_bytes(), Dialect::V1_0).is_some());
 }

@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 use super::out::{JsonOut, Obj};
 use crate::dialect::{Dialect, Method, method_name};
 use crate::jsonrpc::JsonRpcId;
+use crate::meta::MeshMeta;
 use crate::model::{
     Artifact, AuthenticationInfo, MESH_KEY, Message, Metadata, Part, PartContent, Role, Task,
     TaskArtifactUpdateEvent, TaskPushNotificationConfig, TaskState, TaskStatus,
@@ -528,9 +529,71 @@ fn task_and_config(o: &mut Obj<'_>, d: Dialect, task_id: &str, id: &str) {
     }
 }
 
+/// The metadata of request params: the params' own entries (a `_mesh` among them left out)
+/// and the request's envelope under `_mesh`, when there is one.
+fn params_metadata(o: &mut Obj<'_>, own: Option<&Metadata>, mesh: &MeshMeta) {
+    if own.is_none() && mesh.is_empty() {
+        return;
+    }
+    let mut m = o.key("metadata").obj();
+    for (key, value) in own.into_iter().flatten() {
+        if key != MESH_KEY {
+            m.entry(key).value(value);
+        }
+    }
+    if !mesh.is_empty() {
+        mesh_meta(m.key("_mesh"), mesh);
+    }
+    m.end();
+}
+
+/// The members of [`MeshMeta`] by name; an entry of `other` with one of these names is left
+/// out (the field wins, as in [`MeshMeta::into_object`]).
+const MESH_FIELDS: [&str; 10] = [
+    "replyTo",
+    "requestId",
+    "deadline",
+    "caller",
+    "depth",
+    "traceparent",
+    "taskId",
+    "task",
+    "instance",
+    "seq",
+];
+
+/// `_mesh`: the fields that are set, then the other entries.
+fn mesh_meta(out: &mut JsonOut, m: &MeshMeta) {
+    let mut o = out.obj();
+    opt_str(&mut o, "replyTo", m.reply_to.as_ref());
+    opt_str(&mut o, "requestId", m.request_id.as_ref());
+    opt_serde(&mut o, "deadline", m.deadline.as_ref());
+    if let Some(caller) = &m.caller {
+        let mut c = o.key("caller").obj();
+        c.key("kind").str(&caller.kind);
+        c.key("id").str(&caller.id);
+        opt_str(&mut c, "principal", caller.principal.as_ref());
+        c.end();
+    }
+    opt_serde(&mut o, "depth", m.depth.as_ref());
+    opt_str(&mut o, "traceparent", m.traceparent.as_ref());
+    opt_str(&mut o, "taskId", m.task_id.as_ref());
+    if let Some(task) = &m.task {
+        o.key("task").value(task);
+    }
+    opt_str(&mut o, "instance", m.instance.as_ref());
+    opt_serde(&mut o, "seq", m.seq.as_ref());
+    for (key, value) in &m.other {
+        if !MESH_FIELDS.contains(&key.as_str()) {
+            o.entry(key).value(value);
+        }
+    }
+    o.end();
+}
+
 /// The params of a call in a dialect (the caller leaves them out for
 /// [`Call::GetExtendedCard`]).
-fn call(out: &mut JsonOut, c: &Call, d: Dialect) {
+fn call(out: &mut JsonOut, c: &Call, d: Dialect, mesh: &MeshMeta) {
     if let Call::SetPushConfig(c) = c {
         return push_config(out, c, d);
     }
@@ -552,9 +615,7 @@ fn call(out: &mut JsonOut, c: &Call, d: Dialect) {
                     inner.end();
                 }
             }
-            if let Some(m) = &x.metadata {
-                o.key("metadata").map(m);
-            }
+            params_metadata(&mut o, x.metadata.as_ref(), mesh);
             opt_str(&mut o, "tenant", x.tenant.as_ref());
         }
         Call::GetTask(g) => {
@@ -578,9 +639,7 @@ fn call(out: &mut JsonOut, c: &Call, d: Dialect) {
         }
         Call::CancelTask(c) => {
             o.key("id").str(&c.id);
-            if let Some(m) = &c.metadata {
-                o.key("metadata").map(m);
-            }
+            params_metadata(&mut o, c.metadata.as_ref(), mesh);
             opt_str(&mut o, "tenant", c.tenant.as_ref());
         }
         Call::Subscribe(x) => {
@@ -625,7 +684,7 @@ pub(crate) fn request(out: &mut JsonOut, r: &Request) {
     }
     o.key("method").str(method_name(r.method, r.dialect));
     if !matches!(r.call, Call::GetExtendedCard) {
-        call(o.key("params"), &r.call, r.dialect);
+        call(o.key("params"), &r.call, r.dialect, &r.mesh);
     }
     o.end();
 }
