@@ -63,6 +63,20 @@ impl Caller {
     }
 }
 
+/// The member names of [`MeshMeta`]'s fields on the wire, in declaration order.
+pub(crate) const MESH_FIELDS: [&str; 10] = [
+    "replyTo",
+    "requestId",
+    "deadline",
+    "caller",
+    "depth",
+    "traceparent",
+    "taskId",
+    "task",
+    "instance",
+    "seq",
+];
+
 /// The content of `metadata._mesh`, on requests and on events alike (each side uses its fields).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -291,6 +305,17 @@ mod tests {
         };
         let by_serde = serde_json::to_value(&meta).unwrap();
         assert_eq!(Value::Object(meta.clone().into_object()), by_serde);
+        let mut names: Vec<&str> = by_serde
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        names.retain(|name| *name != "artifactId");
+        let mut fields = MESH_FIELDS.to_vec();
+        fields.sort_unstable();
+        names.sort_unstable();
+        assert_eq!(names, fields, "MESH_FIELDS names every field");
         let Value::Object(object) = by_serde else {
             unreachable!()
         };

@@ -31,7 +31,7 @@ use super::read::{
 use crate::dialect::{Dialect, Method, resolve_method};
 use crate::error::A2aError;
 use crate::jsonrpc::JsonRpcId;
-use crate::meta::{Caller, MeshMeta};
+use crate::meta::MeshMeta;
 use crate::model::{
     Artifact, CancelTaskRequest, GetTaskRequest, MESH_KEY, Message, Metadata, Part, PartContent,
     Role, SendMessageConfiguration, SendMessageRequest, SubscribeToTaskRequest, Task,
@@ -567,13 +567,6 @@ impl<'de> Deserialize<'de> for Key<'de> {
     }
 }
 
-#[derive(Deserialize)]
-struct FCaller {
-    kind: String,
-    id: String,
-    principal: Option<String>,
-}
-
 /// `_mesh` read strictly into a [`MeshMeta`]: an object whose known members have their
 /// types (`null` as absent) and appear once; unknown members are kept in `other`. Anything
 /// else fails the fast path, and the lenient reading ([`MeshMeta::take`]) decides.
@@ -591,6 +584,7 @@ impl<'de> Deserialize<'de> for FMesh {
                 let mut m = MeshMeta::default();
                 let mut seen = 0u16;
                 while let Some(Key(key)) = map.next_key()? {
+                    // The bit of each known member, in the order of `MESH_FIELDS`.
                     let bit = match &*key {
                         "replyTo" => 0,
                         "requestId" => 1,
@@ -615,13 +609,8 @@ impl<'de> Deserialize<'de> for FMesh {
                         0 => m.reply_to = map.next_value()?,
                         1 => m.request_id = map.next_value()?,
                         2 => m.deadline = map.next_value()?,
-                        3 => {
-                            m.caller = map.next_value::<Option<FCaller>>()?.map(|c| Caller {
-                                kind: c.kind,
-                                id: c.id,
-                                principal: c.principal,
-                            })
-                        }
+                        // `kind` and `id` strings, `principal` a string or null.
+                        3 => m.caller = map.next_value()?,
                         4 => m.depth = map.next_value()?,
                         5 => m.traceparent = map.next_value()?,
                         6 => m.task_id = map.next_value()?,

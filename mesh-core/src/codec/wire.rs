@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use super::out::{JsonOut, Obj};
 use crate::dialect::{Dialect, Method, method_name};
 use crate::jsonrpc::JsonRpcId;
-use crate::meta::MeshMeta;
+use crate::meta::{MESH_FIELDS, MeshMeta};
 use crate::model::{
     Artifact, AuthenticationInfo, MESH_KEY, Message, Metadata, Part, PartContent, Role, Task,
     TaskArtifactUpdateEvent, TaskPushNotificationConfig, TaskState, TaskStatus,
@@ -547,21 +547,6 @@ fn params_metadata(o: &mut Obj<'_>, own: Option<&Metadata>, mesh: &MeshMeta) {
     m.end();
 }
 
-/// The members of [`MeshMeta`] by name; an entry of `other` with one of these names is left
-/// out (the field wins, as in [`MeshMeta::into_object`]).
-const MESH_FIELDS: [&str; 10] = [
-    "replyTo",
-    "requestId",
-    "deadline",
-    "caller",
-    "depth",
-    "traceparent",
-    "taskId",
-    "task",
-    "instance",
-    "seq",
-];
-
 /// `_mesh`: the fields that are set, then the other entries.
 fn mesh_meta(out: &mut JsonOut, m: &MeshMeta) {
     let mut o = out.obj();
@@ -583,6 +568,8 @@ fn mesh_meta(out: &mut JsonOut, m: &MeshMeta) {
     }
     opt_str(&mut o, "instance", m.instance.as_ref());
     opt_serde(&mut o, "seq", m.seq.as_ref());
+    // An entry of `other` named like a field is left out: the field wins, as in
+    // `MeshMeta::into_object`.
     for (key, value) in &m.other {
         if !MESH_FIELDS.contains(&key.as_str()) {
             o.entry(key).value(value);
