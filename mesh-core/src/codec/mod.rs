@@ -15,6 +15,8 @@
 //! Reading is lenient (see the `read` module docs: camelCase or snake_case, tagged or
 //! untagged parts, any state spelling); writing is canonical camelCase per dialect.
 //! What 0.1/0.3 have no field for travels in `metadata._mesh` and is restored on read.
+//! A request's own `params.metadata._mesh` is the bus envelope: the readers lift it into
+//! [`Request::mesh`] and [`encode_request`] writes it from there.
 //!
 //! # Fast path and fallback
 //! - Writing never builds a `serde_json::Value`: the `wire` module's writers borrow the
