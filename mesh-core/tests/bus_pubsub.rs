@@ -196,6 +196,42 @@ async fn last_will_is_published_when_a_client_dies_but_not_on_disconnect(broker:
     watcher.disconnect().await.unwrap();
 }
 
+mesh_testkit::both_brokers!(an_aborted_bus_sends_nothing_more_and_its_will_is_published);
+async fn an_aborted_bus_sends_nothing_more_and_its_will_is_published(broker: TestBroker) {
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let watcher = connect(&broker.url()).await;
+    let mut presence = watcher
+        .subscribe(&topics.presence_filter(), QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    let will_topic = topics.presence("echo", "i1").unwrap();
+    let crashing = Bus::connect(config(&broker.url()).with_last_will(LastWill {
+        topic: will_topic.clone(),
+        payload: Bytes::from_static(b"offline"),
+        qos: QoS::AtLeastOnce,
+        retain: false,
+    }))
+    .await
+    .unwrap();
+    // As a crash: from the moment of the abort, nothing more leaves, even what is published
+    // before its driver task has actually stopped (a task ending on the abort must not get
+    // its last word out).
+    crashing.abort();
+    assert!(matches!(
+        crashing.send(&will_topic, "too late").await,
+        Err(BusError::Closed)
+    ));
+    let m = next(&mut presence).await;
+    assert_eq!(m.payload, Bytes::from_static(b"offline"));
+    watcher.send(&will_topic, "marker").await.unwrap();
+    assert_eq!(
+        next(&mut presence).await.payload,
+        Bytes::from_static(b"marker"),
+        "nothing from the aborted bus between its will and the marker"
+    );
+    watcher.disconnect().await.unwrap();
+}
+
 mesh_testkit::both_brokers!(shared_subscription_spreads_load_and_groups_stay_apart);
 async fn shared_subscription_spreads_load_and_groups_stay_apart(broker: TestBroker) {
     let topics = Topics::new(fresh_namespace()).unwrap();
