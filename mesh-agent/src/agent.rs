@@ -539,7 +539,9 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
             }
         }
         _ => {
-            let Some(reply_to) = request.mesh.reply_to else {
+            // Read from the payload: only send and cancel params carry metadata in the model,
+            // so the envelope of another method is not in `request.mesh`.
+            let Some(reply_to) = peek(payload).meta.reply_to else {
                 return Next::Nothing;
             };
             let error = A2aError::unsupported_operation(format!(

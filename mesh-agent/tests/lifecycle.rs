@@ -214,6 +214,42 @@ async fn a_message_for_an_unknown_task_is_task_not_found(broker: TestBroker) {
     echo.shutdown().await;
 }
 
+mesh_testkit::both_brokers!(a_method_agents_do_not_serve_is_answered_on_its_reply_topic);
+async fn a_method_agents_do_not_serve_is_answered_on_its_reply_topic(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
+    let echo = mesh.run(mesh_examples::echo::agent()).await;
+    // tasks/get on an agent's request topic (the gateway answers it, not agents): the
+    // agent says so on the reply topic of the request's envelope.
+    let reply_topic = mesh.topics.gateway_response("probe", "g").unwrap();
+    let mut replies = mesh
+        .bus
+        .subscribe(&reply_topic, QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    let request = serde_json::json!({
+        "jsonrpc": "2.0", "id": "g1", "method": "tasks/get",
+        "params": {"id": "t", "metadata": {"_mesh": {"replyTo": reply_topic, "requestId": "rq-g"}}},
+    });
+    mesh.bus
+        .publish(
+            &mesh.topics.agent_request("echo", "g").unwrap(),
+            request.to_string().into_bytes(),
+            QoS::AtLeastOnce,
+            false,
+        )
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(WAIT, replies.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let (id, reply) = codec::decode_reply(&answer.payload, Dialect::V0_3).unwrap();
+    assert_eq!(id, JsonRpcId::String("g1".into()));
+    let error = reply.unwrap_err();
+    assert_eq!(error.code(), -32004, "{error}");
+    echo.shutdown().await;
+}
+
 mesh_testkit::both_brokers!(cancel_reaches_the_handler_and_the_task_ends_canceled);
 async fn cancel_reaches_the_handler_and_the_task_ends_canceled(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
