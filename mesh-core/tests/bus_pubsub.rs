@@ -148,24 +148,35 @@ async fn retained_card_reaches_a_late_subscriber_and_is_cleared(broker: TestBrok
     late.disconnect().await.unwrap();
 }
 
-mesh_testkit::both_brokers!(last_will_is_published_when_a_client_dies_but_not_on_disconnect);
-async fn last_will_is_published_when_a_client_dies_but_not_on_disconnect(broker: TestBroker) {
-    let topics = Topics::new(fresh_namespace()).unwrap();
-    let watcher = connect(&broker.url()).await;
-    let mut presence = watcher
-        .subscribe(&topics.presence_filter(), QoS::AtLeastOnce)
-        .await
-        .unwrap();
-
-    let will_topic = topics.presence("echo", "i1").unwrap();
-    let dying = Bus::connect(config(&broker.url()).with_last_will(LastWill {
-        topic: will_topic.clone(),
+/// A bus whose last will publishes `offline` on `topic`.
+async fn connect_with_will(broker: &TestBroker, topic: &str) -> Bus {
+    Bus::connect(config(&broker.url()).with_last_will(LastWill {
+        topic: topic.to_owned(),
         payload: Bytes::from_static(b"offline"),
         qos: QoS::AtLeastOnce,
         retain: false,
     }))
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// A fresh namespace's topics, a connected watcher and its subscription to presence.
+async fn watch_presence(broker: &TestBroker) -> (Topics, Bus, mesh_core::bus::Subscription) {
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let watcher = connect(&broker.url()).await;
+    let presence = watcher
+        .subscribe(&topics.presence_filter(), QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    (topics, watcher, presence)
+}
+
+mesh_testkit::both_brokers!(last_will_is_published_when_a_client_dies_but_not_on_disconnect);
+async fn last_will_is_published_when_a_client_dies_but_not_on_disconnect(broker: TestBroker) {
+    let (topics, watcher, mut presence) = watch_presence(&broker).await;
+
+    let will_topic = topics.presence("echo", "i1").unwrap();
+    let dying = connect_with_will(&broker, &will_topic).await;
     // Dropping every handle without disconnecting closes the socket abruptly.
     drop(dying);
     let m = next(&mut presence).await;
@@ -174,14 +185,7 @@ async fn last_will_is_published_when_a_client_dies_but_not_on_disconnect(broker:
 
     // A clean DISCONNECT: no will. The first message after it is our marker.
     let polite_topic = topics.presence("echo", "i2").unwrap();
-    let polite = Bus::connect(config(&broker.url()).with_last_will(LastWill {
-        topic: polite_topic.clone(),
-        payload: Bytes::from_static(b"offline"),
-        qos: QoS::AtLeastOnce,
-        retain: false,
-    }))
-    .await
-    .unwrap();
+    let polite = connect_with_will(&broker, &polite_topic).await;
     polite.disconnect().await.unwrap();
     assert!(!polite.is_connected());
     assert!(matches!(
@@ -198,21 +202,9 @@ async fn last_will_is_published_when_a_client_dies_but_not_on_disconnect(broker:
 
 mesh_testkit::both_brokers!(an_aborted_bus_sends_nothing_more_and_its_will_is_published);
 async fn an_aborted_bus_sends_nothing_more_and_its_will_is_published(broker: TestBroker) {
-    let topics = Topics::new(fresh_namespace()).unwrap();
-    let watcher = connect(&broker.url()).await;
-    let mut presence = watcher
-        .subscribe(&topics.presence_filter(), QoS::AtLeastOnce)
-        .await
-        .unwrap();
+    let (topics, watcher, mut presence) = watch_presence(&broker).await;
     let will_topic = topics.presence("echo", "i1").unwrap();
-    let crashing = Bus::connect(config(&broker.url()).with_last_will(LastWill {
-        topic: will_topic.clone(),
-        payload: Bytes::from_static(b"offline"),
-        qos: QoS::AtLeastOnce,
-        retain: false,
-    }))
-    .await
-    .unwrap();
+    let crashing = connect_with_will(&broker, &will_topic).await;
     // As a crash: from the moment of the abort, nothing more leaves, even what is published
     // before its driver task has actually stopped (a task ending on the abort must not get
     // its last word out).
