@@ -2,9 +2,11 @@
 //!
 //! MQTT 3.1.1 has no user properties, so the reply topic, the deadline, the per-publish request
 //! id and the rest ride inside the JSON-RPC payload, in `params.metadata._mesh` of a request and
-//! in `result.metadata._mesh` of an event. [`MeshMeta::take`] removes the key from a metadata
-//! map (a runtime strips it before a handler sees the message; a gateway before a client sees
-//! an event) and [`MeshMeta::put`] writes it. See docs/protocol.md, section 4.
+//! in `result.metadata._mesh` of an event. A request's envelope is
+//! [`Request::mesh`](crate::rpc::Request::mesh): the codec lifts it out of the params'
+//! metadata on reading and writes it back, so a handler never sees it there. On events,
+//! [`MeshMeta::take`] removes the key from a metadata map (a gateway strips it before a
+//! client sees an event) and [`MeshMeta::put`] writes it. See docs/protocol.md, section 4.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -292,6 +292,24 @@ mod tests {
     }
 
     #[test]
+    fn entry_names_are_escaped_and_mix_with_literal_keys() {
+        let mut out = JsonOut::new();
+        let mut o = out.obj();
+        o.entry("a\"b\n").bool(true);
+        o.key("k").null();
+        o.entry("é").raw("1");
+        o.end();
+        let text = String::from_utf8(out.into_bytes()).unwrap();
+        let expected = serde_json::json!({"a\"b\n": true, "k": null, "é": 1});
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).unwrap(),
+            expected,
+            "{text}"
+        );
+        assert_eq!(text, r#"{"a\"b\n":true,"k":null,"é":1}"#);
+    }
+
+    #[test]
     fn strings_are_escaped_as_serde_json_escapes_them() {
         // Every ASCII character and a few multi-byte ones, at every offset of a 20-byte
         // string, so that each lands in the eight-byte scan and in the byte-wise tail.

@@ -532,7 +532,8 @@ fn task_and_config(o: &mut Obj<'_>, d: Dialect, task_id: &str, id: &str) {
 /// The metadata of request params: the params' own entries (a `_mesh` among them left out)
 /// and the request's envelope under `_mesh`, when there is one.
 fn params_metadata(o: &mut Obj<'_>, own: Option<&Metadata>, mesh: &MeshMeta) {
-    if own.is_none() && mesh.is_empty() {
+    let has_mesh = !mesh.is_empty();
+    if own.is_none() && !has_mesh {
         return;
     }
     let mut m = o.key("metadata").obj();
@@ -541,7 +542,7 @@ fn params_metadata(o: &mut Obj<'_>, own: Option<&Metadata>, mesh: &MeshMeta) {
             m.entry(key).value(value);
         }
     }
-    if !mesh.is_empty() {
+    if has_mesh {
         mesh_meta(m.key("_mesh"), mesh);
     }
     m.end();
