@@ -201,6 +201,9 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
     row("4. SSE: time to first event", "", &mut |f, n| {
         cell(&f.sse, n, |s| dur(s.first_event))
     });
+    row("4. SSE: largest gap between events", "", &mut |f, n| {
+        cell(&f.sse, n, |s| dur(s.largest_gap))
+    });
     row(
         "5. discovery: agent start → listed at the gateway",
         "< 100 ms",

@@ -2,7 +2,8 @@
 //! process) asking for many chunks; this process reads the one stream and counts its
 //! `data:` events. Time to first event: from sending the request to the first event's
 //! arrival. Events per second: events after the first, over the time from the first to the
-//! last.
+//! last. Largest gap: the longest wait between two reads that brought events (a 40 ms gap is
+//! the gateway's socket holding a small write for the client's delayed ACK: Nagle's algorithm).
 
 use crate::payload;
 use std::time::{Duration, Instant};
@@ -16,6 +17,8 @@ pub struct SseResult {
     pub chunks: usize,
     pub first_event: Duration,
     pub per_s: f64,
+    /// The longest time between two reads that brought events.
+    pub largest_gap: Duration,
     /// True when the stream ended on its own (the task finished) before the time bound.
     pub complete: bool,
 }
@@ -45,6 +48,7 @@ pub async fn run(
     let mut events = 0u64;
     let mut first = None;
     let mut last = start;
+    let mut largest_gap = Duration::ZERO;
     let mut line = Vec::new();
     let mut complete = false;
     loop {
@@ -58,17 +62,23 @@ pub async fn run(
             Ok(Ok(Some(chunk))) => chunk,
         };
         let now = Instant::now();
+        let before = events;
         for &b in chunk.iter() {
             if b == b'\n' {
                 if line.starts_with(b"data:") {
                     events += 1;
-                    first.get_or_insert(now);
-                    last = now;
                 }
                 line.clear();
             } else {
                 line.push(b);
             }
+        }
+        if events > before {
+            if first.is_some() {
+                largest_gap = largest_gap.max(now.duration_since(last));
+            }
+            first.get_or_insert(now);
+            last = now;
         }
     }
     let first = first.ok_or("the stream sent no event")?;
@@ -82,6 +92,7 @@ pub async fn run(
         } else {
             0.0
         },
+        largest_gap,
         complete,
     })
 }
