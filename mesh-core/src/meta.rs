@@ -136,14 +136,6 @@ impl MeshMeta {
         meta
     }
 
-    /// Reads `_mesh` from a metadata map without removing it.
-    pub fn peek(metadata: &Option<HashMap<String, Value>>) -> MeshMeta {
-        match metadata.as_ref().and_then(|map| map.get(MESH_KEY)) {
-            Some(Value::Object(object)) => MeshMeta::from_object(object.clone()),
-            _ => MeshMeta::default(),
-        }
-    }
-
     /// Writes this value under `_mesh` into a metadata map (creating the map), merging with
     /// fields already there (the codecs may have put dialect-preservation fields in it).
     pub fn put(self, metadata: &mut Option<HashMap<String, Value>>) {
@@ -250,7 +242,7 @@ mod tests {
             ..Default::default()
         };
         meta.clone().put(&mut metadata);
-        assert_eq!(MeshMeta::peek(&metadata), meta);
+        assert_eq!(MeshMeta::take(&mut metadata.clone()), meta);
         assert_eq!(MeshMeta::take(&mut metadata), meta);
         assert_eq!(metadata, None, "an emptied map is removed");
     }
@@ -281,7 +273,7 @@ mod tests {
             ..Default::default()
         }
         .put(&mut metadata);
-        let meta = MeshMeta::peek(&metadata);
+        let meta = MeshMeta::take(&mut metadata);
         assert_eq!(meta.seq, Some(0));
         assert_eq!(meta.other.get("artifactId"), Some(&json!("a1")));
     }
