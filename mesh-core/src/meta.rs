@@ -242,7 +242,6 @@ mod tests {
             ..Default::default()
         };
         meta.clone().put(&mut metadata);
-        assert_eq!(MeshMeta::take(&mut metadata.clone()), meta);
         assert_eq!(MeshMeta::take(&mut metadata), meta);
         assert_eq!(metadata, None, "an emptied map is removed");
     }
