@@ -6,10 +6,13 @@
 //! artifacts and its status. Every stream closes after the event that ends the task (a
 //! terminal or interrupted state: `final: true` in 0.1 and 0.3), sends keep-alive comments
 //! while idle, and ends when the gateway shuts down. A subscriber that stopped reading long
-//! enough to miss events is resynchronised with the task as the store has it.
+//! enough to miss events is resynchronised with the task as the store has it. The response
+//! tells caches and buffering proxies to pass it on as it comes (`Cache-Control: no-cache`,
+//! `X-Accel-Buffering: no`).
 
 use crate::bridge::{Live, LiveEvent, artifact_events, ends_task, status_event};
 use crate::store::TaskStore;
+use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
@@ -66,9 +69,16 @@ impl EventStream {
         for event in std::mem::take(&mut state.s.first) {
             state.push(&event);
         }
-        Sse::new(events(state))
+        let mut response = Sse::new(events(state))
             .keep_alive(KeepAlive::new().interval(keep_alive))
-            .into_response()
+            .into_response();
+        // A buffering reverse proxy (nginx) passes each event on at once instead of holding
+        // the stream back in its buffer; axum already sends `Cache-Control: no-cache`.
+        response.headers_mut().insert(
+            HeaderName::from_static("x-accel-buffering"),
+            HeaderValue::from_static("no"),
+        );
+        response
     }
 }
 

@@ -184,13 +184,21 @@ impl Mesh {
 }
 
 /// Reads an SSE response to its end; each `data:` line parsed as JSON.
+/// Also checks that the response tells caches and buffering proxies not to hold it back.
 pub async fn read_sse(response: reqwest::Response) -> Vec<Value> {
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let content_type = header("content-type");
+    if content_type.starts_with("text/event-stream") {
+        assert_eq!(header("cache-control"), "no-cache");
+        assert_eq!(header("x-accel-buffering"), "no");
+    }
     let text = tokio::time::timeout(WAIT, response.text())
         .await
         .expect("the stream closes")
