@@ -11,6 +11,7 @@ use rmqtt::server::MqttServer;
 use rmqtt::types::Id;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::reserved::ReservedTopics;
 use crate::retain::MemoryRetainStorage;
 use crate::shared::RoundRobinShared;
 use crate::{BrokerConfig, BrokerError};
@@ -20,7 +21,8 @@ use crate::{BrokerConfig, BrokerError};
 ///
 /// It supports QoS 0, 1 and 2, retained messages, last wills and shared
 /// subscriptions (`$share/{group}/{filter}`), and accepts every client (no
-/// authentication: bind it to loopback unless the network is trusted).
+/// authentication: bind it to loopback unless the network is trusted). Client publishes to
+/// topics reserved to brokers (`$SYS/…`) are dropped.
 ///
 /// Several brokers can run in one process at once, each with its own sessions and
 /// retained messages. Dropping a `Broker` without calling [`Broker::stop`] closes
@@ -113,6 +115,9 @@ impl Broker {
             .await;
         hooks
             .add(Type::SessionSubscribed, Box::new(retained.delivery()))
+            .await;
+        hooks
+            .add(Type::MessagePublishCheckAcl, Box::new(ReservedTopics))
             .await;
         hooks.start().await;
         *scx.extends.retain_mut().await = Box::new(retained);

@@ -23,7 +23,10 @@ pub struct BrokerConfig {
     /// The TCP address to listen on. Port 0 asks the OS for a free port; the port
     /// really bound is then given by [`Broker::local_addr`](crate::Broker::local_addr).
     pub addr: SocketAddr,
-    /// The largest MQTT packet, in bytes, a client may send (default 4 MiB).
+    /// The largest MQTT packet, in bytes, a client may send (default 16 MiB, the mesh's bus
+    /// clients' own default `max_packet_size`, so that the broker never closes the
+    /// connection on a message a client accepted to publish). A client that sends a larger
+    /// one is disconnected.
     pub max_packet_size: u32,
     /// The most clients at once (default 10,000): counted as sessions held, so a
     /// session kept for a client gone with `clean_session = false` counts too. A
@@ -55,7 +58,7 @@ impl BrokerConfig {
     pub fn new(addr: SocketAddr) -> Self {
         Self {
             addr,
-            max_packet_size: 4 * 1024 * 1024,
+            max_packet_size: 16 * 1024 * 1024,
             max_connections: 10_000,
             max_concurrent_handshakes: 32,
             max_inflight: 64,

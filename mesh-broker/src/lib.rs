@@ -41,6 +41,8 @@
 //!   can run later). A message retained while the subscription is being made can
 //!   still arrive twice, live and as retained. A new shared subscription gets no
 //!   retained messages.
+//! - A client publish to a topic that starts with `$` (`$SYS/…`, reserved to brokers) is
+//!   acknowledged and dropped, never delivered or retained.
 //! - [`Broker::stop`] frees the port and every session, but rmqtt keeps one idle
 //!   task per stopped broker (about 40 kB with the default
 //!   [`BrokerConfig::max_concurrent_handshakes`]) until the Tokio runtime ends.
@@ -50,6 +52,7 @@
 mod broker;
 mod config;
 mod error;
+mod reserved;
 mod retain;
 mod shared;
 

@@ -605,3 +605,49 @@ async fn dropping_a_broker_stops_listening() {
     })
     .await;
 }
+
+/// A client cannot publish to `$SYS/…` (or any topic reserved to the broker): the publish is
+/// acknowledged and dropped, never delivered or retained, and the client stays connected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_cannot_write_to_reserved_topics() {
+    let broker = broker().await;
+    let addr = broker.local_addr();
+    let mut watcher = connect(addr, "watcher").await;
+    watcher.subscribe("$SYS/#", QoS::AtLeastOnce).await;
+    watcher.subscribe("after", QoS::AtLeastOnce).await;
+
+    let mut writer = connect(addr, "writer").await;
+    for (topic, retain) in [("$SYS/broker/pwned", true), ("$SYS/broker/x", false)] {
+        writer
+            .client
+            .publish(topic, QoS::AtLeastOnce, retain, "pwned")
+            .await
+            .expect("queued");
+    }
+    writer
+        .client
+        .publish("after", QoS::AtLeastOnce, false, "marker")
+        .await
+        .expect("queued");
+    writer.wait_pubacks(3).await;
+    // Published after both, by the same client: arrives after them if they were delivered.
+    let first = watcher.next_publish().await;
+    assert_eq!(
+        (first.topic.as_str(), first.payload.as_ref()),
+        ("after", b"marker".as_ref())
+    );
+
+    // Nothing was retained either: a new subscriber gets no retained message, and the marker
+    // published after its SUBACK comes first.
+    let mut late = connect(addr, "late").await;
+    late.subscribe("$SYS/#", QoS::AtLeastOnce).await;
+    late.subscribe("after", QoS::AtLeastOnce).await;
+    writer
+        .client
+        .publish("after", QoS::AtLeastOnce, false, "second")
+        .await
+        .expect("queued");
+    let first = late.next_publish().await;
+    assert_eq!(first.topic, "after");
+    broker.stop().await;
+}
