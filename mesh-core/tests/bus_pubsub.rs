@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bus_support::{WAIT, config, connect, next, within};
 use bytes::Bytes;
-use mesh_core::bus::{Bus, BusError, LastWill, QoS};
+use mesh_core::bus::{Bus, BusError, ConnectionState, LastWill, QoS};
 use mesh_core::topic::{SegmentKind, Topics};
 use mesh_testkit::{TestBroker, fresh_namespace};
 
@@ -412,4 +412,117 @@ async fn next_distinct(
             return m;
         }
     }
+}
+
+// A message larger than a client's `max_packet_size` (a 1 MiB retained card to a client
+// that takes 64 KiB) is dropped and counted by that client, which stays connected: no
+// reconnect loop on a retained message the broker sends again at every re-subscription.
+mesh_testkit::both_brokers!(an_oversized_incoming_message_is_skipped_without_a_reconnect);
+async fn an_oversized_incoming_message_is_skipped_without_a_reconnect(broker: TestBroker) {
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let publisher = connect(&broker.url()).await;
+    let mut small = config(&broker.url());
+    small.max_packet_size = 64 * 1024;
+    let reader = within("connect", Bus::connect(small)).await.unwrap();
+    let mut state = reader.state();
+    state.mark_unchanged();
+
+    let card = topics.agent_card("huge").unwrap();
+    let big = vec![b'x'; 1024 * 1024];
+    publisher
+        .publish(&card, big.clone(), QoS::AtLeastOnce, true)
+        .await
+        .unwrap();
+    let filter = topics.agent_cards_filter();
+    // The retained message comes first, then the live ones, in order.
+    let mut sub = reader.subscribe(&filter, QoS::AtLeastOnce).await.unwrap();
+    let small_card = topics.agent_card("small").unwrap();
+    publisher.send(&card, big.clone()).await.unwrap();
+    publisher.send(&small_card, "fits").await.unwrap();
+    let m = next(&mut sub).await;
+    assert_eq!(
+        (m.topic.as_str(), m.payload.as_ref()),
+        (small_card.as_str(), b"fits".as_ref())
+    );
+    assert_eq!(
+        reader.stats().oversized_dropped,
+        2,
+        "the retained and the live one"
+    );
+
+    // A new subscription gets the retained message again: dropped again, still connected.
+    drop(sub);
+    let mut sub = reader.subscribe(&filter, QoS::AtLeastOnce).await.unwrap();
+    publisher.send(&small_card, "again").await.unwrap();
+    assert_eq!(next(&mut sub).await.payload, Bytes::from_static(b"again"));
+    assert_eq!(reader.stats().oversized_dropped, 3);
+    assert!(
+        !state.has_changed().unwrap(),
+        "the connection never dropped: {:?}",
+        *state.borrow()
+    );
+
+    publisher
+        .publish(&card, Vec::new(), QoS::AtLeastOnce, true)
+        .await
+        .unwrap();
+    for bus in [publisher, reader] {
+        bus.disconnect().await.unwrap();
+    }
+}
+
+/// A publish the broker closes the connection on (over the broker's packet limit, under the
+/// client's) is given up after a bounded number of reconnects, and the client goes on
+/// serving: no reconnect loop, and what it publishes next is delivered.
+async fn a_publish_the_broker_refuses_is_given_up(broker: TestBroker) {
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let reader = connect(&broker.url()).await;
+    let topic = topics.agent_request("echo", "t").unwrap();
+    let mut sub = reader.subscribe(&topic, QoS::AtLeastOnce).await.unwrap();
+    let writer = connect(&broker.url()).await;
+    let mut state = writer.state();
+    let drops = tokio::spawn(async move {
+        let mut drops = 0;
+        while state.changed().await.is_ok() {
+            let now = state.borrow_and_update().clone();
+            match now {
+                ConnectionState::Disconnected { .. } => drops += 1,
+                ConnectionState::Closed => break,
+                _ => {}
+            }
+        }
+        drops
+    });
+    // Over the broker's 64 KiB, under the client's 16 MiB.
+    writer.send(&topic, vec![b'x'; 128 * 1024]).await.unwrap();
+    bus_support::wait_until("the publish is given up", || {
+        writer.stats().publishes_given_up == 1
+    })
+    .await;
+    writer.send(&topic, "after").await.unwrap();
+    assert_eq!(next(&mut sub).await.payload, Bytes::from_static(b"after"));
+    writer.disconnect().await.unwrap();
+    let drops = within("the state watcher", drops).await.unwrap();
+    assert_eq!(
+        drops,
+        mesh_core::bus::RESEND_LIMIT,
+        "one dropped connection per attempt"
+    );
+    reader.disconnect().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_mosquitto_refuses_is_given_up() {
+    a_publish_the_broker_refuses_is_given_up(
+        TestBroker::mosquitto_with_packet_limit(64 * 1024).await,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_the_embedded_broker_refuses_is_given_up() {
+    a_publish_the_broker_refuses_is_given_up(
+        TestBroker::embedded_with_packet_limit(64 * 1024).await,
+    )
+    .await
 }

@@ -68,6 +68,8 @@ enum Kind {
     Embedded {
         broker: Option<mesh_broker::Broker>,
         port: u16,
+        /// Its packet size limit (kept for restarts).
+        max_packet_size: u32,
     },
 }
 
@@ -93,22 +95,42 @@ impl TestBroker {
         })
     }
 
+    /// A Mosquitto process like [`TestBroker::mosquitto`] whose `max_packet_size` is `limit`:
+    /// it closes the connection of a client that publishes a larger packet.
+    pub async fn mosquitto_with_packet_limit(limit: u32) -> TestBroker {
+        match Mosquitto::start_with(false, limit).await {
+            Ok(m) => TestBroker {
+                kind: Kind::Mosquitto(m),
+            },
+            Err(e) => panic!("mesh-testkit: cannot start a Mosquitto test broker: {e}"),
+        }
+    }
+
+    /// The embedded broker like [`TestBroker::embedded`] with `limit` as its
+    /// `max_packet_size`.
+    pub async fn embedded_with_packet_limit(limit: u32) -> TestBroker {
+        let mut config = mesh_broker::BrokerConfig::new(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)));
+        config.max_packet_size = limit;
+        match mesh_broker::Broker::start_with(config).await {
+            Ok(broker) => TestBroker {
+                kind: Kind::Embedded {
+                    port: broker.local_addr().port(),
+                    broker: Some(broker),
+                    max_packet_size: limit,
+                },
+            },
+            Err(e) => panic!("mesh-testkit: cannot start the embedded broker: {e}"),
+        }
+    }
+
     /// Starts the embedded broker (`mesh-broker`) in this process on a free port.
     ///
     /// # Panics
     ///
     /// If it cannot start.
     pub async fn embedded() -> TestBroker {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        match mesh_broker::Broker::start(addr).await {
-            Ok(broker) => TestBroker {
-                kind: Kind::Embedded {
-                    port: broker.local_addr().port(),
-                    broker: Some(broker),
-                },
-            },
-            Err(e) => panic!("mesh-testkit: cannot start the embedded broker: {e}"),
-        }
+        let default = mesh_broker::BrokerConfig::default().max_packet_size;
+        Self::embedded_with_packet_limit(default).await
     }
 
     /// The broker named by `MESH_TEST_BROKER` (`mosquitto`, the default, or `embedded`), so
@@ -136,7 +158,7 @@ impl TestBroker {
     ///
     /// If Mosquitto or openssl is missing or does not start.
     pub async fn mosquitto_tls() -> TestBroker {
-        match Mosquitto::start_with(true).await {
+        match Mosquitto::start_with(true, MOSQUITTO_MAX_PACKET_SIZE).await {
             Ok(m) => TestBroker {
                 kind: Kind::Mosquitto(m),
             },
@@ -202,12 +224,18 @@ impl TestBroker {
                     );
                 }
             }
-            Kind::Embedded { broker, port } => {
+            Kind::Embedded {
+                broker,
+                port,
+                max_packet_size,
+            } => {
                 if let Some(running) = broker.take() {
                     running.stop().await;
                 }
                 let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, *port));
-                match mesh_broker::Broker::start(addr).await {
+                let mut config = mesh_broker::BrokerConfig::new(addr);
+                config.max_packet_size = *max_packet_size;
+                match mesh_broker::Broker::start_with(config).await {
                     Ok(started) => *broker = Some(started),
                     Err(e) => {
                         panic!("mesh-testkit: cannot restart the embedded broker on {addr}: {e}")
@@ -238,14 +266,19 @@ struct Mosquitto {
     child: Option<Child>,
     /// TLS on the listener: the server certificate and key in `dir`, signed by `ca.pem`.
     tls: bool,
+    /// Its `max_packet_size`.
+    max_packet_size: u32,
 }
+
+/// The `max_packet_size` of a test Mosquitto unless a test asks for another.
+const MOSQUITTO_MAX_PACKET_SIZE: u32 = 64 * 1024 * 1024;
 
 impl Mosquitto {
     async fn start() -> io::Result<Mosquitto> {
-        Self::start_with(false).await
+        Self::start_with(false, MOSQUITTO_MAX_PACKET_SIZE).await
     }
 
-    async fn start_with(tls: bool) -> io::Result<Mosquitto> {
+    async fn start_with(tls: bool, max_packet_size: u32) -> io::Result<Mosquitto> {
         let binary = mosquitto_binary().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
@@ -270,6 +303,7 @@ impl Mosquitto {
                 port,
                 child: None,
                 tls,
+                max_packet_size,
             };
             match m.spawn_and_wait(Port::FreshProbe).await {
                 Ok(()) => return Ok(m),
@@ -299,14 +333,15 @@ impl Mosquitto {
              allow_anonymous true\n\
              set_tcp_nodelay true\n\
              persistence false\n\
-             max_packet_size 67108864\n\
+             max_packet_size {max_packet_size}\n\
              max_inflight_messages 100\n\
              max_queued_messages 10000\n\
              log_dest stderr\n\
              log_type error\n\
              log_type warning\n\
              log_type notice\n",
-            port = self.port
+            port = self.port,
+            max_packet_size = self.max_packet_size
         );
         let config = if self.tls {
             format!(

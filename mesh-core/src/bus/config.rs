@@ -11,8 +11,17 @@ use rumqttc::QoS;
 use super::BusError;
 
 /// The default maximum MQTT packet size, both directions: 16 MiB (rumqttc's own default is
-/// 10 KiB, far too small for A2A messages with file parts).
+/// 10 KiB, far too small for A2A messages with file parts). The embedded broker takes the
+/// same limit, so that nothing a client may publish is refused by the broker.
 pub const DEFAULT_MAX_PACKET_SIZE: usize = 16 * 1024 * 1024;
+
+/// The largest packet MQTT can frame: a remaining length of 268,435,455 bytes (four bytes of
+/// variable-length integer) plus the five bytes of the fixed header.
+pub const MQTT_MAX_PACKET_SIZE: usize = 268_435_455 + 5;
+
+/// The smallest [`BusConfig::max_packet_size`] accepted: room for a card, a presence and an
+/// error reply.
+pub const MIN_MAX_PACKET_SIZE: usize = 4 * 1024;
 
 /// Why a broker URL was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -235,7 +244,16 @@ pub struct BusConfig {
     pub clean_session: bool,
     /// The QoS of [`Bus::send`](super::Bus::send). Default QoS 1.
     pub default_qos: QoS,
-    /// The largest MQTT packet sent or accepted. Default [`DEFAULT_MAX_PACKET_SIZE`].
+    /// The largest MQTT packet (fixed header included) this client publishes or takes in.
+    /// Default [`DEFAULT_MAX_PACKET_SIZE`]; at least [`MIN_MAX_PACKET_SIZE`], at most
+    /// [`MQTT_MAX_PACKET_SIZE`].
+    ///
+    /// A publish larger than this fails at once with
+    /// [`BusError::PayloadTooLarge`](super::BusError::PayloadTooLarge) and never reaches the
+    /// broker. An incoming message larger than this is read off the socket, discarded, counted
+    /// ([`BusStats::oversized_dropped`](super::BusStats)) and logged: the connection stays up.
+    /// The broker's own limit should be the same (Mosquitto: `max_packet_size`), so that it
+    /// refuses such a message at its source.
     pub max_packet_size: usize,
     /// The will the broker publishes if this client dies without a clean DISCONNECT.
     pub last_will: Option<LastWill>,
@@ -347,11 +365,21 @@ impl BusConfig {
         if self.backoff.min.is_zero() || self.backoff.max < self.backoff.min {
             return invalid("backoff.min must be positive and at most backoff.max");
         }
+        if !(MIN_MAX_PACKET_SIZE..=MQTT_MAX_PACKET_SIZE).contains(&self.max_packet_size) {
+            return Err(BusError::InvalidConfig(format!(
+                "max_packet_size must be between {MIN_MAX_PACKET_SIZE} and {MQTT_MAX_PACKET_SIZE} bytes, not {}",
+                self.max_packet_size
+            )));
+        }
         let mut opts =
             rumqttc::MqttOptions::new(self.client_id.clone(), self.url.host.clone(), self.url.port);
         opts.set_keep_alive(self.keep_alive)
             .set_clean_session(self.clean_session)
-            .set_max_packet_size(self.max_packet_size, self.max_packet_size)
+            // rumqttc drops the connection on an incoming packet over its limit, and the
+            // broker sends the same message again after the reconnect (a retained one on
+            // every re-subscription): it frames every packet MQTT allows, and the driver
+            // discards those over `max_packet_size`.
+            .set_max_packet_size(MQTT_MAX_PACKET_SIZE, self.max_packet_size)
             .set_request_channel_capacity(self.request_channel_capacity)
             // The driver acknowledges (`Driver::acknowledge`).
             .set_manual_acks(true);
@@ -471,6 +499,14 @@ mod tests {
         let mut c = BusConfig::new("mqtt://h").unwrap();
         c.keep_alive = Duration::from_millis(500);
         assert!(matches!(c.mqtt_options(), Err(BusError::InvalidConfig(_))));
+        for size in [0, MIN_MAX_PACKET_SIZE - 1, MQTT_MAX_PACKET_SIZE + 1] {
+            let mut c = BusConfig::new("mqtt://h").unwrap();
+            c.max_packet_size = size;
+            assert!(
+                matches!(c.mqtt_options(), Err(BusError::InvalidConfig(_))),
+                "{size}"
+            );
+        }
         let mut c = BusConfig::new("mqtt://h").unwrap().with_client_id("");
         c.clean_session = false;
         assert!(matches!(c.mqtt_options(), Err(BusError::InvalidConfig(_))));

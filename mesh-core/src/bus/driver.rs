@@ -11,6 +11,8 @@
 //!   #250). Because it is the only task that sends SUBSCRIBEs, the order of its pending
 //!   entries is the order in which rumqttc assigns packet ids, which lets the event-loop task
 //!   match each SUBACK to its subscribers.
+//! - [`ResendGuard`] (pure state, no I/O) decides which publish to give up when the broker
+//!   keeps closing the connection before acknowledging it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -24,7 +26,7 @@ use rumqttc::{
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::Backoff;
-use super::{BusError, BusMessage, ConnectionState};
+use super::{BusError, BusMessage, BusStats, ConnectionState, packet_size};
 use crate::topic::{filter_matches, literal_prefix};
 
 /// A subscriber waiting for the SUBACK of its filter.
@@ -72,6 +74,10 @@ pub(crate) struct Shared {
     /// Publishes handed to rumqttc and not yet written: while there is one, the next write
     /// flushes the acknowledgements waiting in the write buffer too.
     queued_publishes: AtomicUsize,
+    /// [`BusStats::oversized_dropped`].
+    oversized_dropped: AtomicU64,
+    /// [`BusStats::publishes_given_up`].
+    publishes_given_up: AtomicU64,
 }
 
 /// What the control task is asked to do.
@@ -119,6 +125,13 @@ impl Shared {
         let _ = self
             .queued_publishes
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    pub(crate) fn stats(&self) -> BusStats {
+        BusStats {
+            oversized_dropped: self.oversized_dropped.load(Ordering::Relaxed),
+            publishes_given_up: self.publishes_given_up.load(Ordering::Relaxed),
+        }
     }
 
     fn publishes_queued(&self) -> bool {
@@ -366,6 +379,62 @@ pub(crate) struct Driver {
     pub(crate) acks: Vec<Packet>,
     /// The runtime has one worker thread (see [`Driver::acknowledge`]).
     pub(crate) one_worker: bool,
+    /// [`BusConfig::max_packet_size`](super::BusConfig::max_packet_size): larger incoming
+    /// messages are dropped.
+    pub(crate) max_packet_size: usize,
+    /// Which publish to give up when the broker keeps closing the connection on it.
+    pub(crate) resend_guard: ResendGuard,
+}
+
+/// How many connections in a row may drop before the broker acknowledged the same publish
+/// before that publish is given up.
+pub const RESEND_LIMIT: u32 = 3;
+
+/// Identifies one publish across reconnects: its payload's buffer (rumqttc keeps the same
+/// `Bytes`) and its packet id (kept too).
+type PublishKey = (usize, usize, u16);
+
+/// Counts, for every publish waiting to be sent again after a reconnect, how many
+/// connections in a row dropped with it unacknowledged; gives up the oldest one that reached
+/// [`RESEND_LIMIT`]. Pure state: the driver calls it with the requests rumqttc handed back.
+#[derive(Debug, Default)]
+pub(crate) struct ResendGuard {
+    strikes: HashMap<PublishKey, u32>,
+}
+
+impl ResendGuard {
+    /// The connection dropped after its CONNACK with `stash` (oldest first) not yet
+    /// acknowledged: counts a strike for each publish in it, and takes out and returns the
+    /// oldest one that reached the limit. The others then start counting again, so that a
+    /// publish queued behind a poisonous one is not given up with it.
+    pub(crate) fn connection_lost(&mut self, stash: &mut VecDeque<Request>) -> Option<Request> {
+        let mut strikes = HashMap::with_capacity(stash.len());
+        let mut given_up = None;
+        for (index, request) in stash.iter().enumerate() {
+            let Some(key) = publish_key(request) else {
+                continue;
+            };
+            let count = self.strikes.get(&key).copied().unwrap_or(0) + 1;
+            if count >= RESEND_LIMIT && given_up.is_none() {
+                given_up = Some(index);
+                continue;
+            }
+            strikes.insert(key, count);
+        }
+        self.strikes = strikes;
+        let index = given_up?;
+        self.strikes.clear();
+        stash.remove(index)
+    }
+}
+
+fn publish_key(request: &Request) -> Option<PublishKey> {
+    match request {
+        Request::Publish(p) if p.qos != QoS::AtMostOnce => {
+            Some((p.payload.as_ptr() as usize, p.payload.len(), p.pkid))
+        }
+        _ => None,
+    }
 }
 
 impl Driver {
@@ -422,18 +491,16 @@ impl Driver {
                         QoS::AtLeastOnce => self.acks.push(Packet::PubAck(PubAck::new(p.pkid))),
                         QoS::ExactlyOnce => self.acks.push(Packet::PubRec(PubRec::new(p.pkid))),
                     }
-                    let (first, others) = self.shared.targets(&p.topic);
-                    let msg = BusMessage {
-                        topic: p.topic,
-                        payload: p.payload,
-                        retain: p.retain,
-                    };
-                    // Backpressure: wait for room in each subscription (see `Subscription`).
-                    if let Some(first) = first {
-                        for tx in &others {
-                            let _ = tx.send(msg.clone()).await;
-                        }
-                        let _ = first.send(msg).await;
+                    let size = packet_size(p.topic.len(), p.payload.len(), p.qos);
+                    if size > self.max_packet_size {
+                        // Acknowledged all the same: the broker must not send it again.
+                        self.shared
+                            .oversized_dropped
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(topic = %p.topic, size, max = self.max_packet_size, retain = p.retain,
+                            "dropped an incoming message larger than the bus's max_packet_size");
+                    } else {
+                        route(&self.shared, p).await;
                     }
                 }
                 Ok(Event::Incoming(Packet::SubAck(ack))) => {
@@ -454,9 +521,12 @@ impl Driver {
                         let _ = ready.send(Err(e));
                         break reason;
                     }
-                    connected = false;
                     self.acks.clear();
                     stash.extend(self.eventloop.pending.drain(..));
+                    if connected {
+                        self.give_up_poison(&mut stash);
+                    }
+                    connected = false;
                     self.shared.connection_lost();
                     let reason = e.to_string();
                     let delay = self.backoff.delay(attempt);
@@ -480,6 +550,18 @@ impl Driver {
         tracing::info!(url = %self.url, %reason, "bus closed");
         self.shared.close();
         self.state.send_replace(ConnectionState::Closed);
+    }
+
+    /// The connection dropped after its CONNACK: gives up the publish the broker keeps
+    /// closing connections on, if there is one (see [`ResendGuard`]).
+    fn give_up_poison(&mut self, stash: &mut VecDeque<Request>) {
+        if let Some(Request::Publish(p)) = self.resend_guard.connection_lost(stash) {
+            self.shared
+                .publishes_given_up
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(topic = %p.topic, size = p.payload.len(), attempts = RESEND_LIMIT,
+                "gave up a publish: the broker closed the connection before acknowledging it, every time");
+        }
     }
 
     /// Acknowledges the QoS 1 and 2 publishes of the last read, after they were handed over:
@@ -517,9 +599,74 @@ impl Driver {
     }
 }
 
+/// Hands an incoming message to every subscription whose filter matches its topic.
+async fn route(shared: &Shared, p: rumqttc::Publish) {
+    let (first, others) = shared.targets(&p.topic);
+    let msg = BusMessage {
+        topic: p.topic,
+        payload: p.payload,
+        retain: p.retain,
+    };
+    // Backpressure: wait for room in each subscription (see `Subscription`).
+    if let Some(first) = first {
+        for tx in &others {
+            let _ = tx.send(msg.clone()).await;
+        }
+        let _ = first.send(msg).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn publish(payload: &bytes::Bytes, pkid: u16) -> Request {
+        let mut p = rumqttc::Publish::from_bytes("t", QoS::AtLeastOnce, payload.clone());
+        p.pkid = pkid;
+        Request::Publish(p)
+    }
+
+    #[test]
+    fn the_guard_gives_up_the_oldest_publish_after_the_limit_and_spares_the_others() {
+        let poison = bytes::Bytes::from(vec![0u8; 64]);
+        let queued = bytes::Bytes::from(vec![1u8; 8]);
+        let mut guard = ResendGuard::default();
+        for round in 1..RESEND_LIMIT {
+            let mut stash: VecDeque<Request> = [publish(&poison, 1), publish(&queued, 2)].into();
+            assert!(guard.connection_lost(&mut stash).is_none(), "round {round}");
+        }
+        let mut stash: VecDeque<Request> = [publish(&poison, 1), publish(&queued, 2)].into();
+        let given_up = guard.connection_lost(&mut stash);
+        assert!(
+            matches!(&given_up, Some(Request::Publish(p)) if p.pkid == 1),
+            "{given_up:?}"
+        );
+        assert_eq!(stash.len(), 1, "the publish queued behind it stays");
+        // It starts counting again.
+        for _ in 1..RESEND_LIMIT {
+            assert!(guard.connection_lost(&mut stash).is_none());
+        }
+        assert!(guard.connection_lost(&mut stash).is_some());
+    }
+
+    #[test]
+    fn the_guard_forgets_publishes_that_were_acknowledged() {
+        let a = bytes::Bytes::from(vec![0u8; 4]);
+        let b = bytes::Bytes::from(vec![1u8; 4]);
+        let mut guard = ResendGuard::default();
+        for _ in 0..10 {
+            // Each time a different publish is unacknowledged: nothing is given up.
+            let mut stash: VecDeque<Request> = [publish(&a, 1)].into();
+            assert!(guard.connection_lost(&mut stash).is_none());
+            let mut stash: VecDeque<Request> = [publish(&b, 2)].into();
+            assert!(guard.connection_lost(&mut stash).is_none());
+        }
+        let qos0 = Request::Publish(rumqttc::Publish::new("t", QoS::AtMostOnce, vec![1]));
+        for _ in 0..10 {
+            let mut stash: VecDeque<Request> = [qos0.clone()].into();
+            assert!(guard.connection_lost(&mut stash).is_none());
+        }
+    }
 
     #[test]
     fn a_publish_that_never_reaches_rumqttc_leaves_the_count() {

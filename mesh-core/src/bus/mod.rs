@@ -13,7 +13,14 @@
 //!   not, #250). Requests rumqttc moved out of its queue when the connection dropped
 //!   (unacknowledged QoS 1/2 publishes, queued subscribes) are sent again after the
 //!   reconnect, also on a clean session where rumqttc would drop them: QoS 1 stays "at least
-//!   once" across reconnects.
+//!   once" across reconnects. A publish the broker never acknowledges because it closes
+//!   the connection on it (a message over the broker's packet size limit) is given up after
+//!   [`RESEND_LIMIT`] connections in a row, logged and counted ([`BusStats`]), so
+//!   that one message cannot keep a client in a reconnect loop.
+//! - **Size.** [`BusConfig::max_packet_size`] bounds both directions: a larger publish fails
+//!   with [`BusError::PayloadTooLarge`] before it is queued; a larger incoming message is
+//!   read, discarded, logged and counted without dropping the connection (a broker that
+//!   redelivers it, a retained message on every re-subscription, would otherwise loop).
 //! - **State** is reported through [`Bus::state`] (a `tokio::sync::watch` of
 //!   [`ConnectionState`]) and in `tracing` (info on connect, warn on disconnect).
 //! - **Publishing** ([`Bus::publish`]) resolves when rumqttc has taken the message into its
@@ -60,11 +67,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use config::{
-    Backoff, BrokerUrl, BusConfig, DEFAULT_MAX_PACKET_SIZE, LastWill, TlsRoots, UrlError,
+    Backoff, BrokerUrl, BusConfig, DEFAULT_MAX_PACKET_SIZE, LastWill, MIN_MAX_PACKET_SIZE,
+    MQTT_MAX_PACKET_SIZE, TlsRoots, UrlError,
 };
 pub use rumqttc::QoS;
 
-use driver::{Command, Driver, QueuedPublish, Shared};
+pub use driver::RESEND_LIMIT;
+use driver::{Command, Driver, QueuedPublish, ResendGuard, Shared};
 
 /// Every way a bus operation can fail.
 #[derive(Debug, thiserror::Error)]
@@ -116,10 +125,11 @@ pub enum BusError {
         /// Why.
         reason: &'static str,
     },
-    /// A message larger than [`BusConfig::max_packet_size`] allows.
-    #[error("message of {size} bytes exceeds the maximum packet size of {max} bytes")]
+    /// A message larger than [`BusConfig::max_packet_size`] allows: refused before it is
+    /// queued, so it never reaches the broker.
+    #[error("a message of {size} bytes exceeds the bus's maximum packet size of {max} bytes")]
     PayloadTooLarge {
-        /// The size of the packet it would make.
+        /// The size of the packet it would make (fixed header included).
         size: usize,
         /// The limit.
         max: usize,
@@ -252,6 +262,8 @@ impl Bus {
             backoff: config.backoff,
             url: url.clone(),
             acks: Vec::new(),
+            max_packet_size: config.max_packet_size,
+            resend_guard: ResendGuard::default(),
             one_worker: tokio::runtime::Handle::current().metrics().num_workers() == 1,
         };
         let event_loop = tokio::spawn(driver.run(ready_tx));
@@ -308,8 +320,7 @@ impl Bus {
             return Err(BusError::Closed);
         }
         let payload = payload.into();
-        // Variable header (topic length, topic, packet id) plus payload.
-        let size = 2 + topic.len() + 2 + payload.len();
+        let size = packet_size(topic.len(), payload.len(), qos);
         if size > self.inner.max_packet_size {
             return Err(BusError::PayloadTooLarge {
                 size,
@@ -413,6 +424,16 @@ impl Bus {
         *self.inner.state.borrow() == ConnectionState::Connected
     }
 
+    /// The largest packet this bus publishes or takes in ([`BusConfig::max_packet_size`]).
+    pub fn max_packet_size(&self) -> usize {
+        self.inner.max_packet_size
+    }
+
+    /// What the bus has discarded so far (see [`BusStats`]).
+    pub fn stats(&self) -> BusStats {
+        self.inner.shared.stats()
+    }
+
     /// Drops the connection at once, with no MQTT DISCONNECT: the broker sees what it sees
     /// when a process crashes, and publishes the last will. Every clone of this bus is closed.
     pub fn abort(&self) {
@@ -468,6 +489,33 @@ impl Bus {
             after,
         })
     }
+}
+
+/// What a bus has discarded rather than let it take the connection down; each is also logged
+/// at warn level as it happens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BusStats {
+    /// Incoming messages larger than [`BusConfig::max_packet_size`], read and dropped.
+    pub oversized_dropped: u64,
+    /// Publishes given up after the connection dropped before the broker acknowledged them,
+    /// [`RESEND_LIMIT`] connections in a row (a broker that closes the connection
+    /// on a message, for example one over its packet size limit, instead of looping).
+    pub publishes_given_up: u64,
+}
+
+/// The size of the MQTT 3.1.1 PUBLISH packet for a topic and payload of these lengths: fixed
+/// header (type byte and remaining length), topic (length-prefixed), packet id (QoS 1 and 2),
+/// payload. What rumqttc compares with its limit and brokers with theirs.
+pub fn packet_size(topic_len: usize, payload_len: usize, qos: QoS) -> usize {
+    let packet_id = if qos == QoS::AtMostOnce { 0 } else { 2 };
+    let remaining = 2 + topic_len + packet_id + payload_len;
+    let length_bytes = match remaining {
+        0..=127 => 1,
+        128..=16_383 => 2,
+        16_384..=2_097_151 => 3,
+        _ => 4,
+    };
+    1 + length_bytes + remaining
 }
 
 /// Checks a topic name for publishing.

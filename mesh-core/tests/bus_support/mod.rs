@@ -46,3 +46,13 @@ pub async fn wait_state(bus: &Bus, what: &str, pred: impl FnMut(&ConnectionState
         .await
         .expect("state channel closed");
 }
+
+/// Waits until `condition` holds, checking every few milliseconds, at most [`WAIT`].
+pub async fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    within(what, async {
+        while !condition() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+}
