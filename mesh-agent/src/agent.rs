@@ -258,6 +258,7 @@ impl Agent {
             registry,
             running: Mutex::default(),
             dedup: Mutex::new(Dedup::default()),
+            topics: topics.clone(),
         });
 
         let stop = CancellationToken::new();
@@ -358,6 +359,8 @@ pub(crate) struct Shared {
     pub(crate) registry: Registry,
     pub(crate) running: Mutex<HashMap<String, Arc<Running>>>,
     dedup: Mutex<Dedup>,
+    /// The namespace's topics: a reply goes only to one of its response topics.
+    topics: Topics,
 }
 
 impl Shared {
@@ -492,7 +495,7 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
         Ok(request) => request,
         Err(refused) => {
             let peeked = peek(payload);
-            let Some(reply_to) = peeked.meta.reply_to.clone() else {
+            let Some(reply_to) = shared.reply_topic(&peeked.meta) else {
                 tracing::warn!(agent = %shared.name, error = %refused.error, "refused a request with no reply topic");
                 return Next::Nothing;
             };
@@ -518,8 +521,7 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
     match request.call {
         Call::Send(params) => {
             let meta = request.mesh;
-            let Some(reply_to) = meta.reply_to.clone() else {
-                tracing::warn!(agent = %shared.name, "a request with no _mesh.replyTo: nowhere to answer, dropped");
+            let Some(reply_to) = shared.reply_topic(&meta) else {
                 return Next::Nothing;
             };
             if !shared.dedup(&meta) {
@@ -541,7 +543,7 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
         _ => {
             // Read from the payload: only send and cancel params carry metadata in the model,
             // so the envelope of another method is not in `request.mesh`.
-            let Some(reply_to) = peek(payload).meta.reply_to else {
+            let Some(reply_to) = shared.reply_topic(&peek(payload).meta) else {
                 return Next::Nothing;
             };
             let error = A2aError::unsupported_operation(format!(
@@ -568,7 +570,7 @@ fn handle_cancel(shared: &Shared, payload: &[u8]) {
     let Some(running) = shared.lock_running().get(&cancel.id).cloned() else {
         return; // another instance runs it, or nobody does: stay silent
     };
-    if let (Some(reply_to), Some(id)) = (meta.reply_to, request.id) {
+    if let (Some(reply_to), Some(id)) = (shared.reply_topic(&meta), request.id) {
         running
             .cancel_waiters
             .lock()
@@ -636,6 +638,24 @@ fn peek(payload: &[u8]) -> Peeked {
 }
 
 impl Shared {
+    /// The request's `_mesh.replyTo` when it is a response topic of this namespace (a
+    /// gateway's or a calling agent's); `None`, logged, for anything else: the agent answers
+    /// nowhere else (another namespace, a request or discovery topic, `$SYS/…`).
+    fn reply_topic(&self, meta: &MeshMeta) -> Option<String> {
+        match &meta.reply_to {
+            Some(topic) if self.topics.is_response_topic(topic) => Some(topic.clone()),
+            Some(topic) => {
+                tracing::warn!(agent = %self.name, reply_to = %topic,
+                    "refused a request whose replyTo is not a response topic of the namespace");
+                None
+            }
+            None => {
+                tracing::warn!(agent = %self.name, "a request with no _mesh.replyTo: nowhere to answer, dropped");
+                None
+            }
+        }
+    }
+
     /// True the first time a request id is seen; requests without one are always served.
     fn dedup(&self, meta: &MeshMeta) -> bool {
         let Some(id) = &meta.request_id else {

@@ -8,15 +8,15 @@
 //! the task runs long (docs/protocol.md, section 3.1). Publishing holds an async lock, so
 //! events leave in the order they were made even when a handler emits from several tasks.
 
-use mesh_core::bus::{Bus, QoS};
+use mesh_core::bus::{Bus, BusError, QoS};
 use mesh_core::codec;
 use mesh_core::dialect::{Dialect, Method};
 use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
 use mesh_core::meta::MeshMeta;
 use mesh_core::model::{
-    Artifact, Message, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent,
-    is_final_state,
+    Artifact, Message, Part, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent, is_final_state,
 };
 use mesh_core::rpc::Reply;
 
@@ -28,7 +28,18 @@ pub enum EmitError {
     Closed,
     /// The bus refused the publish.
     #[error("publishing on the bus failed: {0}")]
-    Bus(#[from] mesh_core::bus::BusError),
+    Bus(#[from] BusError),
+    /// An event was too large for the bus: the task failed in its place (with a status
+    /// message that says so).
+    #[error(
+        "an event of {size} bytes is larger than the bus carries ({max} bytes): the task failed"
+    )]
+    TooLarge {
+        /// The event's packet size.
+        size: usize,
+        /// The bus's limit.
+        max: usize,
+    },
 }
 
 struct State {
@@ -93,7 +104,7 @@ impl Emitter {
     ) -> Result<(), EmitError> {
         let mut guard = self.state.lock().await;
         let outbox = self.status_events(&mut guard, state, message)?;
-        self.send(outbox).await
+        self.send(&mut guard, outbox).await
     }
 
     fn status_events(
@@ -162,7 +173,7 @@ impl Emitter {
             };
             outbox.push(self.encode(&mut guard, Reply::ArtifactUpdate(event)));
         }
-        self.send(outbox).await
+        self.send(&mut guard, outbox).await
     }
 
     /// A direct message answer, with no task. Only valid before anything was announced;
@@ -179,7 +190,7 @@ impl Emitter {
             message.context_id = Some(guard.task.context_id.clone());
             vec![self.encode(&mut guard, Reply::Message(message))]
         };
-        self.send(outbox).await
+        self.send(&mut guard, outbox).await
     }
 
     /// For a non-streaming request: publishes the task as it stands, once, so that the
@@ -191,7 +202,7 @@ impl Emitter {
         }
         let mut outbox = self.announce(&mut guard);
         outbox.push(self.encode_task(&mut guard));
-        self.send(outbox).await
+        self.send(&mut guard, outbox).await
     }
 
     /// An error answer (the request could not be served); closes the stream.
@@ -202,7 +213,7 @@ impl Emitter {
         }
         guard.closed = true;
         let payload = codec::encode_error(self.dialect, Some(&self.rpc_id), error);
-        self.send(vec![payload]).await
+        self.send(&mut guard, vec![payload]).await
     }
 
     /// Announces the task (state submitted, then working) before its first event: the
@@ -282,14 +293,64 @@ impl Emitter {
     }
 
     /// Publishes the payloads in order, holding the lock, so that events leave in the order
-    /// they were made.
-    async fn send(&self, outbox: Outbox) -> Result<(), EmitError> {
+    /// they were made. An event too large for the bus ends the task instead: see
+    /// [`Emitter::fail_too_large`].
+    async fn send(&self, guard: &mut State, outbox: Outbox) -> Result<(), EmitError> {
         for payload in outbox {
-            self.bus
+            let published = self
+                .bus
                 .publish(&self.reply_to, payload, QoS::AtLeastOnce, false)
-                .await?;
+                .await;
+            if let Err(BusError::PayloadTooLarge { size, max }) = published {
+                return self.fail_too_large(guard, size, max).await;
+            }
+            published?;
         }
         Ok(())
+    }
+
+    /// An event of `size` bytes did not fit the bus (at most `max`): the task fails in its
+    /// place, with a status message that says so, in an event that fits (a status update, or
+    /// for a non-streaming request the task without its history and artifacts, which the
+    /// requester already has or cannot get). Later events of the handler are refused
+    /// ([`EmitError::Closed`]); the instance goes on serving other requests.
+    async fn fail_too_large(
+        &self,
+        guard: &mut State,
+        size: usize,
+        max: usize,
+    ) -> Result<(), EmitError> {
+        tracing::warn!(task = %guard.task.id, size, max, "an event is too large for the bus: the task fails");
+        guard.closed = true;
+        guard.announced = true;
+        let text = format!(
+            "the agent's reply of {size} bytes is larger than the bus carries ({max} bytes, its \
+             max_packet_size): the task failed"
+        );
+        let mut message = Message::new(mesh_core::model::Role::Agent, vec![Part::text(text)]);
+        message = bind(&guard.task, message);
+        guard.task.status = TaskStatus {
+            state: TaskState::Failed,
+            message: Some(message),
+            timestamp: Some(chrono::Utc::now()),
+        };
+        let payload = if self.streaming {
+            let event = TaskStatusUpdateEvent {
+                task_id: guard.task.id.clone(),
+                context_id: guard.task.context_id.clone(),
+                status: guard.task.status.clone(),
+                metadata: None,
+            };
+            self.encode(guard, Reply::StatusUpdate(event))
+        } else {
+            guard.task.history = None;
+            guard.task.artifacts = None;
+            self.encode_task(guard)
+        };
+        self.bus
+            .publish(&self.reply_to, payload, QoS::AtLeastOnce, false)
+            .await?;
+        Err(EmitError::TooLarge { size, max })
     }
 }
 

@@ -91,18 +91,14 @@ pub(crate) fn start(
         ))
     };
 
+    if let Err(error) = check_envelope(&meta, shared.config.max_call_depth) {
+        return Err((emitter(empty_task()), error));
+    }
     let (task, resumed) = match resolve_task(&meta, dialect, params.message) {
         Ok(resolved) => resolved,
         Err(error) => return Err((emitter(empty_task()), error)),
     };
     let depth = meta.depth.unwrap_or(0);
-    if depth > shared.config.max_call_depth {
-        let error = A2aError::internal(format!(
-            "call depth {depth} exceeds the limit of {}",
-            shared.config.max_call_depth
-        ));
-        return Err((emitter(task), error));
-    }
 
     let task_id = task.id.clone();
     let cancel = CancellationToken::new();
@@ -297,6 +293,37 @@ impl From<Outcome> for Ending {
             Outcome::Reply(message) => Ending::Reply(message),
         }
     }
+}
+
+/// Refuses an envelope whose values are out of range: a `deadline` or `depth` that is not a
+/// non-negative integer, a deadline already past, a depth over the limit.
+fn check_envelope(meta: &MeshMeta, max_depth: u32) -> Result<(), A2aError> {
+    if let Some((field, value)) = meta.out_of_range() {
+        return Err(A2aError::invalid_params(format!(
+            "params.metadata._mesh.{field} is {value}: it must be a non-negative integer{}",
+            if field == "depth" {
+                " below 2^32"
+            } else {
+                " (milliseconds since the Unix epoch)"
+            }
+        )));
+    }
+    if let Some(deadline) = meta.deadline {
+        let now = mesh_core::meta::now_millis();
+        if deadline <= now {
+            return Err(A2aError::invalid_params(format!(
+                "params.metadata._mesh.deadline {deadline} has passed ({} ms ago): the task is not started",
+                now - deadline
+            )));
+        }
+    }
+    let depth = meta.depth.unwrap_or(0);
+    if depth > max_depth {
+        return Err(A2aError::internal(format!(
+            "call depth {depth} exceeds the limit of {max_depth}"
+        )));
+    }
+    Ok(())
 }
 
 /// Which task a message belongs to, and whether it resumes one.

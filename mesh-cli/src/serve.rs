@@ -5,7 +5,7 @@
 use crate::exit::{Failure, Outcome};
 use crate::settings::Settings;
 use mesh_agent::{AgentConfig, AgentError, RunningAgent};
-use mesh_broker::{Broker, BrokerError};
+use mesh_broker::{Broker, BrokerConfig, BrokerError};
 use mesh_core::bus::{Bus, BusConfig, BusError};
 use mesh_gateway::{Gateway, GatewayConfig, GatewayError, RunningGateway};
 use std::time::Instant;
@@ -116,15 +116,16 @@ pub async fn agent(settings: &Settings, name: &str) -> Outcome {
 }
 
 async fn start_broker(settings: &Settings) -> Result<Broker, Failure> {
-    Broker::start(settings.broker_addr)
-        .await
-        .map_err(|e| match e {
-            BrokerError::AddrInUse { .. } => Failure::Unreachable(format!(
-                "{e}: the embedded broker's port is taken; choose another with --broker-addr \
+    let mut config = BrokerConfig::new(settings.broker_addr);
+    // What the bus clients may publish (the setting is checked to fit MQTT's u32 range).
+    config.max_packet_size = u32::try_from(settings.max_packet_size).unwrap_or(u32::MAX);
+    Broker::start_with(config).await.map_err(|e| match e {
+        BrokerError::AddrInUse { .. } => Failure::Unreachable(format!(
+            "{e}: the embedded broker's port is taken; choose another with --broker-addr \
                  (or use the running broker with --broker-url)"
-            )),
-            other => Failure::Unreachable(format!("{other} (--broker-addr)")),
-        })
+        )),
+        other => Failure::Unreachable(format!("{other} (--broker-addr)")),
+    })
 }
 
 async fn start_agent(settings: &Settings, url: &str, name: &str) -> Result<RunningAgent, Failure> {
@@ -188,6 +189,7 @@ fn gateway_config(settings: &Settings) -> GatewayConfig {
         webhook_attempts: settings.webhook_attempts,
         webhook_backoff: settings.webhook_backoff,
         webhook_queue: settings.webhook_queue,
+        max_batch: settings.max_batch,
         ..GatewayConfig::default()
     }
 }
@@ -205,6 +207,7 @@ pub fn bus_config(settings: &Settings, url: &str) -> Result<BusConfig, Failure> 
         }
         config.tls_roots.ca_file = Some(ca.clone());
     }
+    config.max_packet_size = settings.max_packet_size;
     Ok(config)
 }
 

@@ -21,6 +21,8 @@
 //! | tries of one webhook delivery before it is given up | `--webhook-attempts` | `MESH_WEBHOOK_ATTEMPTS` | 5 |
 //! | wait before the first webhook retry (doubled each time, at most 30 s) | `--webhook-backoff` | `MESH_WEBHOOK_BACKOFF` | `250ms` |
 //! | webhook deliveries that may wait (past it new ones are dropped) | `--webhook-queue` | `MESH_WEBHOOK_QUEUE` | 10000 |
+//! | largest MQTT packet a bus client sends or takes in, and the embedded broker accepts | `--max-packet-size` | `MESH_MAX_PACKET_SIZE` | 16777216 (16 MiB) |
+//! | most requests in one JSON-RPC batch | `--max-batch` | `MESH_MAX_BATCH` | 100 |
 //! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker`, `gateway` and `agent`, one per core otherwise |
 //!
 //! The TOML file uses the same names in snake case (`broker_url = "mqtt://…"`; the lists are
@@ -68,6 +70,16 @@ pub struct Common {
     /// `gateway`, one per core for the other commands].
     #[arg(long, env = "MESH_WORKER_THREADS", global = true, value_name = "N")]
     pub worker_threads: Option<usize>,
+    /// The largest MQTT packet, in bytes, a bus client publishes or takes in (larger incoming
+    /// messages are dropped and counted), and the embedded broker accepts [default:
+    /// 16777216]. An external broker's limit should match (Mosquitto: max_packet_size).
+    #[arg(
+        long,
+        env = "MESH_MAX_PACKET_SIZE",
+        global = true,
+        value_name = "BYTES"
+    )]
+    pub max_packet_size: Option<usize>,
 }
 
 /// Settings of the commands that serve (`up`, `broker`, `gateway`).
@@ -133,6 +145,10 @@ pub struct Serve {
     /// [default: 10000].
     #[arg(long, env = "MESH_WEBHOOK_QUEUE", value_name = "N")]
     pub webhook_queue: Option<usize>,
+    /// The most requests one JSON-RPC batch may hold; a larger batch is refused [default:
+    /// 100].
+    #[arg(long, env = "MESH_MAX_BATCH", value_name = "N")]
+    pub max_batch: Option<usize>,
 }
 
 /// How log lines look.
@@ -170,6 +186,8 @@ struct File {
     webhook_attempts: Option<u32>,
     webhook_backoff: Option<String>,
     webhook_queue: Option<usize>,
+    max_packet_size: Option<usize>,
+    max_batch: Option<usize>,
 }
 
 /// Every setting, resolved.
@@ -200,6 +218,9 @@ pub struct Settings {
     pub webhook_attempts: u32,
     pub webhook_backoff: Duration,
     pub webhook_queue: usize,
+    /// The bus clients' and the embedded broker's packet limit.
+    pub max_packet_size: usize,
+    pub max_batch: usize,
 }
 
 /// The default data directory: `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh`.
@@ -308,7 +329,25 @@ impl Settings {
             .webhook_queue
             .or(file.webhook_queue)
             .unwrap_or(webhooks.webhook_queue);
+        let max_packet_size = common
+            .max_packet_size
+            .or(file.max_packet_size)
+            .unwrap_or(mesh_core::bus::DEFAULT_MAX_PACKET_SIZE);
+        let packet_range =
+            mesh_core::bus::MIN_MAX_PACKET_SIZE..=mesh_core::bus::MQTT_MAX_PACKET_SIZE;
+        if !packet_range.contains(&max_packet_size) {
+            return Err(format!(
+                "max_packet_size is {max_packet_size}: give {} to {} bytes (--max-packet-size)",
+                packet_range.start(),
+                packet_range.end()
+            ));
+        }
+        let max_batch = serve
+            .max_batch
+            .or(file.max_batch)
+            .unwrap_or(webhooks.max_batch);
         for (key, is_zero) in [
+            ("max_batch", max_batch == 0),
             ("webhook_timeout", webhook_timeout.is_zero()),
             ("webhook_attempts", webhook_attempts == 0),
             ("webhook_queue", webhook_queue == 0),
@@ -334,6 +373,8 @@ impl Settings {
             webhook_attempts,
             webhook_backoff,
             webhook_queue,
+            max_packet_size,
+            max_batch,
             namespace: common
                 .namespace
                 .clone()

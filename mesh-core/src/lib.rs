@@ -27,5 +27,6 @@ pub mod model;
 pub mod registry;
 pub mod requester;
 pub mod rpc;
+pub mod seq_window;
 pub mod tls;
 pub mod topic;

@@ -151,7 +151,9 @@ impl MeshMeta {
 
     /// Reads the object under `_mesh`, moving its values out (what serde would read, written
     /// by hand: serde's `flatten` buffers every field, and this runs on every message). A
-    /// field of the wrong type reads as absent; unknown fields are kept in `other`.
+    /// field of the wrong type reads as absent, except `deadline` and `depth` out of range
+    /// (not `null`), which stay in `other` ([`MeshMeta::out_of_range`]); unknown fields are
+    /// kept in `other`.
     pub fn from_object(object: Map<String, Value>) -> MeshMeta {
         let mut meta = MeshMeta::default();
         let string = |value: Value| match value {
@@ -163,9 +165,23 @@ impl MeshMeta {
             match key.as_str() {
                 "replyTo" => meta.reply_to = string(value),
                 "requestId" => meta.request_id = string(value),
-                "deadline" => meta.deadline = value.as_u64(),
+                // Out of range (negative, fractional, too large): kept in `other` under its
+                // own name, so that a receiver can refuse it rather than act on its absence.
+                "deadline" => match value.as_u64() {
+                    Some(deadline) => meta.deadline = Some(deadline),
+                    None if value.is_null() => {}
+                    None => {
+                        meta.other.insert(key, value);
+                    }
+                },
                 "caller" => meta.caller = Caller::from_value(value),
-                "depth" => meta.depth = value.as_u64().and_then(|d| u32::try_from(d).ok()),
+                "depth" => match value.as_u64().and_then(|d| u32::try_from(d).ok()) {
+                    Some(depth) => meta.depth = Some(depth),
+                    None if value.is_null() => {}
+                    None => {
+                        meta.other.insert(key, value);
+                    }
+                },
                 "traceparent" => meta.traceparent = string(value),
                 "taskId" => meta.task_id = string(value),
                 "task" => meta.task = Some(value),
@@ -177,6 +193,14 @@ impl MeshMeta {
             }
         }
         meta
+    }
+
+    /// The first of `deadline` and `depth` that a request carried with a value out of
+    /// range (see [`MeshMeta::from_object`]), and that value.
+    pub fn out_of_range(&self) -> Option<(&'static str, &Value)> {
+        ["deadline", "depth"]
+            .into_iter()
+            .find_map(|key| self.other.get(key).map(|value| (key, value)))
     }
 
     /// This value as the object under `_mesh` (the fields that are set, camelCase).

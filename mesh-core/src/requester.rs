@@ -5,8 +5,15 @@
 //! one router task that decodes every reply once and hands it to the [`ReplyStream`] of the
 //! request it answers, matched by JSON-RPC id (a fresh uuid per publish). The stream drops
 //! duplicate deliveries by `_mesh.seq`, ends after the final event, and fails with a clear error
-//! when the deadline passes or the instance running the task goes offline
-//! ([`Requester::watch_registry`]). The gateway, peer calls inside agents and the `mesh` CLI all
+//! when the deadline passes, the instance running the task goes offline
+//! ([`Requester::watch_registry`]) or the bus gives the request up.
+//!
+//! Events the requester did not expect are dropped and counted
+//! ([`Requester::unexpected_events`]), never delivered: one from an instance other than the
+//! one that answered first (the instance running the task), or one whose `_mesh.seq` is out
+//! of the stream's window ([`SeqWindow`]). A publisher that forges events on an open bus
+//! therefore cannot make the requester drop the real agent's events; keeping it from
+//! publishing there at all is the broker's ACL's part. The gateway, peer calls inside agents and the `mesh` CLI all
 //! talk to agents through this one type.
 
 use crate::bus::{Bus, BusError, QoS};
@@ -18,9 +25,11 @@ use crate::meta::{Caller, MeshMeta, deadline_in};
 use crate::model::{CancelTaskRequest, SendMessageRequest, Task};
 use crate::registry::{Registry, RegistryEvent};
 use crate::rpc::{Call, Reply, Request};
+use crate::seq_window::{Admit, SeqWindow};
 use crate::topic::{TopicError, Topics};
 use foldhash::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -90,7 +99,8 @@ type Pending = Arc<Mutex<HashMap<String, PendingEntry>>>;
 
 struct PendingEntry {
     tx: mpsc::Sender<Delivery>,
-    /// The instance last seen answering, so that its going offline fails the stream.
+    /// The instance that answered first: the one running the task. Its going offline fails
+    /// the stream, and events from any other instance are dropped.
     instance: Option<String>,
 }
 
@@ -102,6 +112,8 @@ pub struct Requester {
     caller: Caller,
     kind: RequesterKind,
     pending: Pending,
+    /// Events dropped as unexpected (see the module docs).
+    unexpected: Arc<AtomicU64>,
 }
 
 impl Requester {
@@ -118,10 +130,13 @@ impl Requester {
         };
         let mut subscription = bus.subscribe(&filter, bus.inbox_qos()).await?;
         let pending: Pending = Arc::default();
+        let unexpected: Arc<AtomicU64> = Arc::default();
+        fail_given_up(&bus, &pending);
         let router_pending = pending.clone();
+        let router_unexpected = unexpected.clone();
         tokio::spawn(async move {
             while let Some(message) = subscription.recv().await {
-                route(&router_pending, &message.payload).await;
+                route(&router_pending, &router_unexpected, &message.payload).await;
             }
         });
         Ok(Requester {
@@ -137,7 +152,14 @@ impl Requester {
             },
             kind,
             pending,
+            unexpected,
         })
+    }
+
+    /// How many events this requester dropped as unexpected so far: from an instance other
+    /// than the one running the task, or with a `_mesh.seq` out of the stream's window.
+    pub fn unexpected_events(&self) -> u64 {
+        self.unexpected.load(Ordering::Relaxed)
     }
 
     /// Fails at once every stream whose task runs on an instance the registry sees go offline,
@@ -326,8 +348,9 @@ impl Requester {
             rx,
             rpc_id,
             pending: self.pending.clone(),
+            unexpected: self.unexpected.clone(),
             deadline: Instant::now() + timeout,
-            last_seq: None,
+            window: SeqWindow::default(),
             finished: false,
         }
     }
@@ -338,8 +361,9 @@ pub struct ReplyStream {
     rx: mpsc::Receiver<Delivery>,
     rpc_id: String,
     pending: Pending,
+    unexpected: Arc<AtomicU64>,
     deadline: Instant,
-    last_seq: Option<u64>,
+    window: SeqWindow,
     finished: bool,
 }
 
@@ -367,14 +391,19 @@ impl ReplyStream {
                 }
             };
             if let Ok(reply) = &delivery.reply {
-                let seq = reply_position(reply).0;
-                if let (Some(seq), Some(last)) = (seq, self.last_seq) {
-                    if seq <= last {
-                        continue; // a duplicate delivery of QoS 1
+                if let Some(seq) = reply_position(reply).0 {
+                    match self.window.admit(seq) {
+                        Admit::New => {}
+                        Admit::Duplicate => continue, // a duplicate delivery of QoS 1
+                        Admit::OutOfWindow => {
+                            self.unexpected.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(
+                                seq,
+                                "dropped an event whose _mesh.seq is out of its stream's window"
+                            );
+                            continue;
+                        }
                     }
-                }
-                if seq.is_some() {
-                    self.last_seq = seq;
                 }
             }
             self.finished = delivery.reply.as_ref().map(Reply::is_final).unwrap_or(true);
@@ -425,7 +454,7 @@ pub fn strip_reply_meta(reply: &mut Reply) -> MeshMeta {
     }
 }
 
-async fn route(pending: &Pending, payload: &[u8]) {
+async fn route(pending: &Pending, unexpected: &AtomicU64, payload: &[u8]) {
     let (id, reply) = match codec::decode_reply(payload, Dialect::V0_3) {
         Ok(decoded) => decoded,
         Err(error) => {
@@ -447,13 +476,65 @@ async fn route(pending: &Pending, payload: &[u8]) {
             tracing::debug!(id = %key, "reply to no pending request, dropped");
             return;
         };
-        if instance.is_some() {
-            entry.instance.clone_from(&instance);
+        match (&entry.instance, &instance) {
+            (None, _) => entry.instance.clone_from(&instance),
+            (Some(running), Some(from)) if running == from => {}
+            (Some(running), from) => {
+                unexpected.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(id = %key, %running, from = from.as_deref().unwrap_or("no instance"),
+                    "dropped an event from an instance other than the one running the task");
+                return;
+            }
         }
         entry.tx.clone()
     };
     // Awaiting room is the backpressure: a stream whose reader stalls holds the router.
     let _ = tx.send(Delivery { reply, instance }).await;
+}
+
+/// Fails at once the stream of every request the bus gives up (the broker kept closing the
+/// connection on it), instead of letting it wait for its deadline.
+fn fail_given_up(bus: &Bus, pending: &Pending) {
+    let mut given_up = bus.given_up();
+    let pending = pending.clone();
+    tokio::spawn(async move {
+        loop {
+            let publish = match given_up.recv().await {
+                Ok(publish) => publish,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            };
+            let Some(key) = request_key(&publish.payload) else {
+                continue;
+            };
+            let tx = lock(&pending).get(&key).map(|entry| entry.tx.clone());
+            if let Some(tx) = tx {
+                let error = A2aError::internal(format!(
+                    "the broker refused the request on {} ({} bytes): it closed the connection on it \
+                     {} times (over its packet size limit?)",
+                    publish.topic,
+                    publish.payload.len(),
+                    crate::bus::RESEND_LIMIT
+                ));
+                let _ = tx.try_send(Delivery {
+                    reply: Err(error),
+                    instance: None,
+                });
+            }
+        }
+    });
+}
+
+/// The pending-map key of a request payload (its JSON-RPC id), read without decoding the rest.
+fn request_key(payload: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: Option<JsonRpcId>,
+    }
+    match serde_json::from_slice::<Id>(payload).ok()?.id? {
+        JsonRpcId::String(s) => Some(s),
+        other => Some(other.to_string()),
+    }
 }
 
 fn fail_instance(pending: &Pending, agent: &str, instance: &str) {

@@ -497,6 +497,29 @@ impl Topics {
         self.task_filter("agent/response", SegmentKind::Agent, caller)
     }
 
+    /// True for a topic a reply may be sent to: a gateway's or a calling agent's response
+    /// topic of this namespace (`<ns>/a2a/v1/gateway/response/<id>/<task>` or
+    /// `<ns>/a2a/v1/agent/response/<id>/<task>`, safe segments, a task segment that
+    /// decodes). Agents answer nowhere else, whatever a request's `_mesh.replyTo` says.
+    pub fn is_response_topic(&self, topic: &str) -> bool {
+        let Some(rest) = topic
+            .strip_prefix(self.base.as_str())
+            .and_then(|rest| rest.strip_prefix('/'))
+        else {
+            return false;
+        };
+        let Some(rest) = rest
+            .strip_prefix("gateway/response/")
+            .or_else(|| rest.strip_prefix("agent/response/"))
+        else {
+            return false;
+        };
+        let Some((target, task)) = rest.split_once('/') else {
+            return false;
+        };
+        is_safe_segment(target) && is_safe_segment(task) && decode_task_id(task).is_ok()
+    }
+
     /// The topic that cancels task `task_id` at every instance of `agent`.
     pub fn agent_cancel(&self, agent: &str, task_id: &str) -> Result<String, TopicError> {
         self.task_topic("agent/cancel", SegmentKind::Agent, agent, task_id)
@@ -778,6 +801,35 @@ mod tests {
             "prod/a2a/v1/agent/request/echo/~!!",
         ] {
             assert_eq!(Topics::parse(bad), None, "{bad:?} should not parse");
+        }
+    }
+
+    #[test]
+    fn only_response_topics_of_the_namespace_take_replies() {
+        let t = topics();
+        for good in [
+            t.gateway_response("gw", "task-1").unwrap(),
+            t.agent_response("orchestrator", "a/b#c").unwrap(),
+        ] {
+            assert!(t.is_response_topic(&good), "{good}");
+        }
+        let other = Topics::new("other").unwrap();
+        for bad in [
+            other.gateway_response("gw", "t").unwrap(),
+            t.agent_request("echo", "t").unwrap(),
+            t.agent_card("echo").unwrap(),
+            t.presence("echo", "i").unwrap(),
+            t.agent_cancel("echo", "t").unwrap(),
+            "$SYS/broker/pwned".to_owned(),
+            format!("{}/a2a/v1/gateway/response/gw", t.namespace()),
+            format!("{}/a2a/v1/gateway/response/gw/t/extra", t.namespace()),
+            format!("{}/a2a/v1/gateway/response//t", t.namespace()),
+            format!("{}/a2a/v1/gateway/response/g+/t", t.namespace()),
+            format!("{}/a2a/v1/gateway/response/gw/~!!", t.namespace()),
+            format!("{}x/a2a/v1/gateway/response/gw/t", t.namespace()),
+            String::new(),
+        ] {
+            assert!(!t.is_response_topic(&bad), "{bad}");
         }
     }
 

@@ -9,6 +9,11 @@ use std::time::Duration;
 
 pub use crate::auth::ApiKey;
 
+/// The room a request body needs on the bus besides itself: the JSON-RPC frame and the
+/// `_mesh` envelope the gateway adds (a follow-up message also carries the task's snapshot,
+/// which may need more: such a request is refused when it is published, with -32600).
+pub const ENVELOPE_ROOM: usize = 16 * 1024;
+
 /// How a gateway runs. `Default` listens on 127.0.0.1:8080 in the namespace `mesh`.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
@@ -24,8 +29,13 @@ pub struct GatewayConfig {
     pub gateway_id: String,
     /// The agent `POST /` and the root agent-card paths serve (`--default-agent`).
     pub default_agent: Option<String>,
-    /// The largest request body accepted, in bytes.
+    /// The largest request body accepted, in bytes (413 past it). At start it is lowered to
+    /// what the bus can carry with the request's envelope ([`ENVELOPE_ROOM`] less than the
+    /// bus's `max_packet_size`), so that a body the gateway accepts can be published.
     pub body_limit: usize,
+    /// The most requests one JSON-RPC batch may hold; a larger batch is refused whole with
+    /// one -32600 error.
+    pub max_batch: usize,
     /// How long a blocking `SendMessage` waits for the task to finish before answering with
     /// the task as it stands (the client then polls or resubscribes).
     pub blocking_wait: Duration,
@@ -81,6 +91,7 @@ impl Default for GatewayConfig {
             gateway_id: format!("gw-{}", uuid::Uuid::new_v4().simple()),
             default_agent: None,
             body_limit: 4 * 1024 * 1024,
+            max_batch: 100,
             blocking_wait: Duration::from_secs(30),
             task_timeout: Duration::from_secs(300),
             cancel_wait: Duration::from_secs(3),

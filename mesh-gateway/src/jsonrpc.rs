@@ -26,6 +26,7 @@ use axum::extract::{Path, Request as HttpRequest, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures_util::future::join_all;
+use mesh_core::bus::BusError;
 use mesh_core::codec::{self, Decoded};
 use mesh_core::dialect::{Dialect, Method};
 use mesh_core::error::A2aError;
@@ -185,6 +186,17 @@ fn handle(
         // its future, moved into this one, cost about 1,600 instructions (1 %) per request.
         let single = match codec::decode(&bytes) {
             Decoded::Single(request) => triage(&gw, &agent, &http, request, false, fallback),
+            Decoded::Batch(requests) if requests.len() > gw.config.max_batch => {
+                let error = A2aError::invalid_request(format!(
+                    "a batch of {} requests is more than this gateway takes at once ({}): send fewer",
+                    requests.len(),
+                    gw.config.max_batch
+                ));
+                return json_response(
+                    StatusCode::OK,
+                    codec::encode_error(fallback, Some(&JsonRpcId::Null), &error),
+                );
+            }
             Decoded::Batch(requests) => {
                 return answer_batch(&gw, &agent, &http, requests, fallback).await;
             }
@@ -507,6 +519,12 @@ fn start<'a>(
                     SendError::Topic(e) => {
                         A2aError::invalid_params(format!("task id {task_id:?}: {e}"))
                     }
+                    SendError::Bus(BusError::PayloadTooLarge { size, max }) => {
+                        A2aError::invalid_request(format!(
+                            "the message is too large for the bus: {size} bytes with its envelope, \
+                             at most {max} (the bus's max_packet_size)"
+                        ))
+                    }
                     SendError::Bus(e) => A2aError::internal(format!(
                         "could not publish to agent {agent:?} on the message bus: {e}"
                     )),
@@ -537,6 +555,11 @@ fn begin(
 ) -> Result<(Begun, SendMessageRequest, SendOptions), A2aError> {
     let store = gw.store();
     let previous = match params.message.task_id.as_deref() {
+        Some("") => {
+            return Err(A2aError::invalid_params(
+                "the task id is empty: give a task's id, or none to start a new task",
+            ));
+        }
         Some(task_id) => match store.get(task_id) {
             Some(record) if record.agent != agent || !owns(gw, http, &record) => {
                 return Err(A2aError::task_not_found(task_id));

@@ -24,7 +24,7 @@
 use crate::auth::Keys;
 use crate::bridge::Bridge;
 use crate::cards::CardCache;
-use crate::config::GatewayConfig;
+use crate::config::{ENVELOPE_ROOM, GatewayConfig};
 use crate::metrics::Metrics;
 use crate::push::{PushSettings, Pusher};
 use crate::store::{MemoryStore, SqliteStore, StoreError, TaskStore};
@@ -124,11 +124,20 @@ impl Gateway {
 
     /// Starts a gateway on `bus` keeping its tasks in `store`.
     pub async fn start_with_store(
-        config: GatewayConfig,
+        mut config: GatewayConfig,
         bus: Bus,
         store: Arc<dyn TaskStore>,
     ) -> Result<RunningGateway, GatewayError> {
         let topics = Topics::new(&config.namespace)?;
+        let carried = bus.max_packet_size().saturating_sub(ENVELOPE_ROOM);
+        if config.body_limit > carried {
+            tracing::warn!(
+                body_limit = config.body_limit,
+                bus_max_packet_size = bus.max_packet_size(),
+                "the request body limit is lowered to what the bus carries with the envelope: {carried} bytes"
+            );
+            config.body_limit = carried;
+        }
         let cors = cors_layer(&config.cors_origins)?;
         let webhook_tls = if config.push_notifications {
             Some(

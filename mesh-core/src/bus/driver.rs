@@ -67,7 +67,6 @@ struct Router {
 }
 
 /// The state shared by the bus handle, the subscriptions and the two tasks.
-#[derive(Default)]
 pub(crate) struct Shared {
     router: Mutex<Router>,
     next_id: AtomicU64,
@@ -78,6 +77,31 @@ pub(crate) struct Shared {
     oversized_dropped: AtomicU64,
     /// [`BusStats::publishes_given_up`].
     publishes_given_up: AtomicU64,
+    /// Tells who listens which publishes were given up (see [`Bus::given_up`](super::Bus::given_up)).
+    pub(crate) given_up: tokio::sync::broadcast::Sender<GivenUp>,
+}
+
+/// A publish the bus gave up (see [`BusStats::publishes_given_up`]): its topic and payload.
+#[derive(Debug, Clone)]
+pub struct GivenUp {
+    /// Where it was to go.
+    pub topic: String,
+    /// What it carried.
+    pub payload: bytes::Bytes,
+}
+
+impl Default for Shared {
+    fn default() -> Shared {
+        Shared {
+            router: Mutex::default(),
+            next_id: AtomicU64::default(),
+            queued_publishes: AtomicUsize::default(),
+            oversized_dropped: AtomicU64::default(),
+            publishes_given_up: AtomicU64::default(),
+            // Rare events: a few may wait for a slow listener (one that lags misses some).
+            given_up: tokio::sync::broadcast::channel(16).0,
+        }
+    }
 }
 
 /// What the control task is asked to do.
@@ -561,6 +585,10 @@ impl Driver {
                 .fetch_add(1, Ordering::Relaxed);
             tracing::warn!(topic = %p.topic, size = p.payload.len(), attempts = RESEND_LIMIT,
                 "gave up a publish: the broker closed the connection before acknowledging it, every time");
+            let _ = self.shared.given_up.send(GivenUp {
+                topic: p.topic,
+                payload: p.payload,
+            });
         }
     }
 

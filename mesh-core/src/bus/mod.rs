@@ -72,8 +72,8 @@ pub use config::{
 };
 pub use rumqttc::QoS;
 
-pub use driver::RESEND_LIMIT;
 use driver::{Command, Driver, QueuedPublish, ResendGuard, Shared};
+pub use driver::{GivenUp, RESEND_LIMIT};
 
 /// Every way a bus operation can fail.
 #[derive(Debug, thiserror::Error)]
@@ -427,6 +427,12 @@ impl Bus {
     /// The largest packet this bus publishes or takes in ([`BusConfig::max_packet_size`]).
     pub fn max_packet_size(&self) -> usize {
         self.inner.max_packet_size
+    }
+
+    /// The publishes this bus gives up from now on (see [`BusStats::publishes_given_up`]), so
+    /// that whoever waits for an answer to one can stop waiting.
+    pub fn given_up(&self) -> tokio::sync::broadcast::Receiver<GivenUp> {
+        self.inner.shared.given_up.subscribe()
     }
 
     /// What the bus has discarded so far (see [`BusStats`]).

@@ -1,0 +1,178 @@
+//! Which events of one reply stream a requester has seen, by their position `_mesh.seq`:
+//! pure state, no I/O, used by [`ReplyStream`](crate::requester::ReplyStream) to drop
+//! duplicate deliveries (QoS 1 may deliver twice) and events that cannot be the agent's.
+//!
+//! The agent numbers a request's events 0, 1, 2, … and the broker delivers them in order, so
+//! a genuine event is either the next one or a little ahead of it (when some were lost on a
+//! QoS 0 subscription). The window remembers every position from the oldest one not yet seen
+//! ([`SPAN`] positions ahead of it): a position behind it or seen already is a duplicate, one
+//! beyond it is out of the window and dropped. So an event with a forged position far ahead
+//! (the bus is open to whoever can publish on the reply topic) is dropped, and a forged
+//! position inside the window never hides a genuine event with another position. When
+//! genuine events stream on past a lost one, the window fills up; once it is at least half
+//! full it slides forward and forgets the gap rather than stall.
+
+/// How many positions ahead of the oldest unseen one the window admits.
+pub const SPAN: u64 = 1024;
+
+const WORDS: usize = (SPAN / 64) as usize;
+
+/// The positions seen, relative to the oldest unseen one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeqWindow {
+    /// The oldest position not seen yet: every one before it was seen (or given up).
+    base: u64,
+    /// Bit `i` set: position `base + i` was seen. Bit 0 is never set.
+    seen: [u64; WORDS],
+}
+
+/// What [`SeqWindow::admit`] makes of a position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admit {
+    /// Not seen before: deliver it.
+    New,
+    /// Seen already: drop it quietly.
+    Duplicate,
+    /// Too far ahead to be the agent's: drop it and count it.
+    OutOfWindow,
+}
+
+impl Default for SeqWindow {
+    fn default() -> SeqWindow {
+        SeqWindow {
+            base: 0,
+            seen: [0; WORDS],
+        }
+    }
+}
+
+impl SeqWindow {
+    /// Records `seq` and says whether to deliver the event that carries it.
+    pub fn admit(&mut self, seq: u64) -> Admit {
+        if seq < self.base {
+            return Admit::Duplicate;
+        }
+        if seq - self.base >= SPAN {
+            let seen: u32 = self.seen.iter().map(|w| w.count_ones()).sum();
+            if u64::from(seen) < SPAN / 2 {
+                return Admit::OutOfWindow;
+            }
+            // Genuine events stream on past a gap: forget it.
+            self.shift(seq - self.base - SPAN + 1);
+        }
+        let offset = seq - self.base;
+        let (word, bit) = ((offset / 64) as usize, offset % 64);
+        if self.seen[word] & (1 << bit) != 0 {
+            return Admit::Duplicate;
+        }
+        self.seen[word] |= 1 << bit;
+        // Move the base past every position seen in a row.
+        let mut run = 0u64;
+        for word in self.seen {
+            let ones = u64::from(word.trailing_ones());
+            run += ones;
+            if ones < 64 {
+                break;
+            }
+        }
+        self.shift(run);
+        Admit::New
+    }
+
+    /// Moves the base `by` positions forward.
+    fn shift(&mut self, by: u64) {
+        if by == 0 {
+            return;
+        }
+        self.base = self.base.saturating_add(by);
+        if by >= SPAN {
+            self.seen = [0; WORDS];
+            return;
+        }
+        let (words, bits) = ((by / 64) as usize, (by % 64) as u32);
+        for i in 0..WORDS {
+            let lo = self.seen.get(i + words).copied().unwrap_or(0);
+            let hi = self.seen.get(i + words + 1).copied().unwrap_or(0);
+            self.seen[i] = if bits == 0 {
+                lo
+            } else {
+                (lo >> bits) | (hi << (64 - bits))
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn in_order_events_pass_and_repeats_do_not() {
+        let mut w = SeqWindow::default();
+        for seq in 0..5000 {
+            assert_eq!(w.admit(seq), Admit::New, "{seq}");
+            assert_eq!(w.admit(seq), Admit::Duplicate, "{seq}");
+        }
+        assert_eq!(w.admit(10), Admit::Duplicate);
+    }
+
+    #[test]
+    fn a_forged_position_far_ahead_hides_nothing() {
+        let mut w = SeqWindow::default();
+        assert_eq!(w.admit(0), Admit::New);
+        assert_eq!(w.admit(1 << 62), Admit::OutOfWindow);
+        assert_eq!(w.admit(u64::MAX), Admit::OutOfWindow);
+        for seq in 1..3000 {
+            assert_eq!(w.admit(seq), Admit::New, "{seq}");
+        }
+    }
+
+    #[test]
+    fn a_forged_position_inside_the_window_hides_only_itself() {
+        let mut w = SeqWindow::default();
+        assert_eq!(w.admit(500), Admit::New);
+        for seq in (0..3000).filter(|s| *s != 500) {
+            assert_eq!(w.admit(seq), Admit::New, "{seq}");
+        }
+    }
+
+    #[test]
+    fn a_stream_goes_on_past_a_lost_event() {
+        let mut w = SeqWindow::default();
+        assert_eq!(w.admit(0), Admit::New);
+        // Position 1 is lost for good; the stream goes on.
+        for seq in 2..10_000 {
+            assert_eq!(w.admit(seq), Admit::New, "{seq}");
+        }
+    }
+
+    proptest! {
+        /// Whatever arrives (genuine events in order, duplicates, forgeries), every genuine
+        /// position is delivered exactly once, provided forgeries are fewer than half the
+        /// window's span.
+        #[test]
+        fn every_genuine_event_is_delivered_once(
+            forged in proptest::collection::vec(any::<u64>(), 0..100),
+            genuine in 1u64..5000,
+            repeat_every in 1u64..50,
+        ) {
+            let mut w = SeqWindow::default();
+            let mut forged = forged.into_iter();
+            let mut delivered = std::collections::HashSet::new();
+            for seq in 0..genuine {
+                if let Some(f) = forged.next() {
+                    if w.admit(f) == Admit::New {
+                        delivered.insert(f);
+                    }
+                }
+                let first = w.admit(seq);
+                prop_assert!(first == Admit::New || delivered.contains(&seq), "{seq}: {first:?}");
+                delivered.insert(seq);
+                if seq % repeat_every == 0 {
+                    prop_assert_eq!(w.admit(seq), Admit::Duplicate);
+                }
+            }
+        }
+    }
+}
