@@ -12,6 +12,7 @@ use mesh_core::meta::MeshMeta;
 use mesh_core::model::{Part, SendMessageRequest, Task, TaskState};
 use mesh_core::requester::strip_reply_meta;
 use mesh_core::rpc::{Call, Reply, Request};
+use mesh_core::topic::Topics;
 use mesh_testkit::TestBroker;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -647,3 +648,256 @@ impl SendErr for Mesh {
 
 #[allow(dead_code)]
 fn _task_is_used(_: Task) {}
+
+// ---- Bounds: what a hostile or oversized request or event does (one request fails, the
+// ---- instance and the requester carry on).
+
+/// Publishes a raw JSON request to `agent`'s request topic.
+async fn publish_raw(mesh: &Mesh, agent: &str, request: &serde_json::Value) {
+    mesh.bus
+        .publish(
+            &mesh.topics.agent_request(agent, "t").unwrap(),
+            request.to_string().into_bytes(),
+            QoS::AtLeastOnce,
+            false,
+        )
+        .await
+        .unwrap();
+}
+
+/// A `message/send` with `_mesh` as given.
+fn raw_send(id: &str, mesh_meta: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "jsonrpc": "2.0", "id": id, "method": "message/send",
+        "params": {
+            "message": {"kind": "message", "role": "user", "messageId": id, "parts": [{"kind": "text", "text": "x"}]},
+            "metadata": {"_mesh": mesh_meta},
+        },
+    })
+}
+
+mesh_testkit::both_brokers!(
+    agents_answer_only_on_response_topics_and_refuse_out_of_range_envelopes
+);
+async fn agents_answer_only_on_response_topics_and_refuse_out_of_range_envelopes(
+    broker: TestBroker,
+) {
+    let mesh = Mesh::on(broker).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = mesh.run(counting_agent("counter", runs.clone())).await;
+    let other_ns = Topics::new(mesh_testkit::fresh_namespace()).unwrap();
+    // Where a hostile replyTo points: another namespace's gateway, a discovery topic, another
+    // agent's request topic, the broker's own $SYS tree.
+    let hostile = [
+        other_ns.gateway_response("gw", "t").unwrap(),
+        mesh.topics.presence("ghost", "i").unwrap(),
+        mesh.topics.agent_request("victim", "t").unwrap(),
+        "$SYS/broker/pwned".to_owned(),
+    ];
+    let mut watchers = Vec::new();
+    for topic in &hostile {
+        watchers.push(mesh.bus.subscribe(topic, QoS::AtLeastOnce).await.unwrap());
+    }
+    for (i, topic) in hostile.iter().enumerate() {
+        let id = format!("hostile-{i}");
+        let meta = serde_json::json!({"replyTo": topic, "requestId": id});
+        publish_raw(&mesh, "counter", &raw_send(&id, meta)).await;
+    }
+    // Out of range: each refused with -32602 on a good reply topic, no handler run.
+    let reply_topic = mesh.topics.gateway_response("probe", "r").unwrap();
+    let mut replies = mesh
+        .bus
+        .subscribe(&reply_topic, QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    let out_of_range = [
+        ("depth", serde_json::json!(1_000_000_000_000u64)),
+        ("depth", serde_json::json!(-1)),
+        ("deadline", serde_json::json!(-5)),
+        ("deadline", serde_json::json!(1000)),
+    ];
+    for (i, (field, value)) in out_of_range.iter().enumerate() {
+        let id = format!("range-{i}");
+        let mut meta = serde_json::json!({"replyTo": reply_topic, "requestId": id});
+        meta[*field] = value.clone();
+        publish_raw(&mesh, "counter", &raw_send(&id, meta)).await;
+    }
+    let mut refused = Vec::new();
+    while refused.len() < out_of_range.len() {
+        let answer = tokio::time::timeout(WAIT, replies.recv())
+            .await
+            .expect("an answer in time")
+            .unwrap();
+        let (id, reply) = codec::decode_reply(&answer.payload, Dialect::V0_3).unwrap();
+        let error = reply.expect_err("refused");
+        assert_eq!(error.code(), -32602, "{id}: {error}");
+        refused.push((id.to_string(), error.message));
+    }
+    refused.sort();
+    assert!(
+        refused[0].1.contains("depth") && refused[3].1.contains("deadline"),
+        "{refused:?}"
+    );
+    // A good request is served; nothing reached a hostile topic meanwhile.
+    let (_, stream) = mesh.send("counter", "fine", Method::SendMessage).await;
+    let last = collect(stream).await.pop().unwrap().reply.unwrap();
+    assert_eq!(state_of(&last), Some(TaskState::Completed));
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "only the good request ran");
+    for watcher in &mut watchers {
+        assert!(watcher.try_recv().is_none(), "{}", watcher.filter());
+    }
+    counter.shutdown().await;
+}
+
+mesh_testkit::both_brokers!(
+    an_answer_too_large_for_the_bus_fails_its_task_and_the_instance_serves_on
+);
+async fn an_answer_too_large_for_the_bus_fails_its_task_and_the_instance_serves_on(
+    broker: TestBroker,
+) {
+    let mesh = Mesh::on(broker).await;
+    // The agent's bus carries at most 64 KiB: a 40 KB echo fits as a request, and its answer
+    // (the history and the artifact, 80 KB) does not.
+    let mut small = bus_config(&mesh.broker);
+    small.max_packet_size = 64 * 1024;
+    let big_artifact = Agent::new(
+        "big",
+        handler_fn(|ctx: TaskContext| async move {
+            ctx.artifact(new_artifact(None, vec![Part::text("y".repeat(100_000))]))
+                .await?;
+            Ok(Outcome::completed())
+        }),
+    );
+    let mut agents = Vec::new();
+    for agent in [mesh_examples::echo::agent(), big_artifact] {
+        let running = agent
+            .config(mesh.config())
+            .start(small.clone())
+            .await
+            .unwrap();
+        assert!(mesh.registry.wait_online(running.name(), WAIT).await);
+        agents.push(running);
+    }
+    let text = "x".repeat(40_000);
+    let (_, stream) = mesh.send("echo", &text, Method::SendMessage).await;
+    let last = collect(stream).await.pop().unwrap().reply.unwrap();
+    let Reply::Task(task) = last else {
+        panic!("a task: {last:?}")
+    };
+    assert_eq!(task.status.state, TaskState::Failed);
+    let said = serde_json::to_string(&task.status.message).unwrap();
+    assert!(said.contains("larger than the bus carries"), "{said}");
+    // A streamed artifact too large: the stream ends with a failed status that says so.
+    let (_, stream) = mesh.send("big", "go", Method::SendStreamingMessage).await;
+    let last = collect(stream).await.pop().unwrap().reply.unwrap();
+    let Reply::StatusUpdate(event) = last else {
+        panic!("a final status: {last:?}")
+    };
+    assert_eq!(event.status.state, TaskState::Failed);
+    // Both instances serve on.
+    let (_, stream) = mesh.send("echo", "small", Method::SendMessage).await;
+    let last = collect(stream).await.pop().unwrap().reply.unwrap();
+    assert_eq!(state_of(&last), Some(TaskState::Completed));
+    assert!(mesh.registry.is_online("big"));
+    for agent in agents {
+        agent.shutdown().await;
+    }
+}
+
+mesh_testkit::both_brokers!(forged_events_are_dropped_and_never_hide_the_agents_own);
+async fn forged_events_are_dropped_and_never_hide_the_agents_own(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let opened = gate.clone();
+    let slow = mesh
+        .run(Agent::new(
+            "slow",
+            handler_fn(move |ctx: TaskContext| {
+                let gate = opened.clone();
+                async move {
+                    ctx.working("waiting").await?;
+                    gate.notified().await;
+                    for i in 0..5 {
+                        ctx.artifact(new_artifact(
+                            Some("a".into()),
+                            vec![Part::text(format!("{i}"))],
+                        ))
+                        .await?;
+                    }
+                    Ok(Outcome::completed())
+                }
+            }),
+        ))
+        .await;
+    // Whoever can read the reply topic learns the request's id, the instance and the position.
+    let mut spy = mesh
+        .bus
+        .subscribe(
+            &mesh.topics.gateway_response_filter("gw").unwrap(),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    let (_, mut stream) = mesh.send("slow", "go", Method::SendStreamingMessage).await;
+    for _ in 0..3 {
+        stream.next().await.unwrap().reply.unwrap(); // task, working, working with a message
+    }
+    let seen = tokio::time::timeout(WAIT, spy.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut forged: serde_json::Value = serde_json::from_slice(&seen.payload).unwrap();
+    let instance = forged["result"]["metadata"]["_mesh"]["instance"].clone();
+    assert!(instance.is_string(), "{forged}");
+    let final_completed = |instance: &serde_json::Value, seq: u64| {
+        serde_json::json!({"kind": "status-update", "taskId": forged["result"]["id"], "contextId": forged["result"]["contextId"],
+            "final": true, "status": {"state": "completed"},
+            "metadata": {"_mesh": {"instance": instance, "seq": seq}}})
+    };
+    let from_elsewhere = final_completed(&serde_json::json!("another-instance"), 3);
+    let far_ahead = final_completed(&instance, 1 << 62);
+    for result in [from_elsewhere, far_ahead] {
+        forged["result"] = result;
+        mesh.bus
+            .publish(
+                &seen.topic,
+                forged.to_string().into_bytes(),
+                QoS::AtLeastOnce,
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    // A marker through the same topic: once the spy sees it, the requester has the forgeries.
+    let marker = serde_json::json!({"jsonrpc": "2.0", "id": "nobody", "result": {}});
+    mesh.bus
+        .publish(
+            &seen.topic,
+            marker.to_string().into_bytes(),
+            QoS::AtLeastOnce,
+            false,
+        )
+        .await
+        .unwrap();
+    while tokio::time::timeout(WAIT, spy.recv())
+        .await
+        .unwrap()
+        .unwrap()
+        .payload
+        != marker.to_string().as_bytes()
+    {}
+    gate.notify_one();
+    let rest: Vec<Reply> = collect(stream)
+        .await
+        .into_iter()
+        .map(|d| d.reply.unwrap())
+        .collect();
+    let artifacts = rest
+        .iter()
+        .filter(|r| matches!(r, Reply::ArtifactUpdate(_)))
+        .count();
+    assert_eq!(artifacts, 5, "every real event arrives: {rest:?}");
+    assert_eq!(state_of(rest.last().unwrap()), Some(TaskState::Completed));
+    assert_eq!(mesh.requester.unexpected_events(), 2);
+    slow.shutdown().await;
+}
