@@ -25,6 +25,9 @@ use tokio::time::Instant;
 /// The agent segment of the load markers registries publish to themselves.
 const REGISTRY_MARKER_AGENT: &str = "_registry";
 
+/// How often the registry looks for silent instances.
+const SWEEP: Duration = Duration::from_millis(500);
+
 /// How many heartbeat intervals of silence expire an instance.
 const EXPIRY_HEARTBEATS: u32 = 3;
 
@@ -156,31 +159,44 @@ impl Registry {
         let topics = topics.clone();
         let janitor = bus.clone();
         tokio::spawn(async move {
-            let mut sweep = tokio::time::interval(Duration::from_millis(500));
+            let mut sweep = tokio::time::interval(SWEEP);
+            sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_sweep = Instant::now();
+            let handle = |message: BusMessage| {
+                if message.topic == marker_topic {
+                    worker.shared.loaded.send_replace(true);
+                    return;
+                }
+                let stale = match topics.parse_own(&message.topic) {
+                    Some(TopicKind::AgentCard { agent, .. }) => {
+                        worker.on_card(agent, &message.payload);
+                        false
+                    }
+                    Some(TopicKind::Presence {
+                        agent, instance, ..
+                    }) => worker.on_presence(agent, instance, &message),
+                    _ => false,
+                };
+                if stale {
+                    clear_stale_presence(&janitor, message.topic);
+                }
+            };
             loop {
                 tokio::select! {
                     message = discovery.recv() => match message {
-                        Some(message) if message.topic == marker_topic => {
-                            worker.shared.loaded.send_replace(true);
-                        }
-                        Some(message) => {
-                            let stale = match topics.parse_own(&message.topic) {
-                                Some(TopicKind::AgentCard { agent, .. }) => {
-                                    worker.on_card(agent, &message.payload);
-                                    false
-                                }
-                                Some(TopicKind::Presence {
-                                    agent, instance, ..
-                                }) => worker.on_presence(agent, instance, &message),
-                                _ => false,
-                            };
-                            if stale {
-                                clear_stale_presence(&janitor, message.topic);
-                            }
-                        }
+                        Some(message) => handle(message),
                         None => break,
                     },
-                    _ = sweep.tick() => worker.expire_silent(),
+                    _ = sweep.tick() => {
+                        // Heartbeats that wait in the buffer are heard before anyone expires.
+                        while let Some(message) = discovery.try_recv() {
+                            handle(message);
+                        }
+                        let now = Instant::now();
+                        let stalled = now.duration_since(last_sweep).saturating_sub(SWEEP);
+                        last_sweep = now;
+                        worker.expire_silent(now, stalled);
+                    }
                 }
             }
         });
@@ -377,8 +393,22 @@ impl Registry {
         }
     }
 
-    fn expire_silent(&self) {
-        let now = Instant::now();
+    /// Expires the instances silent for [`EXPIRY_HEARTBEATS`] heartbeats. `stalled` is how
+    /// much later than due this sweep runs: time in which this process did not run (a busy
+    /// or suspended process) is not the instances' silence, so it is credited to them first
+    /// (their heartbeats of that time may still be on their way in).
+    fn expire_silent(&self, now: Instant, stalled: Duration) {
+        if stalled > SWEEP {
+            tracing::warn!(
+                ?stalled,
+                "the registry did not run for a while: instances get that time back"
+            );
+            for entry in self.write().values_mut() {
+                for instance in entry.instances.values_mut() {
+                    instance.heard = (instance.heard + stalled).min(now);
+                }
+            }
+        }
         let expired: Vec<(String, String)> = self
             .read()
             .iter()
@@ -422,4 +452,45 @@ fn clear_stale_presence(bus: &Bus, topic: String) {
             tracing::debug!(%error, "stale presence not cleared");
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry_with(heard: Instant) -> Registry {
+        let registry = Registry {
+            shared: Arc::new(Shared {
+                agents: RwLock::default(),
+                events: broadcast::channel(16).0,
+                loaded: watch::channel(true).0,
+            }),
+        };
+        let mut entry = AgentEntry::default();
+        entry.instances.insert(
+            "i".into(),
+            InstanceEntry {
+                heard,
+                heartbeat: Some(Duration::from_secs(1)),
+            },
+        );
+        registry.write().insert("a".into(), entry);
+        registry
+    }
+
+    #[test]
+    fn time_the_registry_did_not_run_is_not_an_instances_silence() {
+        let now = Instant::now();
+        let Some(ten_seconds_ago) = now.checked_sub(Duration::from_secs(10)) else {
+            return; // a clock too young to go back (just after boot)
+        };
+        // Silent for 10 s of which the registry did not run for 9.5 s: still online.
+        let registry = registry_with(ten_seconds_ago);
+        registry.expire_silent(now, Duration::from_millis(9_500));
+        assert!(registry.is_online("a"));
+        // Silent for 10 s while it ran: offline.
+        let registry = registry_with(ten_seconds_ago);
+        registry.expire_silent(now, Duration::ZERO);
+        assert!(!registry.is_online("a"));
+    }
 }

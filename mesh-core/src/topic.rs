@@ -964,6 +964,22 @@ mod tests {
 
     proptest! {
         #[test]
+        fn the_response_topic_check_agrees_with_the_parser(
+            kind in prop_oneof![Just("gateway/response"), Just("agent/response"), Just("agent/request"), Just("gateway/x")],
+            ns in prop_oneof![Just("ns"), Just("other"), Just("n+s")],
+            target in "[a-z+#$~/. ]{0,6}",
+            task in "[A-Za-z0-9_~/.+-]{0,12}",
+        ) {
+            let t = Topics::new("ns").unwrap();
+            let topic = format!("{ns}/a2a/v1/{kind}/{target}/{task}");
+            let parsed = matches!(
+                t.parse_own(&topic),
+                Some(TopicKind::GatewayResponse { .. } | TopicKind::AgentResponse { .. })
+            );
+            prop_assert_eq!(t.is_response_topic(&topic), parsed, "{}", topic);
+        }
+
+        #[test]
         fn the_fast_matcher_agrees_with_the_reference(
             filter in "(\\$share/g/)?[ab+#$/]{0,8}",
             topic in "[ab$/]{0,8}",

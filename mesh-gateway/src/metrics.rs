@@ -13,6 +13,7 @@
 //! | `mesh_gateway_tasks` | gauge | `state` |
 //! | `mesh_gateway_sse_streams_open` | gauge | |
 //! | `mesh_gateway_bus_reconnects_total` | counter | |
+//! | `mesh_gateway_bus_dropped_total` | counter | `reason` (`oversized`: an incoming message over the bus's `max_packet_size`; `given_up`: a publish the broker kept closing the connection on; `unexpected_event`: an event from another instance or out of its stream's window) |
 //! | `mesh_gateway_webhook_deliveries_total` | counter | (delivered: a 2xx answer) |
 //! | `mesh_gateway_webhook_failures_total` | counter | `reason` (`retry`, `given_up`, `dropped`) |
 //! | `mesh_gateway_store_pending_writes` | gauge | (changes not yet written to disk) |
@@ -54,6 +55,10 @@ pub(crate) struct Metrics {
     webhook_retries: AtomicU64,
     webhook_given_up: AtomicU64,
     webhook_dropped: AtomicU64,
+    /// What the bus and the requester dropped: copied in at scrape time.
+    bus_oversized: AtomicU64,
+    bus_given_up: AtomicU64,
+    unexpected_events: AtomicU64,
     /// The store whose tasks are counted at scrape time.
     store: OnceLock<Weak<dyn TaskStore>>,
 }
@@ -109,6 +114,9 @@ impl Metrics {
             webhook_retries: AtomicU64::new(0),
             webhook_given_up: AtomicU64::new(0),
             webhook_dropped: AtomicU64::new(0),
+            bus_oversized: AtomicU64::new(0),
+            bus_given_up: AtomicU64::new(0),
+            unexpected_events: AtomicU64::new(0),
             store: OnceLock::new(),
         }
     }
@@ -141,6 +149,13 @@ impl Metrics {
 
     pub(crate) fn bus_reconnected(&self) {
         self.bus_reconnects.fetch_add(1, Relaxed);
+    }
+
+    /// Takes the bus's and the requester's drop counts in (before a scrape).
+    pub(crate) fn bus_dropped(&self, stats: mesh_core::bus::BusStats, unexpected_events: u64) {
+        self.bus_oversized.store(stats.oversized_dropped, Relaxed);
+        self.bus_given_up.store(stats.publishes_given_up, Relaxed);
+        self.unexpected_events.store(unexpected_events, Relaxed);
     }
 
     pub(crate) fn webhook_delivered(&self) {
@@ -261,6 +276,24 @@ impl Collector for Scrape {
             "Times the gateway's bus connection came back after a loss",
             m.bus_reconnects.load(Relaxed),
         )?;
+        {
+            let mut family = encoder.encode_descriptor(
+                "mesh_gateway_bus_dropped",
+                "Messages the bus or the requester dropped rather than let them harm the gateway: incoming messages over max_packet_size, publishes given up, unexpected events",
+                None,
+                MetricType::Counter,
+            )?;
+            for (reason, value) in [
+                ("oversized", m.bus_oversized.load(Relaxed)),
+                ("given_up", m.bus_given_up.load(Relaxed)),
+                ("unexpected_event", m.unexpected_events.load(Relaxed)),
+            ] {
+                let labels = [("reason", reason)];
+                family
+                    .encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+            }
+        }
         counter(
             &mut encoder,
             "mesh_gateway_webhook_deliveries",
@@ -296,6 +329,8 @@ pub(crate) fn registry(metrics: &Arc<Metrics>) -> Registry {
 
 /// `GET /metrics`.
 pub(crate) async fn serve(State(gw): State<Arc<Shared>>) -> Response {
+    gw.metrics
+        .bus_dropped(gw.bus.stats(), gw.requester.unexpected_events());
     let mut text = String::new();
     if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &gw.metrics_registry) {
         tracing::warn!(%error, "could not write the metrics");

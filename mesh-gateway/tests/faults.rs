@@ -4,6 +4,8 @@
 mod support;
 
 use mesh_agent::{Agent, Outcome, TaskContext, handler_fn};
+use mesh_core::bus::ConnectionState;
+use mesh_testkit::TestBroker;
 use serde_json::{Value, json};
 use std::time::Duration;
 use support::*;
@@ -407,4 +409,126 @@ async fn a_client_cannot_forge_the_bus_envelope() {
     assert_eq!(seen["taskId"], task["id"], "{seen}");
     assert_eq!(seen["history"], 1, "{seen}");
     assert_eq!(seen["caller"], "gateway", "{seen}");
+}
+
+/// A message the broker will not take (over its packet limit, under the gateway bus's):
+/// that one request fails promptly with a clear error, the gateway's connection does not
+/// loop, and every other request is served.
+async fn a_message_the_broker_refuses_fails_alone(broker: TestBroker) {
+    let mut mesh = Mesh::start_on(broker, |_| {}, |_| {}).await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let big = rpc("message/send", msg03(&"x".repeat(300 * 1024)));
+    let (status, body) = mesh.post("/agents/echo", &big).await;
+    assert_eq!(status, 200);
+    assert!(body.get("error").is_some(), "{body}");
+    assert!(message(&body).contains("refused the request"), "{body}");
+    // The connection is back once the bus gave the message up (no loop).
+    let mut state = mesh.gateway_bus.state();
+    tokio::time::timeout(WAIT, state.wait_for(|s| *s == ConnectionState::Connected))
+        .await
+        .expect("the gateway's bus reconnects")
+        .unwrap();
+    let (_, body) = mesh
+        .post("/agents/echo", &rpc("message/send", msg03("small")))
+        .await;
+    assert_eq!(task_state(result(&body)), "completed", "{body}");
+    let given_up = metric(&mesh, "mesh_gateway_bus_dropped_total{reason=\"given_up\"}").await;
+    assert_eq!(given_up, 1.0);
+    let reconnects = metric(&mesh, "mesh_gateway_bus_reconnects_total").await;
+    assert!(
+        reconnects <= f64::from(mesh_core::bus::RESEND_LIMIT),
+        "{reconnects} reconnects"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_mosquitto_refuses_fails_alone() {
+    a_message_the_broker_refuses_fails_alone(
+        TestBroker::mosquitto_with_packet_limit(256 * 1024).await,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_embedded_broker_refuses_fails_alone() {
+    a_message_the_broker_refuses_fails_alone(
+        TestBroker::embedded_with_packet_limit(256 * 1024).await,
+    )
+    .await
+}
+
+// The body limit fits the bus (a larger body is 413), and a message that grows past what
+// the bus carries with its envelope (a follow-up carries the task's snapshot) is refused with
+// -32600; the task stays as it was and takes a smaller answer.
+mesh_testkit::both_brokers!(limits_are_consistent_from_the_body_to_the_bus);
+async fn limits_are_consistent_from_the_body_to_the_bus(broker: TestBroker) {
+    let mut mesh = Mesh::start_on(
+        broker,
+        |bus| bus.max_packet_size = 1024 * 1024,
+        |config| config.body_limit = 8 * 1024 * 1024,
+    )
+    .await;
+    mesh.run(Agent::new(
+        "asker",
+        handler_fn(|ctx: TaskContext| async move {
+            if ctx.is_resumed() {
+                return Ok(Outcome::completed());
+            }
+            Ok(Outcome::InputRequired(mesh_agent::agent_text("and then?")))
+        }),
+    ))
+    .await;
+    let too_big = rpc("message/send", msg03(&"x".repeat(1024 * 1024)));
+    let (status, body) = mesh.post("/agents/asker", &too_big).await;
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(code(&body), -32600);
+
+    let first = rpc("message/send", msg03(&"x".repeat(600 * 1024)));
+    let (_, body) = mesh.post("/agents/asker", &first).await;
+    let task = result(&body).clone();
+    assert_eq!(task_state(&task), "input-required", "{body}");
+    let mut follow_up = msg03(&"y".repeat(600 * 1024));
+    follow_up["message"]["taskId"] = task["id"].clone();
+    let (status, body) = mesh
+        .post("/agents/asker", &rpc("message/send", follow_up))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(code(&body), -32600, "{body}");
+    assert!(message(&body).contains("too large for the bus"), "{body}");
+    let mut small = msg03("done");
+    small["message"]["taskId"] = task["id"].clone();
+    let (_, body) = mesh
+        .post("/agents/asker", &rpc("message/send", small))
+        .await;
+    assert_eq!(task_state(result(&body)), "completed", "{body}");
+}
+
+// A batch over the cap is refused whole with one error; an empty task id is refused.
+mesh_testkit::both_brokers!(batches_are_capped_and_empty_task_ids_refused);
+async fn batches_are_capped_and_empty_task_ids_refused(broker: TestBroker) {
+    let mut mesh = Mesh::start_on(broker, |_| {}, |config| config.max_batch = 3).await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let batch = |n: usize| {
+        Value::Array(
+            (0..n)
+                .map(|i| rpc("message/send", msg03(&format!("m{i}"))))
+                .collect(),
+        )
+    };
+    let (status, body) = mesh.post("/agents/echo", &batch(4)).await;
+    assert_eq!(status, 200);
+    assert_eq!(code(&body), -32600, "{body}");
+    assert_eq!(body["id"], Value::Null);
+    assert!(message(&body).contains("batch of 4"), "{body}");
+    let (_, body) = mesh.post("/agents/echo", &batch(3)).await;
+    assert_eq!(body.as_array().map(Vec::len), Some(3), "{body}");
+
+    let (_, body) = mesh
+        .post("/agents/echo", &rpc("tasks/send", msg01("", "hi")))
+        .await;
+    assert_eq!(code(&body), -32602, "{body}");
+    let mut empty = msg03("hi");
+    empty["message"]["taskId"] = json!("");
+    let (_, body) = mesh.post("/agents/echo", &rpc("message/send", empty)).await;
+    assert_eq!(code(&body), -32602, "{body}");
 }

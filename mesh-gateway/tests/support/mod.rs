@@ -38,7 +38,15 @@ impl Mesh {
     }
 
     pub async fn start_with(configure: impl FnOnce(&mut GatewayConfig)) -> Mesh {
-        let broker = TestBroker::from_env().await;
+        Mesh::start_on(TestBroker::from_env().await, |_| {}, configure).await
+    }
+
+    /// A gateway on `broker`, its bus and its settings changed by the two closures.
+    pub async fn start_on(
+        broker: TestBroker,
+        configure_bus: impl FnOnce(&mut BusConfig),
+        configure: impl FnOnce(&mut GatewayConfig),
+    ) -> Mesh {
         let namespace = fresh_namespace();
         let mut config = GatewayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -49,7 +57,9 @@ impl Mesh {
             ..GatewayConfig::default()
         };
         configure(&mut config);
-        let gateway_bus = Bus::connect(bus_config(&broker)).await.unwrap();
+        let mut gateway_bus_config = bus_config(&broker);
+        configure_bus(&mut gateway_bus_config);
+        let gateway_bus = Bus::connect(gateway_bus_config).await.unwrap();
         let gateway = Gateway::start(config, gateway_bus.clone()).await.unwrap();
         let base = format!("http://{}", gateway.local_addr());
         mesh_core::tls::install_crypto_provider();
