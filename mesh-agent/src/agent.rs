@@ -13,7 +13,7 @@
 use crate::handler::Handler;
 use crate::runner::{self, Running, SendRequest};
 use foldhash::{HashMap, HashSet};
-use mesh_core::bus::{Bus, BusConfig, BusError, LastWill, QoS};
+use mesh_core::bus::{Bus, BusConfig, BusError, DropReason, Dropped, LastWill, QoS};
 use mesh_core::codec;
 use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
@@ -23,12 +23,12 @@ use mesh_core::model::{AgentCapabilities, AgentCard, AgentSkill};
 use mesh_core::registry::{Presence, PresenceStatus, Registry};
 use mesh_core::requester::{Requester, RequesterKind, SendError};
 use mesh_core::rpc::Call;
-use mesh_core::topic::{TopicError, Topics};
+use mesh_core::topic::{TopicError, TopicKind, Topics};
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, broadcast};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -300,6 +300,26 @@ impl Agent {
                 }
             })
         };
+        let oversized_loop = {
+            let shared = shared.clone();
+            let stop = stop.clone();
+            let mut dropped = bus.dropped();
+            tokio::spawn(async move {
+                loop {
+                    let next = tokio::select! {
+                        next = dropped.recv() => next,
+                        _ = stop.cancelled() => break,
+                    };
+                    match next {
+                        Ok(message) if message.reason == DropReason::Oversized => {
+                            answer_oversized(&shared, &message).await;
+                        }
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    }
+                }
+            })
+        };
         let heartbeat_loop = {
             let bus = bus.clone();
             let stop = stop.clone();
@@ -324,7 +344,7 @@ impl Agent {
         let running = RunningAgent {
             shared,
             stop,
-            loops: vec![request_loop, cancel_loop, heartbeat_loop],
+            loops: vec![request_loop, cancel_loop, oversized_loop, heartbeat_loop],
             presence_topic,
             card_topic,
         };
@@ -612,6 +632,33 @@ async fn publish_or_log(shared: &Shared, topic: &str, payload: Vec<u8>) {
     {
         tracing::warn!(agent = %shared.name, %error, "could not publish an answer");
     }
+}
+
+/// Answers a request the bus dropped as larger than it takes, when it was a request to this
+/// agent whose envelope names a reply topic: -32600, so that the requester does not wait for
+/// its deadline. Only the id and the envelope are read (the rest is skipped, not copied).
+async fn answer_oversized(shared: &Shared, dropped: &Dropped) {
+    let ours = matches!(
+        shared.topics.parse_own(&dropped.topic),
+        Some(TopicKind::AgentRequest { agent, .. }) if agent == shared.name
+    );
+    if !ours {
+        return;
+    }
+    let Some((id, meta)) = mesh_core::meta::peek_request(&dropped.payload) else {
+        return;
+    };
+    let Some(topic) = shared.reply_topic(&meta) else {
+        return;
+    };
+    let error = A2aError::invalid_request(format!(
+        "the request of {} bytes is larger than agent {} takes ({} bytes, its bus's max_packet_size)",
+        dropped.payload.len(),
+        shared.name,
+        shared.bus.max_packet_size()
+    ));
+    let payload = codec::encode_error(Dialect::V0_3, id.as_ref(), &error);
+    publish_or_log(shared, &topic, payload).await;
 }
 
 /// The routing fields of a request that did not decode: enough to answer it with an error.

@@ -794,6 +794,17 @@ async fn an_answer_too_large_for_the_bus_fails_its_task_and_the_instance_serves_
         panic!("a final status: {last:?}")
     };
     assert_eq!(event.status.state, TaskState::Failed);
+    // A request larger than the agent takes is dropped by its bus, and answered all the same.
+    let (_, stream) = mesh
+        .send("echo", &"z".repeat(100_000), Method::SendMessage)
+        .await;
+    let last = collect(stream).await.pop().unwrap().reply;
+    let error = last.expect_err("refused");
+    assert_eq!(error.code(), -32600, "{error}");
+    assert!(
+        error.message.contains("larger than agent echo takes"),
+        "{error}"
+    );
     // Both instances serve on.
     let (_, stream) = mesh.send("echo", "small", Method::SendMessage).await;
     let last = collect(stream).await.pop().unwrap().reply.unwrap();

@@ -8,6 +8,7 @@
 //! [`MeshMeta::take`] removes the key from a metadata map (a gateway strips it before a
 //! client sees an event) and [`MeshMeta::put`] writes it. See docs/protocol.md, section 4.
 
+use crate::jsonrpc::JsonRpcId;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -235,6 +236,34 @@ impl MeshMeta {
         self.deadline
             .map(|deadline| Duration::from_millis(deadline.saturating_sub(now_millis())))
     }
+}
+
+/// A request's JSON-RPC id and envelope (`params.metadata._mesh`), read from its payload
+/// without decoding the rest (skipped, not copied: for payloads too large to decode whole,
+/// so that they can still be answered). `None` when the payload is not a JSON object.
+pub fn peek_request(payload: &[u8]) -> Option<(Option<JsonRpcId>, MeshMeta)> {
+    #[derive(Deserialize)]
+    struct Head {
+        id: Option<JsonRpcId>,
+        params: Option<HeadParams>,
+    }
+    #[derive(Deserialize)]
+    struct HeadParams {
+        metadata: Option<HeadMetadata>,
+    }
+    #[derive(Deserialize)]
+    struct HeadMetadata {
+        #[serde(rename = "_mesh")]
+        mesh: Option<Map<String, Value>>,
+    }
+    let head: Head = serde_json::from_slice(payload).ok()?;
+    let meta = head
+        .params
+        .and_then(|p| p.metadata)
+        .and_then(|m| m.mesh)
+        .map(MeshMeta::from_object)
+        .unwrap_or_default();
+    Some((head.id, meta))
 }
 
 /// Milliseconds since the Unix epoch, the unit of [`MeshMeta::deadline`].

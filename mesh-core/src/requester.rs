@@ -16,7 +16,7 @@
 //! publishing there at all is the broker's ACL's part. The gateway, peer calls inside agents and the `mesh` CLI all
 //! talk to agents through this one type.
 
-use crate::bus::{Bus, BusError, QoS};
+use crate::bus::{Bus, BusError, DropReason, QoS};
 use crate::codec;
 use crate::dialect::{Dialect, Method};
 use crate::error::A2aError;
@@ -495,12 +495,13 @@ async fn route(pending: &Pending, unexpected: &AtomicU64, payload: &[u8]) {
 /// Fails at once the stream of every request the bus gives up (the broker kept closing the
 /// connection on it), instead of letting it wait for its deadline.
 fn fail_given_up(bus: &Bus, pending: &Pending) {
-    let mut given_up = bus.given_up();
+    let mut dropped = bus.dropped();
     let pending = pending.clone();
     tokio::spawn(async move {
         loop {
-            let publish = match given_up.recv().await {
-                Ok(publish) => publish,
+            let publish = match dropped.recv().await {
+                Ok(publish) if publish.reason == DropReason::GivenUp => publish,
+                Ok(_) => continue,
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
             };
@@ -527,11 +528,7 @@ fn fail_given_up(bus: &Bus, pending: &Pending) {
 
 /// The pending-map key of a request payload (its JSON-RPC id), read without decoding the rest.
 fn request_key(payload: &[u8]) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Id {
-        id: Option<JsonRpcId>,
-    }
-    match serde_json::from_slice::<Id>(payload).ok()?.id? {
+    match crate::meta::peek_request(payload)?.0? {
         JsonRpcId::String(s) => Some(s),
         other => Some(other.to_string()),
     }

@@ -77,17 +77,29 @@ pub(crate) struct Shared {
     oversized_dropped: AtomicU64,
     /// [`BusStats::publishes_given_up`].
     publishes_given_up: AtomicU64,
-    /// Tells who listens which publishes were given up (see [`Bus::given_up`](super::Bus::given_up)).
-    pub(crate) given_up: tokio::sync::broadcast::Sender<GivenUp>,
+    /// Tells who listens what the bus dropped (see [`Bus::dropped`](super::Bus::dropped)).
+    pub(crate) dropped: tokio::sync::broadcast::Sender<Dropped>,
 }
 
-/// A publish the bus gave up (see [`BusStats::publishes_given_up`]): its topic and payload.
+/// A message the bus dropped rather than let it harm the connection: its topic, its payload,
+/// and which way it went.
 #[derive(Debug, Clone)]
-pub struct GivenUp {
-    /// Where it was to go.
+pub struct Dropped {
+    /// Why.
+    pub reason: DropReason,
+    /// The topic it was published to, or was to go to.
     pub topic: String,
     /// What it carried.
     pub payload: bytes::Bytes,
+}
+
+/// Why the bus dropped a message (see [`BusStats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// An incoming message larger than the bus's `max_packet_size`.
+    Oversized,
+    /// A publish of this bus the broker kept closing the connection on.
+    GivenUp,
 }
 
 impl Default for Shared {
@@ -98,8 +110,9 @@ impl Default for Shared {
             queued_publishes: AtomicUsize::default(),
             oversized_dropped: AtomicU64::default(),
             publishes_given_up: AtomicU64::default(),
-            // Rare events: a few may wait for a slow listener (one that lags misses some).
-            given_up: tokio::sync::broadcast::channel(16).0,
+            // Rare, and possibly large: one waits for a slow listener, which misses the older
+            // ones when it lags (nothing is kept when nobody listens).
+            dropped: tokio::sync::broadcast::channel(1).0,
         }
     }
 }
@@ -523,6 +536,11 @@ impl Driver {
                             .fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(topic = %p.topic, size, max = self.max_packet_size, retain = p.retain,
                             "dropped an incoming message larger than the bus's max_packet_size");
+                        let _ = self.shared.dropped.send(Dropped {
+                            reason: DropReason::Oversized,
+                            topic: p.topic,
+                            payload: p.payload,
+                        });
                     } else {
                         route(&self.shared, p).await;
                     }
@@ -585,7 +603,8 @@ impl Driver {
                 .fetch_add(1, Ordering::Relaxed);
             tracing::warn!(topic = %p.topic, size = p.payload.len(), attempts = RESEND_LIMIT,
                 "gave up a publish: the broker closed the connection before acknowledging it, every time");
-            let _ = self.shared.given_up.send(GivenUp {
+            let _ = self.shared.dropped.send(Dropped {
+                reason: DropReason::GivenUp,
                 topic: p.topic,
                 payload: p.payload,
             });

@@ -73,7 +73,7 @@ pub use config::{
 pub use rumqttc::QoS;
 
 use driver::{Command, Driver, QueuedPublish, ResendGuard, Shared};
-pub use driver::{GivenUp, RESEND_LIMIT};
+pub use driver::{DropReason, Dropped, RESEND_LIMIT};
 
 /// Every way a bus operation can fail.
 #[derive(Debug, thiserror::Error)]
@@ -429,10 +429,12 @@ impl Bus {
         self.inner.max_packet_size
     }
 
-    /// The publishes this bus gives up from now on (see [`BusStats::publishes_given_up`]), so
-    /// that whoever waits for an answer to one can stop waiting.
-    pub fn given_up(&self) -> tokio::sync::broadcast::Receiver<GivenUp> {
-        self.inner.shared.given_up.subscribe()
+    /// The messages this bus drops from now on (see [`BusStats`]): a publish given up, so
+    /// that whoever waits for an answer to it can stop waiting; an incoming message too large
+    /// to take, so that a receiver can still answer its sender. The latest one waits for a
+    /// listener that lags; older ones are then missed.
+    pub fn dropped(&self) -> tokio::sync::broadcast::Receiver<Dropped> {
+        self.inner.shared.dropped.subscribe()
     }
 
     /// What the bus has discarded so far (see [`BusStats`]).
