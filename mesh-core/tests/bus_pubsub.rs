@@ -288,9 +288,9 @@ async fn one_mebibyte_payload_round_trips(broker: TestBroker) {
 
     // Above the configured maximum: a typed error, and the connection is unharmed.
     let mut small = config(&broker.url());
-    small.max_packet_size = 1024;
+    small.max_packet_size = mesh_core::bus::MIN_MAX_PACKET_SIZE;
     let c = Bus::connect(small).await.unwrap();
-    let err = c.send(&topic, vec![0u8; 2048]).await.unwrap_err();
+    let err = c.send(&topic, vec![0u8; 8192]).await.unwrap_err();
     assert!(matches!(err, BusError::PayloadTooLarge { .. }), "{err}");
     c.send(&topic, "small").await.unwrap();
     assert_eq!(next(&mut sub).await.payload, Bytes::from_static(b"small"));
