@@ -238,7 +238,8 @@ async fn webhooks_pending_at_a_shutdown_are_delivered_by_the_next_gateway() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     second.shutdown().await;
-    let store = mesh_gateway::SqliteStore::open(&dir, Duration::from_secs(3600), 100).unwrap();
+    let store =
+        mesh_gateway::SqliteStore::open(&dir, mesh_gateway::StoreLimits::default()).unwrap();
     let left = mesh_gateway::TaskStore::take_pending_deliveries(&store);
     assert!(left.is_empty(), "{left:?}");
     drop(store);
