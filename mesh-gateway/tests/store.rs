@@ -298,8 +298,8 @@ async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
         .unwrap();
     let last = events
         .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("data:"))
         .map(|d| serde_json::from_str::<Value>(d.trim()).unwrap())
         .expect("events");
     assert_eq!(task_state(&last["result"]), "completed", "{last}");
