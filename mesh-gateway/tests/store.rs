@@ -500,7 +500,12 @@ async fn a_task_past_the_per_task_limit_is_failed() {
     let id = last["result"]["taskId"].as_str().unwrap();
     let got = mesh.call("writer", "tasks/get", json!({"id": id})).await;
     assert_eq!(task_state(result(&got)), "failed", "{got}");
-    assert!(mesh.gateway.store().bytes() <= 64 * 1024 + 16 * 1024);
+    let bytes = mesh.gateway.store().bytes();
+    assert!(bytes <= 64 * 1024 + 16 * 1024, "{bytes}");
+    assert_eq!(
+        metric(&mesh, "mesh_gateway_store_bytes").await,
+        bytes as f64
+    );
 }
 
 /// A quick local measurement of what the durable store costs a send: sequential blocking
