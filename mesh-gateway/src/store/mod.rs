@@ -267,13 +267,13 @@ pub enum StoreError {
 }
 
 fn full_message(limit: Limit) -> String {
-    let (what, setting) = match limit {
-        Limit::Tasks(n) => (format!("{n} tasks"), "the task count limit"),
-        Limit::Bytes(n) => (format!("{n} bytes"), "store_max_bytes"),
+    let what = match limit {
+        Limit::Tasks(n) => format!("{n} tasks"),
+        Limit::Bytes(n) => format!("{n} bytes of tasks and event logs (store_max_bytes)"),
     };
     format!(
-        "the gateway's task store is full: it keeps at most {what} ({setting}) and every task it \
-         holds is still running or waiting for input; retry when some finish"
+        "the gateway's task store is full: it keeps at most {what} and every task it holds is \
+         still running or waiting for input; retry when some finish"
     )
 }
 
