@@ -273,6 +273,37 @@ impl Settings {
                 )?),
             }
         };
+        let store_limits = mesh_gateway::StoreLimits::default();
+        let size =
+            |flag: Option<usize>, in_file: Option<String>, key: &str, default: usize| match flag {
+                Some(bytes) => Ok(bytes),
+                None => in_file
+                    .map(|text| {
+                        parse_bytes(&text).map_err(|e| format!("{key} in the config file: {e}"))
+                    })
+                    .unwrap_or(Ok(default)),
+            };
+        let store_max_bytes = size(
+            serve.store_max_bytes,
+            file.store_max_bytes,
+            "store_max_bytes",
+            store_limits.max_bytes,
+        )?;
+        let store_max_task_bytes = size(
+            serve.store_max_task_bytes,
+            file.store_max_task_bytes,
+            "store_max_task_bytes",
+            store_limits.max_task_bytes,
+        )?;
+        for (key, bytes) in [
+            ("store_max_bytes", store_max_bytes),
+            ("store_max_task_bytes", store_max_task_bytes),
+        ] {
+            if bytes == 0 {
+                let flag = key.replace('_', "-");
+                return Err(format!("{key} is 0: give more than 0 (--{flag})"));
+            }
+        }
         let key_texts = if serve.api_keys.is_empty() {
             file.api_keys.unwrap_or_default()
         } else {
@@ -295,7 +326,7 @@ impl Settings {
                 "worker_threads is {n}: give 0 (one per core) or 1 to {MAX_WORKER_THREADS} (--worker-threads)"
             ));
         }
-        let defaults = mesh_gateway::GatewayConfig::default();
+        let webhooks = mesh_gateway::GatewayConfig::default();
         let duration = |flag: Option<Duration>, in_file: Option<String>, key: &str| match flag {
             Some(duration) => Ok(Some(duration)),
             None => in_file
@@ -309,45 +340,22 @@ impl Settings {
             file.webhook_timeout,
             "webhook_timeout",
         )?
-        .unwrap_or(defaults.webhook_timeout);
+        .unwrap_or(webhooks.webhook_timeout);
         let webhook_backoff = duration(
             serve.webhook_backoff,
             file.webhook_backoff,
             "webhook_backoff",
         )?
-        .unwrap_or(defaults.webhook_backoff);
+        .unwrap_or(webhooks.webhook_backoff);
         let webhook_attempts = serve
             .webhook_attempts
             .or(file.webhook_attempts)
-            .unwrap_or(defaults.webhook_attempts);
+            .unwrap_or(webhooks.webhook_attempts);
         let webhook_queue = serve
             .webhook_queue
             .or(file.webhook_queue)
-            .unwrap_or(defaults.webhook_queue);
-        let size =
-            |flag: Option<usize>, in_file: Option<String>, key: &str, default: usize| match flag {
-                Some(bytes) => Ok(bytes),
-                None => in_file
-                    .map(|text| {
-                        parse_bytes(&text).map_err(|e| format!("{key} in the config file: {e}"))
-                    })
-                    .unwrap_or(Ok(default)),
-            };
-        let store_max_bytes = size(
-            serve.store_max_bytes,
-            file.store_max_bytes,
-            "store_max_bytes",
-            defaults.store_max_bytes,
-        )?;
-        let store_max_task_bytes = size(
-            serve.store_max_task_bytes,
-            file.store_max_task_bytes,
-            "store_max_task_bytes",
-            defaults.store_max_task_bytes,
-        )?;
+            .unwrap_or(webhooks.webhook_queue);
         for (key, is_zero) in [
-            ("store_max_bytes", store_max_bytes == 0),
-            ("store_max_task_bytes", store_max_task_bytes == 0),
             ("webhook_timeout", webhook_timeout.is_zero()),
             ("webhook_attempts", webhook_attempts == 0),
             ("webhook_queue", webhook_queue == 0),
