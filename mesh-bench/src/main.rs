@@ -23,7 +23,8 @@ struct Args {
     /// Seconds per timed case.
     #[arg(long, default_value_t = 5)]
     seconds: u64,
-    /// A short run: 1 s per case, 10,000 stored tasks, 2,000 SSE chunks.
+    /// A short run: 1 s per case, 10,000 stored tasks, 2,000 SSE chunks (10,000 through the
+    /// gateway with the SQLite store).
     #[arg(long)]
     quick: bool,
     /// The `mesh` binary [default: next to this executable].
@@ -62,6 +63,7 @@ fn main() {
         case: Duration::from_secs(if args.quick { 1 } else { args.seconds.max(1) }),
         stored_tasks: if args.quick { 10_000 } else { 100_000 },
         sse_chunks: if args.quick { 2_000 } else { 20_000 },
+        durable_sse_chunks: if args.quick { 10_000 } else { 100_000 },
         mesh,
         wrk,
         dir: dir.clone(),

@@ -115,6 +115,18 @@ impl Proc {
         }
     }
 
+    /// CPU time used so far, user plus system, in seconds (`utime` and `stime` of
+    /// `/proc/<pid>/stat`, in USER_HZ ticks: 100 per second on Linux).
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
+        // The fields after the command name (which may hold spaces), from the state on.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split(' ').collect();
+        let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the state.
+        Some((ticks(11)? + ticks(12)?) as f64 / 100.0)
+    }
+
     /// Resident set size in KiB (`VmRSS` of `/proc/<pid>/status`).
     pub fn rss_kib(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;

@@ -198,6 +198,21 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
             )
         })
     });
+    row(
+        "4. SSE, one long stream through a gateway with the SQLite store: gateway CPU / wall",
+        "CPU linear in the chunks",
+        &mut |f, n| {
+            cell(&f.sse_durable, n, |d| {
+                format!(
+                    "{:.2} s / {} ({} chunks, {} events)",
+                    d.gateway_cpu,
+                    dur(d.wall),
+                    rate(d.sse.chunks as f64),
+                    rate(d.sse.events as f64)
+                )
+            })
+        },
+    );
     row("4. SSE: time to first event", "", &mut |f, n| {
         cell(&f.sse, n, |s| dur(s.first_event))
     });

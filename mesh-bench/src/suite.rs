@@ -1,8 +1,9 @@
 //! One broker's run, in order: the broker process; the raw MQTT limit through it; a gateway
 //! process (its idle RSS); `mesh agent echo` spawned and timed until the gateway lists it
 //! (then its idle RSS); `mesh agent writer`; wrk at concurrency 1; the interleaved rounds of
-//! raw MQTT and concurrency 1 that the ratio is taken from; wrk at concurrency 64; one SSE
-//! stream; wrk again until the gateway holds 100,000 tasks (its RSS); SIGKILL of the echo
+//! raw MQTT and concurrency 1 that the ratio is taken from; wrk at concurrency 64 (also
+//! through a second gateway that keeps its tasks in SQLite, then one long SSE stream through
+//! that one: its CPU and wall time); one SSE stream; wrk again until the gateway holds 100,000 tasks (its RSS); SIGKILL of the echo
 //! agent, timed until the gateway lists it offline. Every case is bounded in time; a case that
 //! cannot run says why instead of giving a figure.
 
@@ -25,6 +26,8 @@ pub struct Plan {
     pub stored_tasks: u64,
     /// How many chunks the SSE stream carries.
     pub sse_chunks: usize,
+    /// How many chunks the long stream through the gateway with the SQLite store carries.
+    pub durable_sse_chunks: usize,
     /// The `mesh` binary.
     pub mesh: PathBuf,
     /// wrk, if installed.
@@ -48,12 +51,24 @@ pub struct Figures {
     /// Concurrency 64 through a second gateway that keeps its tasks in SQLite.
     pub c64_durable: Figure<WrkResult>,
     pub sse: Figure<SseResult>,
+    /// One long stream through the gateway with the SQLite store.
+    pub sse_durable: Figure<DurableStream>,
     pub discovery: Figure<Duration>,
     pub offline: Figure<Duration>,
     pub agent_idle: Figure<Rss>,
     pub gateway_idle: Figure<Rss>,
     /// The gateway's RSS and how many tasks it then held.
     pub gateway_full: Figure<(Rss, u64)>,
+}
+
+/// A stream through the gateway with the SQLite store, and what it cost the gateway.
+#[derive(Debug, Clone)]
+pub struct DurableStream {
+    pub sse: SseResult,
+    /// The gateway's CPU time (user + system) from the request to the stream's end.
+    pub gateway_cpu: f64,
+    /// From the request to the stream's end.
+    pub wall: Duration,
 }
 
 impl Figures {
@@ -66,6 +81,7 @@ impl Figures {
             c64: Err(why.clone()),
             c64_durable: Err(why.clone()),
             sse: Err(why.clone()),
+            sse_durable: Err(why.clone()),
             discovery: Err(why.clone()),
             offline: Err(why.clone()),
             agent_idle: Err(why.clone()),
@@ -180,11 +196,17 @@ async fn mesh_cases(
                 plan.case,
                 None,
             );
+            log(&format!(
+                "[{label}] SSE, {} chunks, through the gateway with the SQLite store",
+                plan.durable_sse_chunks
+            ));
+            let stream = durable_stream(&http, &durable, &durable_base, plan).await;
             drop(durable);
-            figure
+            (figure, stream)
         }
-        Err(e) => Err(e),
+        Err(e) => (Err(e.clone()), Err(e)),
     };
+    let (c64_durable, sse_durable) = c64_durable;
 
     log(&format!("[{label}] SSE"));
     let sse = sse::run(
@@ -235,11 +257,49 @@ async fn mesh_cases(
         c64,
         c64_durable,
         sse,
+        sse_durable,
         discovery,
         offline,
         agent_idle,
         gateway_idle,
         gateway_full,
+    })
+}
+
+/// One stream of `plan.durable_sse_chunks` chunks from the writer through `gateway` (the one
+/// with the SQLite store): the gateway's CPU time and the wall time it took.
+async fn durable_stream(
+    http: &reqwest::Client,
+    gateway: &procs::Proc,
+    base: &str,
+    plan: &Plan,
+) -> Figure<DurableStream> {
+    let cpu = || {
+        gateway
+            .cpu_seconds()
+            .ok_or_else(|| format!("cannot read /proc/{}/stat", gateway.pid()))
+    };
+    let before = cpu()?;
+    let began = Instant::now();
+    let sse = sse::run(
+        http,
+        base,
+        plan.durable_sse_chunks,
+        Duration::from_secs(300),
+    )
+    .await?;
+    let wall = began.elapsed();
+    let gateway_cpu = cpu()? - before;
+    if !sse.complete {
+        return Err(format!(
+            "the stream of {} chunks did not end within 300 s",
+            plan.durable_sse_chunks
+        ));
+    }
+    Ok(DurableStream {
+        sse,
+        gateway_cpu,
+        wall,
     })
 }
 

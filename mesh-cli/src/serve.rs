@@ -181,6 +181,8 @@ fn gateway_config(settings: &Settings) -> GatewayConfig {
         namespace: settings.namespace.clone(),
         default_agent: settings.default_agent.clone(),
         data_dir: settings.data_dir.clone(),
+        store_max_bytes: settings.store_max_bytes,
+        store_max_task_bytes: settings.store_max_task_bytes,
         api_keys: settings.api_keys.clone(),
         cors_origins: settings.cors_origins.clone(),
         allow_private_webhooks: settings.allow_private_webhooks,
@@ -270,6 +272,8 @@ mod tests {
             webhook_backoff: Some(Duration::from_millis(40)),
             webhook_queue: Some(9),
             allow_private_webhooks: true,
+            store_max_bytes: Some(4 << 20),
+            store_max_task_bytes: Some(1 << 20),
             ..Serve::default()
         };
         let settings = Settings::resolve(&Common::default(), &serve).unwrap();
@@ -280,5 +284,7 @@ mod tests {
         assert_eq!(config.webhook_queue, 9);
         assert!(config.allow_private_webhooks);
         assert_eq!(config.data_dir, None);
+        assert_eq!(config.store_max_bytes, 4 << 20);
+        assert_eq!(config.store_max_task_bytes, 1 << 20);
     }
 }

@@ -13,6 +13,8 @@
 //! | URL clients reach the gateway at | `--public-url` | `MESH_PUBLIC_URL` | the bound address |
 //! | the gateway's durable task store | `--data-dir` | `MESH_DATA_DIR` | `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh` |
 //! | keep tasks in memory only | `--memory-store` | `MESH_MEMORY_STORE` | off |
+//! | bytes the task store keeps (tasks and event logs) | `--store-max-bytes` | `MESH_STORE_MAX_BYTES` | `1GiB` |
+//! | bytes one task may take | `--store-max-task-bytes` | `MESH_STORE_MAX_TASK_BYTES` | `128MiB` |
 //! | API keys (`principal=secret` or `secret`) | `--api-key` (repeatable) | `MESH_API_KEYS` (comma-separated) | none: no auth |
 //! | CORS origins (`*` for any) | `--cors-origin` (repeatable) | `MESH_CORS_ORIGINS` (comma-separated) | none: no CORS |
 //! | webhooks into private networks | `--allow-private-webhooks` | `MESH_ALLOW_PRIVATE_WEBHOOKS` | off |
@@ -26,7 +28,8 @@
 //! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker`, `gateway` and `agent`, one per core otherwise |
 //!
 //! The TOML file uses the same names in snake case (`broker_url = "mqtt://…"`; the lists are
-//! `api_keys = […]` and `cors_origins = […]`; durations are strings such as `"10s"`).
+//! `api_keys = […]` and `cors_origins = […]`; durations are strings such as `"10s"`, sizes
+//! strings such as `"512MiB"`).
 
 use clap::Args;
 use clap::builder::FalseyValueParser;
@@ -105,6 +108,15 @@ pub struct Serve {
     /// Keep the gateway's tasks in memory only (lost on restart).
     #[arg(long, env = "MESH_MEMORY_STORE", value_parser = FalseyValueParser::new())]
     pub memory_store: bool,
+    /// The most bytes the gateway's task store keeps (tasks and their event logs, in memory
+    /// and on disk), e.g. `512MiB`; over it finished tasks are evicted, then new tasks are
+    /// refused [default: 1GiB].
+    #[arg(long, env = "MESH_STORE_MAX_BYTES", value_name = "SIZE", value_parser = parse_bytes)]
+    pub store_max_bytes: Option<usize>,
+    /// The most bytes one task may take in the store; a task that grows past it is failed
+    /// [default: 128MiB].
+    #[arg(long, env = "MESH_STORE_MAX_TASK_BYTES", value_name = "SIZE", value_parser = parse_bytes)]
+    pub store_max_task_bytes: Option<usize>,
     /// An API key the gateway accepts, `principal=secret` or `secret` (repeatable; the
     /// environment variable takes a comma-separated list). None: no authentication.
     #[arg(
@@ -178,6 +190,8 @@ struct File {
     public_url: Option<String>,
     data_dir: Option<PathBuf>,
     memory_store: Option<bool>,
+    store_max_bytes: Option<String>,
+    store_max_task_bytes: Option<String>,
     api_keys: Option<Vec<String>>,
     cors_origins: Option<Vec<String>>,
     allow_private_webhooks: Option<bool>,
@@ -209,6 +223,8 @@ pub struct Settings {
     pub public_url: Option<String>,
     /// The gateway's data directory; `None` with `--memory-store`.
     pub data_dir: Option<PathBuf>,
+    pub store_max_bytes: usize,
+    pub store_max_task_bytes: usize,
     pub api_keys: Vec<ApiKey>,
     pub cors_origins: Vec<String>,
     pub allow_private_webhooks: bool,
@@ -278,6 +294,37 @@ impl Settings {
                 )?),
             }
         };
+        let store_limits = mesh_gateway::StoreLimits::default();
+        let size =
+            |flag: Option<usize>, in_file: Option<String>, key: &str, default: usize| match flag {
+                Some(bytes) => Ok(bytes),
+                None => in_file
+                    .map(|text| {
+                        parse_bytes(&text).map_err(|e| format!("{key} in the config file: {e}"))
+                    })
+                    .unwrap_or(Ok(default)),
+            };
+        let store_max_bytes = size(
+            serve.store_max_bytes,
+            file.store_max_bytes,
+            "store_max_bytes",
+            store_limits.max_bytes,
+        )?;
+        let store_max_task_bytes = size(
+            serve.store_max_task_bytes,
+            file.store_max_task_bytes,
+            "store_max_task_bytes",
+            store_limits.max_task_bytes,
+        )?;
+        for (key, bytes) in [
+            ("store_max_bytes", store_max_bytes),
+            ("store_max_task_bytes", store_max_task_bytes),
+        ] {
+            if bytes == 0 {
+                let flag = key.replace('_', "-");
+                return Err(format!("{key} is 0: give more than 0 (--{flag})"));
+            }
+        }
         let key_texts = if serve.api_keys.is_empty() {
             file.api_keys.unwrap_or_default()
         } else {
@@ -364,6 +411,8 @@ impl Settings {
             .collect();
         Ok(Settings {
             data_dir,
+            store_max_bytes,
+            store_max_task_bytes,
             api_keys,
             cors_origins,
             allow_private_webhooks: serve.allow_private_webhooks
@@ -431,6 +480,29 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .checked_mul(millis_per_unit)
         .map(Duration::from_millis)
         .ok_or_else(|| format!("`{text}` is too long"))
+}
+
+/// A size in bytes: a whole number, optionally with a unit `B`, `KiB`, `MiB` or `GiB`
+/// (`1048576`, `512MiB`, `1GiB`).
+pub fn parse_bytes(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size: write it as 1048576, 512MiB or 1GiB"))?;
+    let per_unit: usize = match unit {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return Err(format!("`{text}`: the unit is one of B, KiB, MiB, GiB")),
+    };
+    number
+        .checked_mul(per_unit)
+        .ok_or_else(|| format!("`{text}` is too large"))
 }
 
 fn read_file(path: &Path) -> Result<File, String> {
@@ -537,6 +609,63 @@ mod tests {
         std::fs::write(&path, "nonsense = 1\n").unwrap();
         let error = Settings::resolve(&common, &Serve::default()).unwrap_err();
         assert!(error.contains("nonsense"), "{error}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn sizes_of_the_task_store() {
+        assert_eq!(parse_bytes("1048576"), Ok(1 << 20));
+        assert_eq!(parse_bytes(" 512MiB "), Ok(512 << 20));
+        assert_eq!(parse_bytes("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
+        for bad in [
+            "",
+            "MiB",
+            "1.5GiB",
+            "-1",
+            "1 GiB",
+            "1GB",
+            "99999999999999999999GiB",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?} accepted");
+        }
+        let dir = std::env::temp_dir().join(format!("mesh-settings-size-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mesh.toml");
+        let common = Common {
+            config: Some(path.clone()),
+            ..Common::default()
+        };
+        std::fs::write(&path, "memory_store = true\n").unwrap();
+        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        assert_eq!(settings.store_max_bytes, 1 << 30);
+        assert_eq!(settings.store_max_task_bytes, 128 << 20);
+        std::fs::write(
+            &path,
+            "memory_store = true\nstore_max_bytes = \"256MiB\"\nstore_max_task_bytes = \"8MiB\"\n",
+        )
+        .unwrap();
+        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        assert_eq!(settings.store_max_bytes, 256 << 20);
+        assert_eq!(settings.store_max_task_bytes, 8 << 20);
+        let flags = Serve {
+            store_max_bytes: Some(1000),
+            ..Serve::default()
+        };
+        let settings = Settings::resolve(&common, &flags).unwrap();
+        assert_eq!(settings.store_max_bytes, 1000);
+        let zero = Serve {
+            store_max_task_bytes: Some(0),
+            ..Serve::default()
+        };
+        let error = Settings::resolve(&common, &zero).unwrap_err();
+        assert!(error.contains("store_max_task_bytes is 0"), "{error}");
+        std::fs::write(&path, "memory_store = true\nstore_max_bytes = \"1TB\"\n").unwrap();
+        let error = Settings::resolve(&common, &Serve::default()).unwrap_err();
+        assert!(
+            error.contains("store_max_bytes in the config file"),
+            "{error}"
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -13,17 +13,23 @@
 //!
 //! Every change of a task's status is also handed to the [`Pusher`] (when the task has push
 //! configs): a non-blocking enqueue, so a slow webhook never slows the task.
+//!
+//! Each event goes into the store with [`TaskStore::append`] (applied and logged; see
+//! [`task_events`](crate::task_events)). An event the store refuses because the task would
+//! grow past its byte limit ends the task: the gateway fails it with a status message naming
+//! the limit (sent to the subscribers and webhooks like any status), stops pumping, and asks
+//! the agent to cancel it on the bus (without waiting for the answer).
 
 use crate::push::Pusher;
-use crate::store::{TaskRecord, TaskStore};
+use crate::store::{StoreError, TaskRecord, TaskStore};
+pub(crate) use crate::task_events::{ends_task, set_status};
 use foldhash::HashMap;
 use mesh_core::error::A2aError;
-use mesh_core::model::is_final_state;
 use mesh_core::model::{
     Artifact, Message, Part, Role, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
     TaskStatusUpdateEvent,
 };
-use mesh_core::requester::{ReplyStream, is_deadline_error, strip_reply_meta};
+use mesh_core::requester::{ReplyStream, Requester, is_deadline_error, strip_reply_meta};
 use mesh_core::rpc::Reply;
 use std::future::Future;
 use std::pin::Pin;
@@ -164,14 +170,21 @@ pub(crate) struct Bridge {
     store: Arc<dyn TaskStore>,
     live: Mutex<HashMap<String, Arc<LiveTask>>>,
     pusher: Option<Arc<Pusher>>,
+    /// Asks agents to cancel the tasks the gateway fails (how long it waits for an answer).
+    canceler: Option<(Requester, std::time::Duration)>,
 }
 
 impl Bridge {
-    pub(crate) fn new(store: Arc<dyn TaskStore>, pusher: Option<Arc<Pusher>>) -> Bridge {
+    pub(crate) fn new(
+        store: Arc<dyn TaskStore>,
+        pusher: Option<Arc<Pusher>>,
+        canceler: Option<(Requester, std::time::Duration)>,
+    ) -> Bridge {
         Bridge {
             store,
             live: Mutex::default(),
             pusher,
+            canceler,
         }
     }
 
@@ -283,7 +296,10 @@ impl Bridge {
                     let _gate = lock(&live.gate);
                     match &undo {
                         Undo::Remove => self.store.remove(id),
-                        Undo::Restore(previous) => self.store.insert(TaskRecord::clone(previous)),
+                        // Replacing a record the store holds is never refused for its bounds.
+                        Undo::Restore(previous) => {
+                            let _ = self.store.insert(TaskRecord::clone(previous));
+                        }
                     }
                     live.send(Arc::new(Err(error)));
                     return;
@@ -302,25 +318,64 @@ impl Bridge {
     }
 
     /// Applies one event to the store and sends it to the subscribers, under the task's gate.
-    /// False when the task was stopped meanwhile (the event is dropped).
+    /// False when the task was stopped meanwhile (the event is dropped), or failed because
+    /// the event would take it past the store's per-task limit.
     fn publish(&self, id: &str, live: &LiveTask, reply: Reply) -> bool {
         let _gate = lock(&live.gate);
         if live.stop.is_cancelled() {
             return false;
         }
-        let record = self
-            .store
-            .update(id, &mut |record| apply(&mut record.task, &reply));
-        if let Some(record) = record {
-            if matches!(
-                reply,
-                Reply::Task(_) | Reply::StatusUpdate(_) | Reply::Message(_)
-            ) {
-                self.notify_push(&record);
+        match self.store.append(id, &reply) {
+            Ok(record) => {
+                if matches!(
+                    reply,
+                    Reply::Task(_) | Reply::StatusUpdate(_) | Reply::Message(_)
+                ) {
+                    self.notify_push(&record);
+                }
             }
+            Err(StoreError::TaskTooLarge { limit, .. }) => {
+                self.fail_too_large(id, live, limit);
+                return false;
+            }
+            // The task is gone from the store (removed, or never there): the event still
+            // reaches the subscribers.
+            Err(_) => {}
         }
         live.send(Arc::new(Ok(reply)));
         true
+    }
+
+    /// Fails a task that would grow past `limit` bytes (under its gate): the failed status
+    /// goes to the store, the webhooks and the subscribers, the pump stops, and the agent is
+    /// asked to cancel the task.
+    fn fail_too_large(&self, id: &str, live: &LiveTask, limit: usize) {
+        let Some(current) = self.store.get(id) else {
+            return;
+        };
+        let text = format!(
+            "the task grew past the gateway's limit of {limit} bytes per task (store_max_task_bytes); \
+             the gateway failed it and asked its agent to cancel it"
+        );
+        tracing::warn!(task = %id, agent = %current.agent, limit, "task failed: too large");
+        let event = status_event(&current.task, TaskState::Failed, Some(&text));
+        let reply = Reply::StatusUpdate(event);
+        if let Ok(record) = self.store.append(id, &reply) {
+            self.notify_push(&record);
+        }
+        live.send(Arc::new(Ok(reply)));
+        live.stop.cancel();
+        if let (Some((requester, wait)), Ok(runtime)) =
+            (&self.canceler, tokio::runtime::Handle::try_current())
+        {
+            let (requester, wait) = (requester.clone(), *wait);
+            let (agent, id) = (current.agent.clone(), id.to_owned());
+            runtime.spawn(async move {
+                if let Err(error) = requester.cancel(&agent, &id, wait).await {
+                    tracing::debug!(task = %id, %error, "could not ask the agent to cancel");
+                }
+            });
+        }
     }
 
     /// Ends a live task here, without its agent: the task is canceled in the store, the
@@ -335,29 +390,17 @@ impl Bridge {
             if current.task.status.state.is_terminal() {
                 return Some(current);
             }
-            let event = status_event(&current.task, TaskState::Canceled, None);
-            let record = self.store.update(id, &mut |r| {
-                apply(&mut r.task, &Reply::StatusUpdate(event.clone()))
-            });
+            let event = Reply::StatusUpdate(status_event(&current.task, TaskState::Canceled, None));
+            let record = self.store.append(id, &event).ok();
             if let Some(record) = &record {
                 self.notify_push(record);
             }
-            live.send(Arc::new(Ok(Reply::StatusUpdate(event))));
+            live.send(Arc::new(Ok(event)));
             live.stop.cancel();
             record
         };
         // The pump sees `stop` at once and leaves the live map.
         record
-    }
-}
-
-/// True for the reply after which a task's stream ends.
-pub(crate) fn ends_task(reply: &Reply) -> bool {
-    match reply {
-        Reply::Task(task) => is_final_state(&task.status.state),
-        Reply::StatusUpdate(event) => is_final_state(&event.status.state),
-        Reply::ArtifactUpdate(_) => false,
-        _ => true,
     }
 }
 
@@ -382,50 +425,6 @@ pub(crate) fn status_event(
             timestamp: Some(chrono::Utc::now()),
         },
         metadata: None,
-    }
-}
-
-/// Sets a task's status, moving the previous status message into the history.
-pub(crate) fn set_status(task: &mut Task, status: TaskStatus) {
-    if let Some(previous) = task.status.message.take() {
-        task.history.get_or_insert_with(Vec::new).push(previous);
-    }
-    task.status = status;
-}
-
-/// Applies one event to a task.
-pub(crate) fn apply(task: &mut Task, reply: &Reply) {
-    match reply {
-        Reply::Task(new) => *task = new.clone(),
-        Reply::StatusUpdate(event) => set_status(task, event.status.clone()),
-        Reply::ArtifactUpdate(event) => apply_artifact(task, event),
-        // A direct answer with no task: the task the gateway opened for it is done.
-        Reply::Message(message) if !task.status.state.is_terminal() => set_status(
-            task,
-            TaskStatus {
-                state: TaskState::Completed,
-                message: Some(message.clone()),
-                timestamp: Some(chrono::Utc::now()),
-            },
-        ),
-        _ => {}
-    }
-}
-
-fn apply_artifact(task: &mut Task, event: &TaskArtifactUpdateEvent) {
-    let artifacts = task.artifacts.get_or_insert_with(Vec::new);
-    let existing = artifacts
-        .iter_mut()
-        .find(|a| a.artifact_id == event.artifact.artifact_id);
-    match existing {
-        Some(artifact) if event.append == Some(true) => {
-            artifact.parts.extend(event.artifact.parts.iter().cloned());
-            if event.artifact.metadata.is_some() {
-                artifact.metadata.clone_from(&event.artifact.metadata);
-            }
-        }
-        Some(artifact) => *artifact = event.artifact.clone(),
-        None => artifacts.push(event.artifact.clone()),
     }
 }
 

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use crate::auth::ApiKey;
+use crate::store::StoreLimits;
 
 /// The room a request body needs on the bus besides itself: the JSON-RPC frame and the
 /// `_mesh` envelope the gateway adds (a follow-up message also carries the task's snapshot,
@@ -50,8 +51,19 @@ pub struct GatewayConfig {
     pub registry_wait: Duration,
     /// How long a finished task stays in the store.
     pub retention_age: Duration,
-    /// How many tasks the store keeps at most (the oldest go first).
+    /// How many tasks the store keeps at most. At the limit finished tasks are evicted,
+    /// the oldest first; a task that is not finished never is, and when only those are left
+    /// new tasks are refused (see [`store`](crate::store)).
     pub retention_count: usize,
+    /// How many bytes the store keeps at most: the tasks and their event logs (estimated),
+    /// in memory and, with a data directory, on disk (`--store-max-bytes`). Over it,
+    /// finished tasks are evicted, the oldest first; if that is not enough, new tasks are
+    /// refused.
+    pub store_max_bytes: usize,
+    /// How many bytes one task (its record and its event log) may take
+    /// (`--store-max-task-bytes`): a task that grows past it is failed by the gateway, and
+    /// its agent is asked to cancel it.
+    pub store_max_task_bytes: usize,
     /// The longest graceful shutdown waits for open connections.
     pub shutdown_grace: Duration,
     /// Where the durable task store lives (`--data-dir`); `None`: tasks are kept in memory
@@ -82,6 +94,18 @@ pub struct GatewayConfig {
     pub webhook_ca_file: Option<PathBuf>,
 }
 
+impl GatewayConfig {
+    /// The task store's limits these settings give.
+    pub fn store_limits(&self) -> StoreLimits {
+        StoreLimits {
+            max_age: self.retention_age,
+            max_tasks: self.retention_count,
+            max_bytes: self.store_max_bytes,
+            max_task_bytes: self.store_max_task_bytes,
+        }
+    }
+}
+
 impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
@@ -99,6 +123,8 @@ impl Default for GatewayConfig {
             registry_wait: Duration::from_secs(5),
             retention_age: Duration::from_secs(3600),
             retention_count: 100_000,
+            store_max_bytes: StoreLimits::default().max_bytes,
+            store_max_task_bytes: StoreLimits::default().max_task_bytes,
             shutdown_grace: Duration::from_secs(5),
             data_dir: None,
             api_keys: Vec::new(),

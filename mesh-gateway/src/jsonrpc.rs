@@ -512,7 +512,9 @@ fn start<'a>(
                 let store = gw.store();
                 match undo {
                     Undo::Remove => store.remove(&task_id),
-                    Undo::Restore(record) => store.insert(TaskRecord::clone(&record)),
+                    Undo::Restore(record) => {
+                        let _ = store.insert(TaskRecord::clone(&record));
+                    }
                 }
                 gw.bridge.end(&task_id, &live);
                 Err(match e {
@@ -635,7 +637,10 @@ fn begin(
                     return Err(e);
                 }
             }
-            store.insert(updated);
+            if let Err(e) = store.insert(updated) {
+                gw.bridge.end(&task_id, &live);
+                return Err(e.into());
+            }
             (Some(snapshot), Undo::Restore(record.clone()))
         }
         None => {
@@ -653,7 +658,11 @@ fn begin(
                 // A new record has room for one config: this cannot fail.
                 let _ = add_push_config(&mut record, config, dialect);
             }
-            store.insert(record);
+            // A full store refuses new work (an error naming the limit).
+            if let Err(e) = store.insert(record) {
+                gw.bridge.end(&task_id, &live);
+                return Err(e.into());
+            }
             (None, Undo::Remove)
         }
     };

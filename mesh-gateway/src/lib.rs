@@ -22,7 +22,8 @@
 //! ```
 //!
 //! Modules: [`config`] (settings), [`server`] (router, start, shutdown), `jsonrpc` (the POST
-//! dispatch), `bridge` (the pump from the bus to the store and the live subscribers), `sse`,
+//! dispatch), `bridge` (the pump from the bus to the store and the live subscribers),
+//! [`task_events`] (how an event changes a task, and its stored encoding), `sse`,
 //! `cards`, `health`, [`auth`] (API keys), [`push`] (webhook checks and delivery),
 //! [`metrics`] (`GET /metrics`), and [`store`] (the [`TaskStore`] trait, the in-memory store
 //! and the durable SQLite store).
@@ -38,10 +39,12 @@ pub mod push;
 pub mod server;
 mod sse;
 pub mod store;
+pub mod task_events;
 
 pub use auth::ApiKey;
 pub use config::GatewayConfig;
 pub use server::{Gateway, GatewayError, RunningGateway};
 pub use store::{
-    MemoryStore, PendingDelivery, SqliteStore, TaskPage, TaskQuery, TaskRecord, TaskStore,
+    MemoryStore, PendingDelivery, SqliteStore, StoreError, StoreLimits, StoredEvent, TaskPage,
+    TaskQuery, TaskRecord, TaskStore,
 };

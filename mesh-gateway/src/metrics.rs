@@ -17,6 +17,7 @@
 //! | `mesh_gateway_webhook_deliveries_total` | counter | (delivered: a 2xx answer) |
 //! | `mesh_gateway_webhook_failures_total` | counter | `reason` (`retry`, `given_up`, `dropped`) |
 //! | `mesh_gateway_store_pending_writes` | gauge | (changes not yet written to disk) |
+//! | `mesh_gateway_store_bytes` | gauge | (what the task store counts against its byte budget) |
 
 use crate::server::Shared;
 use crate::store::TaskStore;
@@ -262,6 +263,12 @@ impl Collector for Scrape {
                 "mesh_gateway_store_pending_writes",
                 "Task changes not yet written to the durable store",
                 store.pending_writes() as i64,
+            )?;
+            gauge(
+                &mut encoder,
+                "mesh_gateway_store_bytes",
+                "Bytes the task store holds (tasks and event logs, estimated) against its budget",
+                i64::try_from(store.bytes()).unwrap_or(i64::MAX),
             )?;
         }
         gauge(

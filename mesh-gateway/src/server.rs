@@ -105,19 +105,15 @@ impl Gateway {
     /// Starts a gateway on `bus`: with the durable [`SqliteStore`] in
     /// [`GatewayConfig::data_dir`] when one is set, else with an in-memory store.
     pub async fn start(config: GatewayConfig, bus: Bus) -> Result<RunningGateway, GatewayError> {
+        let limits = config.store_limits();
         let store: Arc<dyn TaskStore> = match config.data_dir.clone() {
             Some(dir) => {
-                let (age, count) = (config.retention_age, config.retention_count);
-                let opened =
-                    tokio::task::spawn_blocking(move || SqliteStore::open(&dir, age, count))
-                        .await
-                        .map_err(|e| GatewayError::Store(StoreError::Storage(e.to_string())))??;
+                let opened = tokio::task::spawn_blocking(move || SqliteStore::open(&dir, limits))
+                    .await
+                    .map_err(|e| GatewayError::Store(StoreError::Storage(e.to_string())))??;
                 Arc::new(opened)
             }
-            None => Arc::new(MemoryStore::new(
-                config.retention_age,
-                config.retention_count,
-            )),
+            None => Arc::new(MemoryStore::new(limits)),
         };
         Gateway::start_with_store(config, bus, store).await
     }
@@ -196,13 +192,18 @@ impl Gateway {
             )
         });
         watch_reconnects(&bus, &metrics, &shutdown);
+        let bridge = Arc::new(Bridge::new(
+            store,
+            pusher.clone(),
+            Some((requester.clone(), config.cancel_wait)),
+        ));
         let shared = Arc::new(Shared {
             keys: Keys::new(config.api_keys.clone()),
             config,
             bus,
             registry,
             requester,
-            bridge: Arc::new(Bridge::new(store, pusher.clone())),
+            bridge,
             base_url,
             shutdown: shutdown.clone(),
             cards: CardCache::default(),

@@ -1,16 +1,20 @@
-//! The durable task store through the gateway: tasks made in every dialect survive a
-//! restart of the gateway on the same data directory (get, list, push configs), a task
-//! waiting for input resumes after it, and webhook deliveries pending at a shutdown are
-//! made by the next gateway.
+//! The task store through the gateway: tasks made in every dialect survive a restart of the
+//! gateway on the same data directory (get, list, push configs), a task waiting for input
+//! resumes after it, and webhook deliveries pending at a shutdown are made by the next
+//! gateway; a long stream costs the durable store a row per event and few snapshots; at the
+//! store's bounds (task count, bytes) finished tasks go first, a task waiting for input is
+//! kept, and new work is refused with an error naming the limit; a task past the per-task
+//! limit is failed.
 
 mod support;
 
 use mesh_agent::AgentConfig;
 use mesh_core::bus::Bus;
-use mesh_gateway::{Gateway, GatewayConfig, RunningGateway};
+use mesh_gateway::{Gateway, GatewayConfig, RunningGateway, SqliteStore, TaskStore};
 use mesh_testkit::{TestBroker, fresh_namespace};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 
@@ -238,12 +242,270 @@ async fn webhooks_pending_at_a_shutdown_are_delivered_by_the_next_gateway() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     second.shutdown().await;
-    let store = mesh_gateway::SqliteStore::open(&dir, Duration::from_secs(3600), 100).unwrap();
+    let store =
+        mesh_gateway::SqliteStore::open(&dir, mesh_gateway::StoreLimits::default()).unwrap();
     let left = mesh_gateway::TaskStore::take_pending_deliveries(&store);
     assert!(left.is_empty(), "{left:?}");
     drop(store);
     echo.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots() {
+    let broker = TestBroker::from_env().await;
+    let namespace = fresh_namespace();
+    let dir = temp_dir();
+    let writer = mesh_examples::writer::agent()
+        .config(AgentConfig {
+            namespace: namespace.clone(),
+            heartbeat: Duration::from_secs(1),
+            shutdown_grace: Duration::from_millis(300),
+            ..AgentConfig::default()
+        })
+        .start(bus_config(&broker))
+        .await
+        .unwrap();
+    mesh_core::tls::install_crypto_provider();
+    let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
+    let config = GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        namespace: namespace.clone(),
+        task_timeout: Duration::from_secs(60),
+        shutdown_grace: Duration::from_secs(5),
+        ..GatewayConfig::default()
+    };
+    let store = Arc::new(SqliteStore::open(&dir, config.store_limits()).unwrap());
+    let bus = Bus::connect(bus_config(&broker)).await.unwrap();
+    let gw = Gateway::start_with_store(config, bus, store.clone())
+        .await
+        .unwrap();
+    assert!(gw.registry().wait_online("writer", WAIT).await);
+    let chunks = 20_000u64;
+    let response = http
+        .post(format!("http://{}/agents/writer", gw.local_addr()))
+        .header("accept", "text/event-stream")
+        .json(&rpc(
+            "message/stream",
+            msg03(&format!("stores chunks: {chunks}")),
+        ))
+        .send()
+        .await
+        .unwrap();
+    let events = tokio::time::timeout(Duration::from_secs(60), response.text())
+        .await
+        .expect("the stream ends")
+        .unwrap();
+    let last = events
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str::<Value>(d.trim()).unwrap())
+        .expect("events");
+    assert_eq!(task_state(&last["result"]), "completed", "{last}");
+    let task_id = last["result"]["taskId"].as_str().unwrap().to_owned();
+    gw.shutdown().await;
+    assert!(store.flush(WAIT));
+    let stats = store.write_stats();
+    // Every event is a row; the task is written whole a handful of times (created, at
+    // doubling sizes, at its end), never once per batch: the bytes written stay linear.
+    assert!(stats.events > chunks, "{stats:?}");
+    assert!(stats.snapshots <= 16, "{stats:?}");
+    assert!(stats.snapshot_bytes <= 3 * stats.event_bytes, "{stats:?}");
+    let seq = store.get(&task_id).unwrap().seq;
+    assert_eq!(seq, stats.events);
+    let tail = store.events_after(&task_id, seq - 1, 10).unwrap();
+    assert_eq!(tail.len(), 1);
+    store.close();
+    drop(store);
+    let conn = rusqlite::Connection::open(dir.join("gateway-tasks.sqlite3")).unwrap();
+    let rows: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM task_events WHERE task_id = ?1",
+            [&task_id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(rows as u64 > chunks, "{rows} event rows");
+    drop(conn);
+    writer.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_task_cap_a_task_waiting_for_input_is_kept_and_new_work_is_refused() {
+    let mut mesh = Mesh::start_with(|c| c.retention_count = 4).await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_examples::flight_booker::agent()).await;
+    let body = mesh
+        .call(
+            "flight-booker",
+            "message/send",
+            msg03("I'd like to book a flight"),
+        )
+        .await;
+    assert_eq!(task_state(result(&body)), "input-required");
+    let booking = result(&body)["id"].as_str().unwrap().to_owned();
+    // Many more finished tasks than the cap: the oldest finished ones make room.
+    for i in 0..12 {
+        let body = mesh
+            .call("echo", "message/send", msg03(&format!("m{i}")))
+            .await;
+        assert_eq!(task_state(result(&body)), "completed", "{body}");
+    }
+    assert_eq!(mesh.gateway.store().len(), 4);
+    let got = mesh
+        .call("flight-booker", "tasks/get", json!({"id": booking}))
+        .await;
+    assert_eq!(task_state(result(&got)), "input-required", "{got}");
+    // Only unfinished tasks: new work is refused, naming the limit; the rest carries on.
+    for _ in 0..3 {
+        let body = mesh
+            .call(
+                "flight-booker",
+                "message/send",
+                msg03("I'd like to book a flight"),
+            )
+            .await;
+        assert_eq!(task_state(result(&body)), "input-required");
+    }
+    let refused = mesh
+        .call("echo", "message/send", msg03("one too many"))
+        .await;
+    assert_eq!(code(&refused), -32603, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains("at most 4 tasks"), "{message}");
+    let refused = mesh.call("echo", "SendMessage", msg10("in 1.0 too")).await;
+    assert_eq!(code(&refused), -32603, "{refused}");
+    let mut follow = msg03("From JFK to LHR on 2026-10-10");
+    follow["message"]["taskId"] = json!(booking);
+    let body = mesh.call("flight-booker", "message/send", follow).await;
+    assert_eq!(task_state(result(&body)), "completed", "{body}");
+    // Finished now: it makes room for the next task.
+    let body = mesh.call("echo", "message/send", msg03("room again")).await;
+    assert_eq!(task_state(result(&body)), "completed", "{body}");
+    let gone = mesh
+        .call("flight-booker", "tasks/get", json!({"id": booking}))
+        .await;
+    assert_eq!(code(&gone), -32001);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_byte_budget_finished_tasks_go_then_new_work_is_refused() {
+    let broker = TestBroker::from_env().await;
+    let namespace = fresh_namespace();
+    let dir = temp_dir();
+    let budget = 256 * 1024;
+    let config = |c: &mut GatewayConfig| c.store_max_bytes = budget;
+    let gw = gateway_with(&broker, &namespace, &dir, config).await;
+    let agent_config = AgentConfig {
+        namespace: namespace.clone(),
+        heartbeat: Duration::from_secs(1),
+        shutdown_grace: Duration::from_millis(300),
+        ..AgentConfig::default()
+    };
+    let echo = mesh_examples::echo::agent()
+        .config(agent_config.clone())
+        .start(bus_config(&broker))
+        .await
+        .unwrap();
+    let booker = mesh_examples::flight_booker::agent()
+        .config(agent_config)
+        .start(bus_config(&broker))
+        .await
+        .unwrap();
+    mesh_core::tls::install_crypto_provider();
+    let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
+    for name in ["echo", "flight-booker"] {
+        assert!(gw.registry().wait_online(name, WAIT).await);
+    }
+    let body = call(
+        &http,
+        &gw,
+        "flight-booker",
+        rpc("message/send", msg03("I'd like to book a flight")),
+    )
+    .await;
+    let booking = result(&body)["id"].as_str().unwrap().to_owned();
+    // 40 requests of 16 KB (each task holds it twice: history and artifact) are about ten
+    // times the budget: the store stays within it by evicting finished tasks.
+    let big = "x".repeat(16 * 1024);
+    let mut first = None;
+    for _ in 0..40 {
+        let body = call(&http, &gw, "echo", rpc("message/send", msg03(&big))).await;
+        assert_eq!(task_state(result(&body)), "completed", "{body}");
+        first.get_or_insert_with(|| result(&body)["id"].as_str().unwrap().to_owned());
+        assert!(gw.store().bytes() <= budget, "{} bytes", gw.store().bytes());
+    }
+    let got = call(&http, &gw, "echo", rpc("tasks/get", json!({"id": first}))).await;
+    assert_eq!(code(&got), -32001, "the oldest finished task went");
+    let got = call(
+        &http,
+        &gw,
+        "flight-booker",
+        rpc("tasks/get", json!({"id": booking})),
+    )
+    .await;
+    assert_eq!(task_state(result(&got)), "input-required", "{got}");
+    // Tasks that wait for input fill it: new work is refused, naming the byte limit.
+    let mut refused = None;
+    for _ in 0..20 {
+        let text = format!("I'd like to book a flight {big}");
+        let body = call(
+            &http,
+            &gw,
+            "flight-booker",
+            rpc("message/send", msg03(&text)),
+        )
+        .await;
+        if body.get("error").is_some() {
+            refused = Some(body);
+            break;
+        }
+        assert_eq!(task_state(result(&body)), "input-required", "{body}");
+    }
+    let refused = refused.expect("refused once the budget is full of waiting tasks");
+    assert_eq!(code(&refused), -32603, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("{budget} bytes")), "{message}");
+    // The disk holds what memory does: the finished tasks' rows went with them.
+    gw.shutdown().await;
+    let store = SqliteStore::open(&dir, mesh_gateway::StoreLimits::default()).unwrap();
+    assert!(
+        store.bytes() <= budget + 64 * 1024,
+        "{} bytes",
+        store.bytes()
+    );
+    assert!(store.get(&booking).is_some());
+    drop(store);
+    echo.shutdown().await;
+    booker.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_past_the_per_task_limit_is_failed() {
+    let mut mesh = Mesh::start_with(|c| c.store_max_task_bytes = 64 * 1024).await;
+    mesh.run(mesh_examples::writer::agent()).await;
+    let events = mesh
+        .stream("writer", "message/stream", msg03("limits chunks: 5000"))
+        .await;
+    let last = events.last().expect("events");
+    assert_eq!(task_state(&last["result"]), "failed", "{last}");
+    let text = last["result"]["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("65536 bytes per task"), "{last}");
+    assert!(events.len() < 1000, "the stream stopped at the limit");
+    let id = last["result"]["taskId"].as_str().unwrap();
+    let got = mesh.call("writer", "tasks/get", json!({"id": id})).await;
+    assert_eq!(task_state(result(&got)), "failed", "{got}");
+    let bytes = mesh.gateway.store().bytes();
+    assert!(bytes <= 64 * 1024 + 16 * 1024, "{bytes}");
+    assert_eq!(
+        metric(&mesh, "mesh_gateway_store_bytes").await,
+        bytes as f64
+    );
 }
 
 /// A quick local measurement of what the durable store costs a send: sequential blocking

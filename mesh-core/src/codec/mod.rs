@@ -8,8 +8,9 @@
 //! - [`encode_reply`] / [`encode_reply_to`] / [`encode_error`]: JSON-RPC responses (and SSE
 //!   stream events) in a dialect;
 //! - [`decode_reply`]: a response or stream event of a dialect into a [`Reply`];
-//! - object helpers [`write_reply`], [`read_reply`], [`write_task`], [`read_task`],
-//!   [`write_message`], [`read_message`] for push-notification bodies and SSE;
+//! - object helpers [`write_reply`] (and its bytes, [`write_reply_json`]), [`read_reply`],
+//!   [`write_task`], [`read_task`], [`write_message`], [`read_message`] for
+//!   push-notification bodies, SSE and the gateway's task event log;
 //! - [`card`]: the agent-card codec.
 //!
 //! Reading is lenient (see the `read` module docs: camelCase or snake_case, tagged or
@@ -220,6 +221,12 @@ pub fn encode_error(dialect: Dialect, id: Option<&JsonRpcId>, err: &A2aError) ->
 /// The JSON of a reply (a response's `result`) in `dialect`.
 pub fn write_reply(d: Dialect, reply: &Reply) -> Value {
     wire::to_value(|out| wire::reply_for(out, None, d, reply))
+}
+
+/// The bytes of [`write_reply`]: the reply (a response's `result` or a stream event) as
+/// JSON in `d`, written straight from the model.
+pub fn write_reply_json(d: Dialect, reply: &Reply) -> Vec<u8> {
+    wire::to_vec(|out| wire::reply_for(out, None, d, reply))
 }
 
 /// Reads a reply (a response's `result` or a stream event) written in `dialect`; the shape

@@ -1,35 +1,131 @@
-//! The in-memory task store, with bounded retention: at most `max_tasks` records (the oldest
-//! go first) and finished tasks forgotten `max_age` after their last change.
+//! The in-memory task store: the records, the last events of each running task, and the
+//! bounds of the store's contract (see the [`store`](super) module docs).
+//!
+//! Eviction: finished tasks (terminal states) are queued in the order they finished; the
+//! front of that queue goes when the store is over `max_tasks` or `max_bytes`, or when its
+//! last change is older than `max_age`. Nothing else is ever evicted.
+//!
+//! The event log: a running task keeps its last [`EVENT_LOG_EVENTS`] events (at most
+//! [`EVENT_LOG_BYTES`] of them), enough for a client that missed a few to catch up; older
+//! ones are dropped as new ones come, and a task's log is dropped when it finishes (the task
+//! itself then says everything the log did). Keeping every event of every task in memory would
+//! double what a long stream costs, for a log nothing reads after the stream ends; the durable
+//! store keeps the whole log on disk. The bytes of the events kept count against `max_bytes`.
+//!
+//! The same store serves [`SqliteStore`](super::SqliteStore) from memory; there it keeps no
+//! event in memory but counts the bytes of the log it writes to disk, so that one budget
+//! bounds both.
 
-use super::{StoreError, TaskPage, TaskQuery, TaskRecord, TaskStore};
+use super::{
+    Limit, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery, TaskRecord, TaskStore,
+};
+use crate::task_events;
 use foldhash::HashMap;
-use mesh_core::model::{TaskState, is_final_state};
+use mesh_core::model::TaskState;
+use mesh_core::rpc::Reply;
 use std::collections::VecDeque;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-/// Tasks in memory. See the module docs for retention.
+/// The most events a running task's log keeps in memory.
+pub const EVENT_LOG_EVENTS: usize = 1024;
+
+/// The most bytes of events a running task's log keeps in memory.
+pub const EVENT_LOG_BYTES: usize = 1 << 20;
+
+/// A snapshot is due when the events since the last one add at least this many bytes, or as
+/// many as the task had then, whichever is more: snapshots of a growing task are written at
+/// sizes that double, so what they write in all stays within about twice what its events do.
+pub(crate) const SNAPSHOT_MIN_BYTES: usize = 256 * 1024;
+
+/// Tasks in memory. See the module docs.
 pub struct MemoryStore {
     inner: RwLock<Inner>,
-    max_age: Duration,
-    max_tasks: usize,
+    limits: StoreLimits,
+    log: LogMode,
+}
+
+/// Where a task's event log lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogMode {
+    /// Here, the last events of each running task.
+    Tail,
+    /// Elsewhere (the durable store's disk): counted, not kept.
+    Elsewhere,
+}
+
+struct Entry {
+    record: Arc<TaskRecord>,
+    /// The record's estimated size.
+    record_bytes: usize,
+    /// The bytes of its event log (kept here or elsewhere).
+    log_bytes: usize,
+    /// The last events ([`LogMode::Tail`]).
+    log: VecDeque<StoredEvent>,
+    /// `record_bytes` when the last snapshot was due.
+    snapshot_bytes: usize,
+    /// Queued in [`Inner::finished`].
+    finished: bool,
+}
+
+impl Entry {
+    fn new(record: TaskRecord, record_bytes: usize, log_bytes: usize) -> Entry {
+        Entry {
+            record: Arc::new(record),
+            record_bytes,
+            log_bytes,
+            log: VecDeque::new(),
+            snapshot_bytes: record_bytes,
+            finished: false,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.record_bytes + self.log_bytes
+    }
 }
 
 #[derive(Default)]
 struct Inner {
-    tasks: HashMap<String, Arc<TaskRecord>>,
-    /// Task ids in insertion order, for eviction (ids already removed are skipped).
-    order: VecDeque<String>,
+    tasks: HashMap<String, Entry>,
+    /// Finished tasks in the order they finished, for eviction (ids no longer there, or no
+    /// longer finished, are skipped).
+    finished: VecDeque<String>,
+    /// The sum of the entries' bytes.
+    bytes: usize,
+}
+
+/// What [`MemoryStore::append_event`] did, for the durable store.
+pub(crate) struct Appended {
+    /// The record as it is now.
+    pub record: Arc<TaskRecord>,
+    /// The event as logged.
+    pub event: StoredEvent,
+    /// A snapshot of the task is due (see [`SNAPSHOT_MIN_BYTES`]; also when the task
+    /// finished or waits for its client).
+    pub snapshot: bool,
 }
 
 impl MemoryStore {
-    /// A store keeping at most `max_tasks` tasks, finished ones for `max_age`.
-    pub fn new(max_age: Duration, max_tasks: usize) -> MemoryStore {
+    /// A store within `limits`, keeping the last events of each running task.
+    pub fn new(limits: StoreLimits) -> MemoryStore {
+        MemoryStore::with_log(limits, LogMode::Tail)
+    }
+
+    pub(crate) fn with_log(limits: StoreLimits, log: LogMode) -> MemoryStore {
         MemoryStore {
             inner: RwLock::default(),
-            max_age,
-            max_tasks: max_tasks.max(1),
+            limits: StoreLimits {
+                max_tasks: limits.max_tasks.max(1),
+                ..limits
+            },
+            log,
         }
+    }
+
+    /// The limits it keeps.
+    pub fn limits(&self) -> StoreLimits {
+        self.limits
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Inner> {
@@ -39,68 +135,302 @@ impl MemoryStore {
     fn write(&self) -> RwLockWriteGuard<'_, Inner> {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Adds or replaces a record (see [`TaskStore::insert`]); the ids it evicted to make room
+    /// are added to `evicted`.
+    pub(crate) fn insert_record(
+        &self,
+        record: TaskRecord,
+        evicted: &mut Vec<String>,
+    ) -> Result<(), StoreError> {
+        let bytes = record.estimated_bytes();
+        if bytes > self.limits.max_task_bytes {
+            return Err(StoreError::TaskTooLarge {
+                task: record.task.id.clone(),
+                limit: self.limits.max_task_bytes,
+            });
+        }
+        let mut inner = self.write();
+        let now = SystemTime::now();
+        if let Some(entry) = inner.tasks.get_mut(&record.task.id) {
+            let old = entry.record_bytes;
+            entry.record = Arc::new(record);
+            entry.record_bytes = bytes;
+            entry.snapshot_bytes = bytes;
+            let finished = !entry.finished && entry.record.task.status.state.is_terminal();
+            let id = entry.record.task.id.clone();
+            inner.bytes = inner.bytes - old + bytes;
+            if finished {
+                inner.finish(id);
+            }
+            inner.evict(&self.limits, (0, 0), now, evicted);
+            return Ok(());
+        }
+        inner.evict(&self.limits, (1, bytes), now, evicted);
+        if inner.tasks.len() >= self.limits.max_tasks {
+            return Err(StoreError::Full(Limit::Tasks(self.limits.max_tasks)));
+        }
+        if inner.bytes + bytes > self.limits.max_bytes {
+            return Err(StoreError::Full(Limit::Bytes(self.limits.max_bytes)));
+        }
+        inner.add(Entry::new(record, bytes, 0));
+        Ok(())
+    }
+
+    /// Adds a record read back from disk (never refused: what was kept stays kept, and the
+    /// bounds evict finished tasks as usual). `log_bytes`: its event log on disk.
+    pub(crate) fn load(&self, record: TaskRecord, log_bytes: usize, evicted: &mut Vec<String>) {
+        let bytes = record.estimated_bytes();
+        let mut inner = self.write();
+        if let Some(old) = inner.tasks.remove(&record.task.id) {
+            inner.bytes -= old.bytes();
+        }
+        inner.add(Entry::new(record, bytes, log_bytes));
+        inner.evict(&self.limits, (0, 0), SystemTime::now(), evicted);
+    }
+
+    /// Applies and logs one event (see [`TaskStore::append`]).
+    pub(crate) fn append_event(
+        &self,
+        id: &str,
+        event: &Reply,
+        evicted: &mut Vec<String>,
+    ) -> Result<Appended, StoreError> {
+        // Encoded outside the lock; costs what the event carries.
+        let json = task_events::encode(event);
+        let len = json.len();
+        let now = SystemTime::now();
+        let mut inner = self.write();
+        let Some(entry) = inner.tasks.get_mut(id) else {
+            return Err(StoreError::TaskNotFound(id.to_owned()));
+        };
+        // The event adds itself to the record and to the log.
+        if entry.bytes() + 2 * len > self.limits.max_task_bytes && !task_events::ends_task(event) {
+            return Err(StoreError::TaskTooLarge {
+                task: id.to_owned(),
+                limit: self.limits.max_task_bytes,
+            });
+        }
+        let bytes_before = entry.bytes();
+        // In place: no one else holds the record unless a reader is still looking at it.
+        let record = Arc::make_mut(&mut entry.record);
+        let before = state_of(&record.task.status.state);
+        task_events::apply(&mut record.task, event);
+        record.seq += 1;
+        record.updated = now;
+        let seq = record.seq;
+        let state = &record.task.status.state;
+        let terminal = state.is_terminal();
+        let changed = before != state_of(state);
+        let interrupted = task_events::is_interrupted(state);
+        let stored = StoredEvent {
+            seq,
+            time: now,
+            json,
+        };
+        entry.record_bytes += len;
+        match self.log {
+            LogMode::Elsewhere => entry.log_bytes += len,
+            // A finished task's log goes with its stream.
+            LogMode::Tail if terminal => {
+                entry.log_bytes = 0;
+                entry.log = VecDeque::new();
+            }
+            LogMode::Tail => {
+                entry.log_bytes += len;
+                entry.log.push_back(stored.clone());
+                while entry.log.len() > EVENT_LOG_EVENTS || entry.log_bytes > EVENT_LOG_BYTES {
+                    let Some(old) = entry.log.pop_front() else {
+                        break;
+                    };
+                    entry.log_bytes -= old.json.len();
+                }
+            }
+        }
+        let grown = entry.record_bytes - entry.snapshot_bytes;
+        let snapshot = (changed && (terminal || interrupted))
+            || grown >= entry.snapshot_bytes.max(SNAPSHOT_MIN_BYTES);
+        if snapshot {
+            entry.snapshot_bytes = entry.record_bytes;
+        }
+        let finish = terminal && !entry.finished;
+        let record = entry.record.clone();
+        let bytes_after = entry.bytes();
+        inner.bytes = inner.bytes - bytes_before + bytes_after;
+        if finish {
+            inner.finish(id.to_owned());
+        }
+        if inner.bytes > self.limits.max_bytes {
+            inner.evict(&self.limits, (0, 0), now, evicted);
+        }
+        Ok(Appended {
+            record,
+            event: stored,
+            snapshot,
+        })
+    }
+
+    /// Changes a record (see [`TaskStore::update`]).
+    pub(crate) fn update_record(
+        &self,
+        id: &str,
+        apply: &mut dyn FnMut(&mut TaskRecord),
+    ) -> Option<Arc<TaskRecord>> {
+        let mut inner = self.write();
+        let entry = inner.tasks.get_mut(id)?;
+        let record = Arc::make_mut(&mut entry.record);
+        apply(record);
+        let now = SystemTime::now();
+        record.updated = now;
+        let finish = !entry.finished && record.task.status.state.is_terminal();
+        let record = entry.record.clone();
+        if finish {
+            inner.finish(id.to_owned());
+        }
+        Some(record)
+    }
+
+    /// Forgets finished tasks older than `max_age` (also done by every insert).
+    pub(crate) fn expire(&self, evicted: &mut Vec<String>) {
+        self.write()
+            .evict(&self.limits, (0, 0), SystemTime::now(), evicted);
+    }
+
+    /// The record and the bytes of its event log up to its sequence, read together (what a
+    /// snapshot of it records).
+    pub(crate) fn snapshot_of(&self, id: &str) -> Option<(Arc<TaskRecord>, usize)> {
+        let inner = self.read();
+        inner.tasks.get(id).map(|e| (e.record.clone(), e.log_bytes))
+    }
+
+    /// Forgets a task; false when there was none.
+    pub(crate) fn remove_record(&self, id: &str) -> bool {
+        let mut inner = self.write();
+        match inner.tasks.remove(id) {
+            Some(entry) => {
+                inner.bytes -= entry.bytes();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A state's discriminant, to tell whether an event changed it.
+fn state_of(state: &TaskState) -> std::mem::Discriminant<TaskState> {
+    std::mem::discriminant(state)
 }
 
 impl Inner {
-    fn evict(&mut self, max_age: Duration, max_tasks: usize) {
-        let now = SystemTime::now();
-        while let Some(front) = self.order.front() {
-            let Some(record) = self.tasks.get(front) else {
-                self.order.pop_front(); // removed earlier
+    fn add(&mut self, mut entry: Entry) {
+        self.bytes += entry.bytes();
+        let id = entry.record.task.id.clone();
+        let finished = entry.record.task.status.state.is_terminal();
+        entry.finished = false;
+        self.tasks.insert(id.clone(), entry);
+        if finished {
+            self.finish(id);
+        }
+    }
+
+    /// Queues a task that just finished for eviction.
+    fn finish(&mut self, id: String) {
+        if let Some(entry) = self.tasks.get_mut(&id) {
+            entry.finished = true;
+            self.finished.push_back(id);
+        }
+    }
+
+    /// Evicts finished tasks, oldest first, until `room` (tasks, bytes) more fit within the
+    /// limits and no finished task is older than `max_age`.
+    fn evict(
+        &mut self,
+        limits: &StoreLimits,
+        room: (usize, usize),
+        now: SystemTime,
+        evicted: &mut Vec<String>,
+    ) {
+        while let Some(front) = self.finished.front() {
+            let count = self.tasks.len();
+            let Some(entry) = self.tasks.get_mut(front) else {
+                self.finished.pop_front(); // removed earlier
                 continue;
             };
-            let over_count = self.tasks.len() > max_tasks;
-            let expired = is_final_state(&record.task.status.state)
-                && now.duration_since(record.updated).unwrap_or_default() > max_age;
-            if !(over_count || expired) {
+            if !entry.finished || !entry.record.task.status.state.is_terminal() {
+                entry.finished = false; // replaced by a record that is not finished
+                self.finished.pop_front();
+                continue;
+            }
+            let over_count = count + room.0 > limits.max_tasks;
+            let over_bytes = self.bytes + room.1 > limits.max_bytes;
+            let expired =
+                now.duration_since(entry.record.updated).unwrap_or_default() > limits.max_age;
+            if !(over_count || over_bytes || expired) {
                 break;
             }
-            if let Some(id) = self.order.pop_front() {
-                self.tasks.remove(&id);
+            if let Some(id) = self.finished.pop_front() {
+                if let Some(entry) = self.tasks.remove(&id) {
+                    self.bytes -= entry.bytes();
+                }
+                evicted.push(id);
             }
         }
         // Ids of tasks removed out of order pile up only until they reach the front; bound
         // them anyway so that remove-heavy use cannot grow the queue without limit.
-        if self.order.len() > 2 * max_tasks + 1024 {
+        if self.finished.len() > 2 * self.tasks.len() + 1024 {
             let tasks = &self.tasks;
-            self.order.retain(|id| tasks.contains_key(id));
+            self.finished
+                .retain(|id| tasks.get(id).is_some_and(|e| e.finished));
         }
-    }
-}
-
-impl MemoryStore {
-    /// Inserts a shared record (the durable store keeps the same `Arc` for its writer).
-    pub(crate) fn insert_shared(&self, record: Arc<TaskRecord>) {
-        let mut inner = self.write();
-        let id = record.task.id.clone();
-        if inner.tasks.insert(id.clone(), record).is_none() {
-            inner.order.push_back(id);
-        }
-        inner.evict(self.max_age, self.max_tasks);
     }
 }
 
 impl TaskStore for MemoryStore {
-    fn insert(&self, record: TaskRecord) {
-        self.insert_shared(Arc::new(record));
+    fn insert(&self, record: TaskRecord) -> Result<(), StoreError> {
+        self.insert_record(record, &mut Vec::new())
     }
 
     fn get(&self, id: &str) -> Option<Arc<TaskRecord>> {
-        self.read().tasks.get(id).cloned()
+        self.read().tasks.get(id).map(|e| e.record.clone())
+    }
+
+    fn append(&self, id: &str, event: &Reply) -> Result<Arc<TaskRecord>, StoreError> {
+        self.append_event(id, event, &mut Vec::new())
+            .map(|a| a.record)
+    }
+
+    fn events_after(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        let inner = self.read();
+        let entry = inner
+            .tasks
+            .get(id)
+            .ok_or_else(|| StoreError::TaskNotFound(id.to_owned()))?;
+        let last = entry.record.seq;
+        let first = entry.log.front().map_or(last + 1, |e| e.seq);
+        if after >= last {
+            return Ok(Vec::new());
+        }
+        if after + 1 < first {
+            return Err(StoreError::EventsForgotten {
+                task: id.to_owned(),
+                first,
+            });
+        }
+        let skip = usize::try_from(after + 1 - first).unwrap_or(usize::MAX);
+        Ok(entry.log.iter().skip(skip).take(limit).cloned().collect())
     }
 
     fn update(&self, id: &str, apply: &mut dyn FnMut(&mut TaskRecord)) -> Option<Arc<TaskRecord>> {
-        let mut inner = self.write();
-        let entry = inner.tasks.get_mut(id)?;
-        // Copies the record only while a reader still holds the previous version.
-        let record = Arc::make_mut(entry);
-        apply(record);
-        record.updated = SystemTime::now();
-        Some(entry.clone())
+        self.update_record(id, apply)
     }
 
     fn remove(&self, id: &str) {
-        self.write().tasks.remove(id);
+        self.remove_record(id);
     }
 
     fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
@@ -116,6 +446,7 @@ impl TaskStore for MemoryStore {
             inner
                 .tasks
                 .values()
+                .map(|e| &e.record)
                 .filter(|r| query.agent.as_deref().is_none_or(|a| r.agent == a))
                 .filter(|r| {
                     query
@@ -162,15 +493,19 @@ impl TaskStore for MemoryStore {
         self.read().tasks.len()
     }
 
+    fn bytes(&self) -> usize {
+        self.read().bytes
+    }
+
     fn state_counts(&self) -> Vec<(TaskState, usize)> {
         let mut counts: Vec<(TaskState, usize)> =
             super::STATES.iter().map(|s| (s.clone(), 0)).collect();
-        for record in self.read().tasks.values() {
-            if let Some(entry) = counts
+        for entry in self.read().tasks.values() {
+            if let Some(count) = counts
                 .iter_mut()
-                .find(|(s, _)| *s == record.task.status.state)
+                .find(|(s, _)| *s == entry.record.task.status.state)
             {
-                entry.1 += 1;
+                count.1 += 1;
             }
         }
         counts
@@ -178,12 +513,23 @@ impl TaskStore for MemoryStore {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use mesh_core::dialect::Dialect;
-    use mesh_core::model::{Task, TaskStatus};
+    use mesh_core::model::{
+        Artifact, Part, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent,
+    };
+    use std::time::Duration;
 
-    fn task(id: &str, context: &str, state: TaskState) -> TaskRecord {
+    fn limits(max_tasks: usize) -> StoreLimits {
+        StoreLimits {
+            max_age: Duration::from_secs(60),
+            max_tasks,
+            ..StoreLimits::default()
+        }
+    }
+
+    pub(crate) fn task(id: &str, context: &str, state: TaskState) -> TaskRecord {
         TaskRecord::new(
             Task {
                 id: id.into(),
@@ -202,44 +548,264 @@ mod tests {
         )
     }
 
+    pub(crate) fn chunk(id: &str, text: &str) -> Reply {
+        Reply::ArtifactUpdate(TaskArtifactUpdateEvent {
+            task_id: id.into(),
+            context_id: "c".into(),
+            artifact: Artifact {
+                artifact_id: "a".into(),
+                name: None,
+                description: None,
+                parts: vec![Part::text(text)],
+                metadata: None,
+                extensions: None,
+            },
+            append: Some(true),
+            last_chunk: Some(false),
+            metadata: None,
+        })
+    }
+
+    pub(crate) fn status(id: &str, state: TaskState) -> Reply {
+        Reply::StatusUpdate(TaskStatusUpdateEvent {
+            task_id: id.into(),
+            context_id: "c".into(),
+            status: TaskStatus {
+                state,
+                message: None,
+                timestamp: None,
+            },
+            metadata: None,
+        })
+    }
+
     #[test]
-    fn keeps_at_most_max_tasks() {
-        let store = MemoryStore::new(Duration::from_secs(60), 3);
-        for i in 0..5 {
-            store.insert(task(&format!("t{i}"), "c", TaskState::Working));
+    fn at_the_task_cap_finished_tasks_go_first_and_running_ones_never() {
+        let store = MemoryStore::new(limits(3));
+        store
+            .insert(task("waiting", "c", TaskState::InputRequired))
+            .unwrap();
+        store
+            .insert(task("done-1", "c", TaskState::Completed))
+            .unwrap();
+        store
+            .insert(task("done-2", "c", TaskState::Failed))
+            .unwrap();
+        // Full: the oldest finished task makes room, then the next one.
+        store
+            .insert(task("new-1", "c", TaskState::Working))
+            .unwrap();
+        assert!(store.get("done-1").is_none() && store.get("done-2").is_some());
+        store
+            .insert(task("new-2", "c", TaskState::Working))
+            .unwrap();
+        assert!(store.get("done-2").is_none());
+        // Only unfinished tasks left: refused, and nothing was evicted.
+        let refused = store.insert(task("new-3", "c", TaskState::Submitted));
+        assert_eq!(refused, Err(StoreError::Full(Limit::Tasks(3))));
+        let error = mesh_core::error::A2aError::from(refused.unwrap_err());
+        assert_eq!(error.code(), -32603);
+        assert!(
+            error.message.contains("at most 3 tasks"),
+            "{}",
+            error.message
+        );
+        for id in ["waiting", "new-1", "new-2"] {
+            assert!(store.get(id).is_some(), "{id}");
+        }
+        // Replacing a record it holds is not new work; a task that finishes makes room.
+        store
+            .insert(task("waiting", "c", TaskState::Working))
+            .unwrap();
+        store
+            .append("new-1", &status("new-1", TaskState::Completed))
+            .unwrap();
+        store
+            .insert(task("new-3", "c", TaskState::Submitted))
+            .unwrap();
+        assert!(store.get("new-1").is_none());
+        assert_eq!(store.len(), 3);
+    }
+
+    #[test]
+    fn over_the_byte_budget_finished_tasks_go_then_new_ones_are_refused() {
+        let one = task("x", "c", TaskState::Working).estimated_bytes();
+        let store = MemoryStore::new(StoreLimits {
+            max_bytes: 3 * one + one / 2,
+            ..limits(100)
+        });
+        store
+            .insert(task("done", "c", TaskState::Completed))
+            .unwrap();
+        store
+            .insert(task("run-1", "c", TaskState::Working))
+            .unwrap();
+        store
+            .insert(task("run-2", "c", TaskState::Working))
+            .unwrap();
+        assert!(store.bytes() <= 3 * one + 16);
+        store
+            .insert(task("run-3", "c", TaskState::Working))
+            .unwrap();
+        assert!(store.get("done").is_none(), "the finished task made room");
+        let refused = store.insert(task("run-4", "c", TaskState::Working));
+        assert!(matches!(refused, Err(StoreError::Full(Limit::Bytes(_)))));
+        // A running task goes on growing past the budget; nothing running is evicted.
+        for i in 0..100 {
+            store
+                .append("run-1", &chunk("run-1", &format!("chunk {i}")))
+                .unwrap();
         }
         assert_eq!(store.len(), 3);
-        assert!(store.get("t0").is_none() && store.get("t1").is_none());
-        assert!(store.get("t4").is_some());
+        assert!(store.bytes() > 3 * one + one / 2);
+    }
+
+    #[test]
+    fn a_task_may_not_grow_past_its_limit_but_may_still_end() {
+        let store = MemoryStore::new(StoreLimits {
+            max_task_bytes: 4096,
+            ..limits(10)
+        });
+        store.insert(task("t", "c", TaskState::Working)).unwrap();
+        let big = "x".repeat(1000);
+        let mut refused = None;
+        for i in 0..10 {
+            if let Err(e) = store.append("t", &chunk("t", &big)) {
+                refused = Some((i, e));
+                break;
+            }
+        }
+        let (accepted, error) = refused.expect("refused before 10 KB");
+        assert!(accepted >= 1);
+        assert!(matches!(
+            error,
+            StoreError::TaskTooLarge { limit: 4096, .. }
+        ));
+        assert_eq!(
+            store.get("t").unwrap().seq,
+            accepted as u64,
+            "nothing applied"
+        );
+        let failed = store.append("t", &status("t", TaskState::Failed)).unwrap();
+        assert_eq!(failed.task.status.state, TaskState::Failed);
+        let mut huge = task("h", "c", TaskState::Submitted);
+        huge.task.metadata = Some(std::collections::HashMap::from_iter([(
+            "x".to_owned(),
+            serde_json::Value::String("y".repeat(5000)),
+        )]));
+        assert!(matches!(
+            store.insert(huge),
+            Err(StoreError::TaskTooLarge { .. })
+        ));
     }
 
     #[test]
     fn expires_finished_tasks_only() {
-        let store = MemoryStore::new(Duration::ZERO, 100);
-        store.insert(task("running", "c", TaskState::Working));
-        store.insert(task("done", "c", TaskState::Completed));
+        let store = MemoryStore::new(StoreLimits {
+            max_age: Duration::ZERO,
+            ..limits(100)
+        });
+        store
+            .insert(task("running", "c", TaskState::Working))
+            .unwrap();
+        store
+            .insert(task("done", "c", TaskState::Completed))
+            .unwrap();
         std::thread::sleep(Duration::from_millis(2));
-        store.insert(task("new", "c", TaskState::Working));
+        store.insert(task("new", "c", TaskState::Working)).unwrap();
         assert!(store.get("running").is_some());
-        // "done" sits behind "running" in insertion order; it goes once "running" does.
+        assert!(store.get("done").is_none());
         store.update("running", &mut |r| {
             r.task.status.state = TaskState::Completed
         });
         std::thread::sleep(Duration::from_millis(2));
-        store.insert(task("newer", "c", TaskState::Working));
+        store.expire(&mut Vec::new());
         assert!(store.get("running").is_none());
-        assert!(store.get("done").is_none());
         assert!(store.get("new").is_some());
     }
 
     #[test]
+    fn events_are_numbered_per_task_and_the_log_keeps_the_last_ones() {
+        let store = MemoryStore::new(limits(10));
+        store.insert(task("t", "c", TaskState::Working)).unwrap();
+        store.insert(task("u", "c", TaskState::Working)).unwrap();
+        let n = EVENT_LOG_EVENTS as u64 + 10;
+        for i in 0..n {
+            store.append("t", &chunk("t", &format!("{i}"))).unwrap();
+        }
+        store.append("u", &chunk("u", "only")).unwrap();
+        assert_eq!(store.get("t").unwrap().seq, n);
+        assert_eq!(store.get("u").unwrap().seq, 1);
+        let tail = store.events_after("t", n - 3, 100).unwrap();
+        let seqs: Vec<u64> = tail.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [n - 2, n - 1, n]);
+        assert_eq!(tail[2].reply().unwrap(), chunk("t", &format!("{}", n - 1)));
+        assert_eq!(store.events_after("t", n - 100, 2).unwrap().len(), 2);
+        assert_eq!(
+            store.events_after("t", 0, 10),
+            Err(StoreError::EventsForgotten {
+                task: "t".into(),
+                first: 11
+            })
+        );
+        assert!(store.events_after("t", n, 10).unwrap().is_empty());
+        assert!(matches!(
+            store.events_after("nope", 0, 1),
+            Err(StoreError::TaskNotFound(_))
+        ));
+        // A follow-up turn carries the sequence on.
+        let mut next = TaskRecord::clone(&store.get("u").unwrap());
+        next.task.status.state = TaskState::Submitted;
+        store.insert(next).unwrap();
+        assert_eq!(store.append("u", &chunk("u", "again")).unwrap().seq, 2);
+        let before = store.bytes();
+        // A finished task's log goes.
+        store
+            .append("t", &status("t", TaskState::Completed))
+            .unwrap();
+        assert!(store.bytes() < before);
+        assert!(matches!(
+            store.events_after("t", n - 3, 10),
+            Err(StoreError::EventsForgotten { .. })
+        ));
+    }
+
+    /// Where the record's task id lives: a copy of the record would move it, an update in
+    /// place does not (no reference to the record is held meanwhile, so a copy would be
+    /// made while the original is alive and cannot land at the same address).
+    pub(crate) fn id_address(store: &dyn TaskStore, id: &str) -> usize {
+        store.get(id).unwrap().task.id.as_ptr() as usize
+    }
+
+    #[test]
+    fn an_append_changes_the_record_in_place() {
+        let store = MemoryStore::new(limits(10));
+        store.insert(task("t", "c", TaskState::Working)).unwrap();
+        for i in 0..100 {
+            let before = id_address(&store, "t");
+            store.append("t", &chunk("t", &format!("{i}"))).unwrap();
+            assert_eq!(
+                id_address(&store, "t"),
+                before,
+                "append {i} copied the record"
+            );
+        }
+        let now = store.get("t").unwrap();
+        assert_eq!(now.task.artifacts.as_ref().unwrap()[0].parts.len(), 100);
+    }
+
+    #[test]
     fn lists_with_filters_and_pages() {
-        let store = MemoryStore::new(Duration::from_secs(60), 100);
+        let store = MemoryStore::new(limits(100));
         for i in 0..5 {
-            store.insert(task(&format!("a{i}"), "ctx-a", TaskState::Completed));
+            store
+                .insert(task(&format!("a{i}"), "ctx-a", TaskState::Completed))
+                .unwrap();
             std::thread::sleep(Duration::from_millis(1));
         }
-        store.insert(task("b0", "ctx-b", TaskState::Working));
+        store
+            .insert(task("b0", "ctx-b", TaskState::Working))
+            .unwrap();
         let query = TaskQuery {
             context_id: Some("ctx-a".into()),
             page_size: 2,
@@ -283,8 +849,8 @@ mod tests {
 
     #[test]
     fn update_does_not_disturb_readers() {
-        let store = MemoryStore::new(Duration::from_secs(60), 10);
-        store.insert(task("t", "c", TaskState::Submitted));
+        let store = MemoryStore::new(limits(10));
+        store.insert(task("t", "c", TaskState::Submitted)).unwrap();
         let before = store.get("t").unwrap();
         let after = store
             .update("t", &mut |r| r.task.status.state = TaskState::Working)

@@ -1,32 +1,68 @@
 //! The task store: every task the gateway bridges (status, history, artifacts), with the agent
 //! that runs it and the dialect that created it, so that get, list, cancel and resubscribe
-//! answer from one place.
+//! answer from one place, and each task's event log (every event of its reply streams, in
+//! order).
 //!
-//! [`TaskStore`] is synchronous on purpose: the gateway's hot path updates the store once per
-//! event and must never hold a lock across an await. A durable store keeps the same contract
-//! by serving from memory and writing behind (a queue drained by its own task), so the trait
-//! needs no async methods. Records are shared as `Arc<TaskRecord>`: reading a task is a
-//! reference-count increment, not a copy of its history.
+//! [`TaskStore`] is synchronous on purpose: the gateway's hot path appends to the store once
+//! per event and must never hold a lock across an await. A durable store keeps the same
+//! contract by serving from memory and writing behind (a queue drained by its own thread), so
+//! the trait needs no async methods. Records are shared as `Arc<TaskRecord>`: reading a task
+//! is a reference-count increment, not a copy of its history, and appending an event changes
+//! the record in place (no store keeps a second reference to a record it is changing).
 //!
 //! Two stores: [`MemoryStore`] (tests, benchmarks, `--memory-store`) and [`SqliteStore`]
 //! (durable: SQLite in WAL mode, loaded into memory at start, written behind by a thread of
-//! its own in batched transactions).
+//! its own in batched transactions: one row per event, and a snapshot of the task now and
+//! then).
 //!
 //! The store also keeps the webhook deliveries not made yet ([`PendingDelivery`]): the
 //! durable store writes them behind like tasks and hands them back after a restart, so a
 //! notification pending at a crash is still delivered (at-least-once); the memory store
 //! keeps none (the delivery queue in memory is all there is).
+//!
+//! # The contract every store keeps
+//!
+//! **Events.** [`TaskStore::append`] applies one event of a task's reply stream with
+//! [`task_events::apply`](crate::task_events::apply) and logs it with the next sequence
+//! number of that task ([`TaskRecord::seq`]: assigned by the store, 1 for a task's first event,
+//! continuing across every turn of a multi-turn task), the time, and the event in one
+//! canonical encoding ([`task_events::encode`](crate::task_events::encode): the codec's 1.0
+//! JSON). Its cost depends on the event, never on the task's length: no copy of the record,
+//! no re-encoding of the task. [`TaskStore::events_after`] reads the log back. Changes that
+//! are not events ([`TaskStore::insert`] of a follow-up turn, [`TaskStore::update`]: push
+//! configs, a cancel answered by the gateway) keep the sequence and are recorded whole.
+//!
+//! **Bounds.** A store holds at most `max_tasks` tasks and `max_bytes` bytes
+//! ([`StoreLimits`]); a task's bytes are its record's estimated size plus its event log as the
+//! store keeps it (estimated from the encoded length of what is written, tracked as events
+//! come: never by re-encoding a task). To stay within them it evicts finished tasks
+//! (terminal states) only, the oldest first, and finished tasks also go `max_age` after their
+//! last change. A task that is not finished (submitted, working, waiting for input or
+//! authentication) is never evicted. When evicting every finished task would not make room,
+//! a new task is refused ([`StoreError::Full`], answered to its request as
+//! [`A2aError`](mesh_core::error::A2aError) `-32603` naming the limit) and everything else
+//! carries on: running tasks keep appending (a store may go over `max_bytes` by what they add
+//! meanwhile, each at most `max_task_bytes`), reads, lists and follow-up turns of tasks it
+//! holds are served.
+//!
+//! **One task.** A task may not grow past `max_task_bytes`: an event that would take it past
+//! is refused ([`StoreError::TaskTooLarge`]) unless it ends the task's stream (so that the
+//! gateway can still fail it), and so is a record that is already larger (a new task or a
+//! follow-up turn). The gateway then fails the task with a status message that names the
+//! limit and asks its agent to cancel it.
 
 mod memory;
 mod sqlite;
 
-pub use memory::MemoryStore;
+pub use memory::{EVENT_LOG_BYTES, EVENT_LOG_EVENTS, MemoryStore};
 pub use sqlite::SqliteStore;
 
 use mesh_core::dialect::Dialect;
+use mesh_core::error::{A2aError, ErrorKind};
 use mesh_core::model::{Task, TaskPushNotificationConfig, TaskState};
+use mesh_core::rpc::Reply;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// One stored task and what the gateway needs to know about it.
 #[derive(Debug, Clone)]
@@ -48,6 +84,9 @@ pub struct TaskRecord {
     /// The task's push-notification configs (at most
     /// [`MAX_PUSH_CONFIGS`](crate::push::MAX_PUSH_CONFIGS)).
     pub push_configs: Vec<TaskPushNotificationConfig>,
+    /// The sequence number of the last event applied to the task (0: none yet). The store
+    /// assigns it ([`TaskStore::append`]); a follow-up turn carries it on.
+    pub seq: u64,
 }
 
 impl TaskRecord {
@@ -62,6 +101,74 @@ impl TaskRecord {
             updated: now,
             owner: None,
             push_configs: Vec::new(),
+            seq: 0,
+        }
+    }
+
+    /// The record's estimated size in bytes: the length of its task as JSON (counted, not
+    /// written anywhere) plus a fixed allowance for the rest. Costs a walk over the task: the
+    /// stores call it when a record is inserted or loaded, never per event.
+    pub fn estimated_bytes(&self) -> usize {
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0 += buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut count = Count(RECORD_OVERHEAD);
+        let _ = serde_json::to_writer(&mut count, &self.task);
+        let _ = serde_json::to_writer(&mut count, &self.push_configs);
+        count.0 + self.agent.len() + self.owner.as_ref().map_or(0, String::len)
+    }
+}
+
+/// What a record costs besides its task's JSON (ids, times, the store's own entry).
+const RECORD_OVERHEAD: usize = 256;
+
+/// One event of a task's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEvent {
+    /// Its sequence number in the task (1, 2, … across every turn).
+    pub seq: u64,
+    /// When the store appended it.
+    pub time: SystemTime,
+    /// The event as [`task_events::encode`](crate::task_events::encode) wrote it (the codec's
+    /// 1.0 JSON of the reply).
+    pub json: bytes::Bytes,
+}
+
+impl StoredEvent {
+    /// The event.
+    pub fn reply(&self) -> Result<Reply, A2aError> {
+        crate::task_events::decode(&self.json)
+    }
+}
+
+/// How much a store keeps (see the module docs for what happens at each limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// A finished task is forgotten this long after its last change.
+    pub max_age: Duration,
+    /// The most tasks kept.
+    pub max_tasks: usize,
+    /// The most bytes kept: records plus their event logs (estimated).
+    pub max_bytes: usize,
+    /// The most bytes one task (its record plus its event log) may take.
+    pub max_task_bytes: usize,
+}
+
+impl Default for StoreLimits {
+    /// The gateway's defaults: an hour, 100,000 tasks, 1 GiB, 128 MiB per task.
+    fn default() -> Self {
+        StoreLimits {
+            max_age: Duration::from_secs(3600),
+            max_tasks: 100_000,
+            max_bytes: 1 << 30,
+            max_task_bytes: 128 << 20,
         }
     }
 }
@@ -114,7 +221,16 @@ pub struct TaskPage {
     pub total_size: usize,
 }
 
-/// Why a listing failed.
+/// Which bound refused a new task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// [`StoreLimits::max_tasks`].
+    Tasks(usize),
+    /// [`StoreLimits::max_bytes`].
+    Bytes(usize),
+}
+
+/// Why the store refused or failed something.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// The page token was not made by this store.
@@ -123,17 +239,105 @@ pub enum StoreError {
     /// The durable store could not be opened or read.
     #[error("task store: {0}")]
     Storage(String),
+    /// A new task was refused: the store is at a limit and holds no finished task to evict.
+    #[error("{}", full_message(*.0))]
+    Full(Limit),
+    /// The task would grow past [`StoreLimits::max_task_bytes`].
+    #[error(
+        "task {task} would take more than the gateway's limit of {limit} bytes per task (store_max_task_bytes)"
+    )]
+    TaskTooLarge {
+        /// The task.
+        task: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// No such task.
+    #[error("task {0} is not in the store")]
+    TaskNotFound(String),
+    /// The events asked for are no longer in the task's log (the memory store keeps the
+    /// last ones of a running task only).
+    #[error("task {task}: the event log keeps events from {first} on")]
+    EventsForgotten {
+        /// The task.
+        task: String,
+        /// The first sequence number still kept (past the last one: none is kept).
+        first: u64,
+    },
+}
+
+fn full_message(limit: Limit) -> String {
+    let what = match limit {
+        Limit::Tasks(n) => format!("{n} tasks"),
+        Limit::Bytes(n) => format!("{n} bytes of tasks and event logs (store_max_bytes)"),
+    };
+    format!(
+        "the gateway's task store is full: it keeps at most {what} and every task it holds is \
+         still running or waiting for input; retry when some finish"
+    )
+}
+
+impl From<StoreError> for A2aError {
+    /// A refusal as the protocol says it: a full store is `-32603` (internal error: the
+    /// server cannot take the request now; the message names the limit, `data` says which);
+    /// a task too large is `-32602`; an unknown task `-32001`.
+    fn from(error: StoreError) -> A2aError {
+        let message = error.to_string();
+        match error {
+            StoreError::Full(limit) => {
+                let (name, value) = match limit {
+                    Limit::Tasks(n) => ("max_tasks", n),
+                    Limit::Bytes(n) => ("max_bytes", n),
+                };
+                A2aError::new(ErrorKind::Internal, message).with_data(serde_json::json!({
+                    "reason": "TASK_STORE_FULL",
+                    "limit": name,
+                    "value": value,
+                }))
+            }
+            StoreError::TaskTooLarge { limit, .. } => {
+                A2aError::new(ErrorKind::InvalidParams, message)
+                    .with_data(serde_json::json!({"reason": "TASK_TOO_LARGE", "limit": limit}))
+            }
+            StoreError::TaskNotFound(task) => A2aError::task_not_found(&task),
+            _ => A2aError::internal(message),
+        }
+    }
 }
 
 /// Where the gateway keeps its tasks. Implementations must be cheap to call from async code:
-/// no method blocks for long, none awaits.
+/// no method blocks for long, none awaits. Every store keeps the contract of the module docs
+/// (events, bounds, one task's size).
 pub trait TaskStore: Send + Sync + 'static {
-    /// Adds a task, or replaces the record of the same id.
-    fn insert(&self, record: TaskRecord);
+    /// Adds a task, or replaces the record of the same id (a follow-up turn, an undo).
+    ///
+    /// A new task is refused with [`StoreError::Full`] when the store is at `max_tasks` or
+    /// `max_bytes` and evicting every finished task would not make room; a record larger than
+    /// `max_task_bytes` is refused with [`StoreError::TaskTooLarge`]. Replacing a record is
+    /// never refused for the store's bounds.
+    fn insert(&self, record: TaskRecord) -> Result<(), StoreError>;
     /// The record of a task.
     fn get(&self, id: &str) -> Option<Arc<TaskRecord>>;
+    /// Applies one event of the task's reply stream, logs it with the task's next sequence
+    /// number (see the module docs) and returns the record as it is now.
+    ///
+    /// [`StoreError::TaskNotFound`] when there is no such task; [`StoreError::TaskTooLarge`]
+    /// (and nothing changes) when the event would take the task past `max_task_bytes` and it
+    /// does not end the stream.
+    fn append(&self, id: &str, event: &Reply) -> Result<Arc<TaskRecord>, StoreError>;
+    /// The task's logged events with a sequence number above `after`, in order, at most
+    /// `limit` of them. [`StoreError::EventsForgotten`] when the log no longer holds the
+    /// first of them (event `after + 1`); [`StoreError::TaskNotFound`] for an unknown task.
+    /// A durable store may read its disk: call it off the async workers.
+    fn events_after(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError>;
     /// Changes a record in place (its `updated` time is set) and returns it as it is now;
-    /// `None` if there is no such task.
+    /// `None` if there is no such task. Not an event: the sequence stays, and a durable store
+    /// writes the whole record.
     fn update(&self, id: &str, apply: &mut dyn FnMut(&mut TaskRecord)) -> Option<Arc<TaskRecord>>;
     /// Forgets a task.
     fn remove(&self, id: &str);
@@ -141,6 +345,8 @@ pub trait TaskStore: Send + Sync + 'static {
     fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError>;
     /// How many tasks the store holds.
     fn len(&self) -> usize;
+    /// The bytes the store counts against `max_bytes` now (records and event logs, estimated).
+    fn bytes(&self) -> usize;
     /// True when the store holds no task.
     fn is_empty(&self) -> bool {
         self.len() == 0
