@@ -62,27 +62,36 @@ async fn call(http: &reqwest::Client, gw: &RunningGateway, agent: &str, body: Va
     response.json().await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tasks_survive_a_restart_on_the_same_data_dir() {
-    let broker = TestBroker::from_env().await;
-    let namespace = fresh_namespace();
-    let dir = temp_dir();
+/// The echo and flight-booker agents on `broker`, in `namespace`.
+async fn echo_and_booker(
+    broker: &TestBroker,
+    namespace: &str,
+) -> (mesh_agent::RunningAgent, mesh_agent::RunningAgent) {
     let agent_config = AgentConfig {
-        namespace: namespace.clone(),
+        namespace: namespace.to_owned(),
         heartbeat: Duration::from_secs(1),
         shutdown_grace: Duration::from_millis(300),
         ..AgentConfig::default()
     };
     let echo = mesh_examples::echo::agent()
         .config(agent_config.clone())
-        .start(bus_config(&broker))
+        .start(bus_config(broker))
         .await
         .unwrap();
     let booker = mesh_examples::flight_booker::agent()
         .config(agent_config)
-        .start(bus_config(&broker))
+        .start(bus_config(broker))
         .await
         .unwrap();
+    (echo, booker)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_survive_a_restart_on_the_same_data_dir() {
+    let broker = TestBroker::from_env().await;
+    let namespace = fresh_namespace();
+    let dir = temp_dir();
+    let (echo, booker) = echo_and_booker(&broker, &namespace).await;
     mesh_core::tls::install_crypto_provider();
     let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
 
@@ -251,9 +260,12 @@ async fn webhooks_pending_at_a_shutdown_are_delivered_by_the_next_gateway() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots() {
-    let broker = TestBroker::from_env().await;
+mesh_testkit::both_brokers!(
+    a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
+);
+async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots(
+    broker: TestBroker,
+) {
     let namespace = fresh_namespace();
     let dir = temp_dir();
     let writer = mesh_examples::writer::agent()
@@ -332,9 +344,13 @@ async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_the_task_cap_a_task_waiting_for_input_is_kept_and_new_work_is_refused() {
-    let mut mesh = Mesh::start_with(|c| c.retention_count = 4).await;
+mesh_testkit::both_brokers!(
+    at_the_task_cap_a_task_waiting_for_input_is_kept_and_new_work_is_refused
+);
+async fn at_the_task_cap_a_task_waiting_for_input_is_kept_and_new_work_is_refused(
+    broker: TestBroker,
+) {
+    let mut mesh = Mesh::start_on(broker, |_| {}, |c| c.retention_count = 4).await;
     mesh.run(mesh_examples::echo::agent()).await;
     mesh.run(mesh_examples::flight_booker::agent()).await;
     let body = mesh
@@ -390,30 +406,14 @@ async fn at_the_task_cap_a_task_waiting_for_input_is_kept_and_new_work_is_refuse
     assert_eq!(code(&gone), -32001);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn over_the_byte_budget_finished_tasks_go_then_new_work_is_refused() {
-    let broker = TestBroker::from_env().await;
+mesh_testkit::both_brokers!(over_the_byte_budget_finished_tasks_go_then_new_work_is_refused);
+async fn over_the_byte_budget_finished_tasks_go_then_new_work_is_refused(broker: TestBroker) {
     let namespace = fresh_namespace();
     let dir = temp_dir();
     let budget = 256 * 1024;
     let config = |c: &mut GatewayConfig| c.store_max_bytes = budget;
     let gw = gateway_with(&broker, &namespace, &dir, config).await;
-    let agent_config = AgentConfig {
-        namespace: namespace.clone(),
-        heartbeat: Duration::from_secs(1),
-        shutdown_grace: Duration::from_millis(300),
-        ..AgentConfig::default()
-    };
-    let echo = mesh_examples::echo::agent()
-        .config(agent_config.clone())
-        .start(bus_config(&broker))
-        .await
-        .unwrap();
-    let booker = mesh_examples::flight_booker::agent()
-        .config(agent_config)
-        .start(bus_config(&broker))
-        .await
-        .unwrap();
+    let (echo, booker) = echo_and_booker(&broker, &namespace).await;
     mesh_core::tls::install_crypto_provider();
     let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
     for name in ["echo", "flight-booker"] {
@@ -483,9 +483,9 @@ async fn over_the_byte_budget_finished_tasks_go_then_new_work_is_refused() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_task_past_the_per_task_limit_is_failed() {
-    let mut mesh = Mesh::start_with(|c| c.store_max_task_bytes = 64 * 1024).await;
+mesh_testkit::both_brokers!(a_task_past_the_per_task_limit_is_failed);
+async fn a_task_past_the_per_task_limit_is_failed(broker: TestBroker) {
+    let mut mesh = Mesh::start_on(broker, |_| {}, |c| c.store_max_task_bytes = 64 * 1024).await;
     mesh.run(mesh_examples::writer::agent()).await;
     let events = mesh
         .stream("writer", "message/stream", msg03("limits chunks: 5000"))

@@ -942,40 +942,8 @@ fn write_loop(conn: &Mutex<Connection>, queue: &Queue, memory: &MemoryStore, sta
 #[cfg(test)]
 mod tests {
     use super::*;
-    use mesh_core::model::{
-        Artifact, Task, TaskArtifactUpdateEvent, TaskStatus, TaskStatusUpdateEvent,
-    };
-
-    fn chunk(id: &str, text: &str) -> Reply {
-        Reply::ArtifactUpdate(TaskArtifactUpdateEvent {
-            task_id: id.into(),
-            context_id: "ctx".into(),
-            artifact: Artifact {
-                artifact_id: "a".into(),
-                name: None,
-                description: None,
-                parts: vec![Part::text(text)],
-                metadata: None,
-                extensions: None,
-            },
-            append: Some(true),
-            last_chunk: Some(false),
-            metadata: None,
-        })
-    }
-
-    fn status(id: &str, state: TaskState) -> Reply {
-        Reply::StatusUpdate(TaskStatusUpdateEvent {
-            task_id: id.into(),
-            context_id: "ctx".into(),
-            status: TaskStatus {
-                state,
-                message: None,
-                timestamp: None,
-            },
-            metadata: None,
-        })
-    }
+    use crate::store::memory::tests::{chunk, status};
+    use mesh_core::model::{Task, TaskStatus};
 
     fn record(id: &str, state: TaskState) -> TaskRecord {
         TaskRecord::new(
