@@ -514,8 +514,8 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
     let request = match codec::decode_request(payload) {
         Ok(request) => request,
         Err(refused) => {
-            let peeked = peek(payload);
-            let Some(reply_to) = shared.reply_topic(&peeked.meta) else {
+            let mut peeked = peek(payload);
+            let Some(reply_to) = shared.reply_topic(&mut peeked.meta) else {
                 tracing::warn!(agent = %shared.name, error = %refused.error, "refused a request with no reply topic");
                 return Next::Nothing;
             };
@@ -540,8 +540,8 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
     let (rpc_id, method, dialect) = (request.id, request.method, request.dialect);
     match request.call {
         Call::Send(params) => {
-            let meta = request.mesh;
-            let Some(reply_to) = shared.reply_topic(&meta) else {
+            let mut meta = request.mesh;
+            let Some(reply_to) = shared.reply_topic(&mut meta) else {
                 return Next::Nothing;
             };
             if !shared.dedup(&meta) {
@@ -563,7 +563,7 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
         _ => {
             // Read from the payload: only send and cancel params carry metadata in the model,
             // so the envelope of another method is not in `request.mesh`.
-            let Some(reply_to) = shared.reply_topic(&peek(payload).meta) else {
+            let Some(reply_to) = shared.reply_topic(&mut peek(payload).meta) else {
                 return Next::Nothing;
             };
             let error = A2aError::unsupported_operation(format!(
@@ -586,11 +586,11 @@ fn handle_cancel(shared: &Shared, payload: &[u8]) {
     let Call::CancelTask(cancel) = request.call else {
         return;
     };
-    let meta = request.mesh;
+    let mut meta = request.mesh;
     let Some(running) = shared.lock_running().get(&cancel.id).cloned() else {
         return; // another instance runs it, or nobody does: stay silent
     };
-    if let (Some(reply_to), Some(id)) = (shared.reply_topic(&meta), request.id) {
+    if let (Some(reply_to), Some(id)) = (shared.reply_topic(&mut meta), request.id) {
         running
             .cancel_waiters
             .lock()
@@ -645,10 +645,10 @@ async fn answer_oversized(shared: &Shared, dropped: &Dropped) {
     if !ours {
         return;
     }
-    let Some((id, meta)) = mesh_core::meta::peek_request(&dropped.payload) else {
+    let Some((id, mut meta)) = mesh_core::meta::peek_request(&dropped.payload) else {
         return;
     };
-    let Some(topic) = shared.reply_topic(&meta) else {
+    let Some(topic) = shared.reply_topic(&mut meta) else {
         return;
     };
     let error = A2aError::invalid_request(format!(
@@ -688,9 +688,9 @@ impl Shared {
     /// The request's `_mesh.replyTo` when it is a response topic of this namespace (a
     /// gateway's or a calling agent's); `None`, logged, for anything else: the agent answers
     /// nowhere else (another namespace, a request or discovery topic, `$SYS/…`).
-    fn reply_topic(&self, meta: &MeshMeta) -> Option<String> {
-        match &meta.reply_to {
-            Some(topic) if self.topics.is_response_topic(topic) => Some(topic.clone()),
+    fn reply_topic(&self, meta: &mut MeshMeta) -> Option<String> {
+        match meta.reply_to.take() {
+            Some(topic) if self.topics.is_response_topic(&topic) => Some(topic),
             Some(topic) => {
                 tracing::warn!(agent = %self.name, reply_to = %topic,
                     "refused a request whose replyTo is not a response topic of the namespace");

@@ -148,20 +148,24 @@ pub fn check_segment(segment: &str) -> Result<(), SegmentProblem> {
     if segment.starts_with('$') {
         return Err(SegmentProblem::LeadingDollar);
     }
-    // Ids are almost always ASCII: one pass over the bytes, characters only otherwise.
+    // Ids are almost always ASCII: one pass over the bytes, characters only from the first
+    // byte that is not.
     let forbidden = |c: char| {
         matches!(c, '/' | '+' | '#' | '.' | '*' | '>') || c.is_control() || c.is_whitespace()
     };
-    if segment.is_ascii() {
-        if let Some(&b) = segment
-            .as_bytes()
-            .iter()
-            .find(|&&b| FORBIDDEN_ASCII[usize::from(b)])
-        {
-            return Err(SegmentProblem::ForbiddenChar(char::from(b)));
+    for (i, &b) in segment.as_bytes().iter().enumerate() {
+        match FORBIDDEN_ASCII.get(usize::from(b)) {
+            Some(false) => {}
+            Some(true) => return Err(SegmentProblem::ForbiddenChar(char::from(b))),
+            // Not ASCII: the rest by characters (`i` is a character boundary, as every byte
+            // before it was ASCII).
+            None => {
+                return match segment[i..].chars().find(|&c| forbidden(c)) {
+                    Some(c) => Err(SegmentProblem::ForbiddenChar(c)),
+                    None => Ok(()),
+                };
+            }
         }
-    } else if let Some(c) = segment.chars().find(|&c| forbidden(c)) {
-        return Err(SegmentProblem::ForbiddenChar(c));
     }
     Ok(())
 }
@@ -517,7 +521,13 @@ impl Topics {
         let Some((target, task)) = rest.split_once('/') else {
             return false;
         };
-        is_safe_segment(target) && is_safe_segment(task) && decode_task_id(task).is_ok()
+        // A plain safe segment is its own task id; an encoded one must decode.
+        is_safe_segment(target)
+            && if task.starts_with(ENCODED_PREFIX) {
+                decode_task_id(task).is_ok()
+            } else {
+                is_safe_segment(task)
+            }
     }
 
     /// The topic that cancels task `task_id` at every instance of `agent`.
