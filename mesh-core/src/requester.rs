@@ -16,7 +16,7 @@
 //! publishing there at all is the broker's ACL's part. The gateway, peer calls inside agents and the `mesh` CLI all
 //! talk to agents through this one type.
 
-use crate::bus::{Bus, BusError, DropReason, QoS};
+use crate::bus::{Bus, BusError, ConnectionState, DropReason, QoS};
 use crate::codec;
 use crate::dialect::{Dialect, Method};
 use crate::error::A2aError;
@@ -132,6 +132,7 @@ impl Requester {
         let pending: Pending = Arc::default();
         let unexpected: Arc<AtomicU64> = Arc::default();
         fail_given_up(&bus, &pending);
+        fail_on_connection_loss(&bus, &pending);
         let router_pending = pending.clone();
         let router_unexpected = unexpected.clone();
         tokio::spawn(async move {
@@ -490,6 +491,41 @@ async fn route(pending: &Pending, unexpected: &AtomicU64, payload: &[u8]) {
     };
     // Awaiting room is the backpressure: a stream whose reader stalls holds the router.
     let _ = tx.send(Delivery { reply, instance }).await;
+}
+
+/// On a clean session, fails at once every stream in flight when the connection to the
+/// broker drops: the broker discards what was published to this requester meanwhile (and
+/// a publish of its own may be lost too), so waiting for the deadline would wait for events
+/// that may never come. With a persistent session the broker keeps the replies, and the
+/// streams go on after the reconnect.
+fn fail_on_connection_loss(bus: &Bus, pending: &Pending) {
+    if bus.inbox_qos() != QoS::AtMostOnce {
+        return;
+    }
+    let mut state = bus.state();
+    let pending = pending.clone();
+    tokio::spawn(async move {
+        while state.changed().await.is_ok() {
+            let reason = match &*state.borrow_and_update() {
+                ConnectionState::Disconnected { reason } => reason.clone(),
+                ConnectionState::Closed => break,
+                _ => continue,
+            };
+            let pending = lock(&pending);
+            if !pending.is_empty() {
+                tracing::warn!(requests = pending.len(), %reason, "the bus connection dropped: requests in flight fail");
+            }
+            for entry in pending.values() {
+                let _ = entry.tx.try_send(Delivery {
+                    reply: Err(A2aError::internal(format!(
+                        "the connection to the broker dropped while the request was in flight \
+                         ({reason}); its events may be lost, so it failed"
+                    ))),
+                    instance: None,
+                });
+            }
+        }
+    });
 }
 
 /// Fails at once the stream of every request the bus gives up (the broker kept closing the

@@ -412,8 +412,9 @@ async fn a_client_cannot_forge_the_bus_envelope() {
 }
 
 /// A message the broker will not take (over its packet limit, under the gateway bus's):
-/// that one request fails promptly with a clear error, the gateway's connection does not
-/// loop, and every other request is served.
+/// that one request fails promptly with a clear error (the broker closes the connection on
+/// it, which fails what was in flight), the bus gives the message up instead of looping, and
+/// every other request is served.
 async fn a_message_the_broker_refuses_fails_alone(broker: TestBroker) {
     let mut mesh = Mesh::start_on(broker, |_| {}, |_| {}).await;
     mesh.run(mesh_examples::echo::agent()).await;
@@ -421,8 +422,12 @@ async fn a_message_the_broker_refuses_fails_alone(broker: TestBroker) {
     let (status, body) = mesh.post("/agents/echo", &big).await;
     assert_eq!(status, 200);
     assert!(body.get("error").is_some(), "{body}");
-    assert!(message(&body).contains("refused the request"), "{body}");
-    // The connection is back once the bus gave the message up (no loop).
+    assert!(
+        message(&body).contains("connection to the broker dropped"),
+        "{body}"
+    );
+    // The bus gives the message up after a bounded number of connections, then stays up.
+    wait_metric(&mesh, "mesh_gateway_bus_dropped_total{reason=\"given_up\"}", 1.0).await;
     let mut state = mesh.gateway_bus.state();
     tokio::time::timeout(WAIT, state.wait_for(|s| *s == ConnectionState::Connected))
         .await
@@ -531,4 +536,89 @@ async fn batches_are_capped_and_empty_task_ids_refused(broker: TestBroker) {
     empty["message"]["taskId"] = json!("");
     let (_, body) = mesh.post("/agents/echo", &rpc("message/send", empty)).await;
     assert_eq!(code(&body), -32602, "{body}");
+}
+
+// Work in flight when the broker goes away ends promptly and clearly: an open stream gets a
+// final `failed` status that says why, a blocking send an answer (not a 30 s wait), and the
+// task is terminal in the store; after the broker is back, requests work again.
+mesh_testkit::both_brokers!(work_in_flight_when_the_broker_dies_ends_promptly);
+async fn work_in_flight_when_the_broker_dies_ends_promptly(broker: TestBroker) {
+    let mut mesh = Mesh::start_on(broker, |_| {}, |_| {}).await;
+    let gate = Gate::default();
+    mesh.run(slow_agent("slow", gate.clone())).await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let response = mesh.open_sse("slow", "message/stream", msg03("s")).await;
+    let events = tokio::spawn(read_sse(response));
+    // The blocking send is under way once the agent says it works on it.
+    let send = {
+        let http = mesh.http.clone();
+        let url = mesh.url("/agents/slow");
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let body: Value = http
+                .post(url)
+                .json(&rpc("message/send", msg03("b")))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            (body, started.elapsed())
+        })
+    };
+    let working = |state: &str| state == "working";
+    for _ in 0..100 {
+        let (_, list) = mesh
+            .post("/agents/slow", &rpc("tasks/list", json!({})))
+            .await;
+        let tasks = list
+            .pointer("/result/tasks")
+            .and_then(Value::as_array)
+            .cloned();
+        if tasks.is_some_and(|t| t.len() == 2 && t.iter().all(|t| working(&task_state(t)))) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopped = std::time::Instant::now();
+    mesh.broker.stop().await;
+
+    let events = tokio::time::timeout(WAIT, events).await.unwrap().unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(
+        last.pointer("/result/status/state"),
+        Some(&json!("failed")),
+        "{events:?}"
+    );
+    assert!(
+        last.to_string()
+            .contains("connection to the broker dropped"),
+        "{last}"
+    );
+    let (body, took) = tokio::time::timeout(WAIT, send).await.unwrap().unwrap();
+    let said = body.to_string();
+    assert!(said.contains("connection to the broker dropped"), "{said}");
+    assert!(took < Duration::from_secs(10), "answered in {took:?}");
+    eprintln!(
+        "in-flight work ended {:?} after the broker stopped",
+        stopped.elapsed()
+    );
+
+    mesh.broker.restart().await;
+    assert!(wait_ready(&mesh, 200).await, "readyz recovers");
+    assert!(mesh.gateway.registry().wait_online("echo", WAIT).await);
+    let mut answered = false;
+    for _ in 0..50 {
+        let (_, body) = mesh
+            .post("/agents/echo", &rpc("message/send", msg03("back")))
+            .await;
+        if body.pointer("/result/status/state") == Some(&json!("completed")) {
+            answered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(answered, "requests work again after the broker returns");
+    gate.open();
 }
