@@ -48,8 +48,18 @@ pub(crate) const STREAM_CAPACITY: usize = 65_536;
 /// the final answer, so a small buffer does.
 pub(crate) const SEND_CAPACITY: usize = 8;
 
-/// One event of a live task: a (stripped) reply, or the error that rejected the request.
-pub(crate) type LiveEvent = Arc<Result<Reply, A2aError>>;
+/// One event of a live task: a (stripped) reply, or the error that rejected the request. The
+/// reply is the allocation the store keeps in its log: one per event, shared by the store and
+/// every subscriber.
+pub(crate) type LiveEvent = Result<Arc<Reply>, Arc<A2aError>>;
+
+/// A live event as references.
+pub(crate) fn view(event: &LiveEvent) -> Result<&Reply, &A2aError> {
+    match event {
+        Ok(reply) => Ok(reply),
+        Err(error) => Err(error),
+    }
+}
 
 /// What a live task's subscriber receives, in order.
 pub(crate) enum Live {
@@ -286,7 +296,7 @@ impl Bridge {
                     strip_reply_meta(&mut reply);
                     started = true;
                     let ends = ends_task(&reply);
-                    if !self.publish(id, live, reply) || ends {
+                    if !self.publish(id, live, Arc::new(reply)) || ends {
                         return;
                     }
                 }
@@ -301,7 +311,7 @@ impl Bridge {
                             let _ = self.store.insert(TaskRecord::clone(previous));
                         }
                     }
-                    live.send(Arc::new(Err(error)));
+                    live.send(Err(Arc::new(error)));
                     return;
                 }
                 Err(error) => {
@@ -310,17 +320,18 @@ impl Bridge {
                         return;
                     };
                     let event = status_event(&record.task, TaskState::Failed, Some(&error.message));
-                    self.publish(id, live, Reply::StatusUpdate(event));
+                    self.publish(id, live, Arc::new(Reply::StatusUpdate(event)));
                     return;
                 }
             }
         }
     }
 
-    /// Applies one event to the store and sends it to the subscribers, under the task's gate.
+    /// Applies one event to the store and sends it to the subscribers, under the task's gate
+    /// (the one allocation of the event serves the store's log and every subscriber).
     /// False when the task was stopped meanwhile (the event is dropped), or failed because
     /// the event would take it past the store's per-task limit.
-    fn publish(&self, id: &str, live: &LiveTask, reply: Reply) -> bool {
+    fn publish(&self, id: &str, live: &LiveTask, reply: Arc<Reply>) -> bool {
         let _gate = lock(&live.gate);
         if live.stop.is_cancelled() {
             return false;
@@ -328,7 +339,7 @@ impl Bridge {
         match self.store.append(id, &reply) {
             Ok(record) => {
                 if matches!(
-                    reply,
+                    *reply,
                     Reply::Task(_) | Reply::StatusUpdate(_) | Reply::Message(_)
                 ) {
                     self.notify_push(&record);
@@ -342,7 +353,7 @@ impl Bridge {
             // reaches the subscribers.
             Err(_) => {}
         }
-        live.send(Arc::new(Ok(reply)));
+        live.send(Ok(reply));
         true
     }
 
@@ -359,11 +370,11 @@ impl Bridge {
         );
         tracing::warn!(task = %id, agent = %current.agent, limit, "task failed: too large");
         let event = status_event(&current.task, TaskState::Failed, Some(&text));
-        let reply = Reply::StatusUpdate(event);
+        let reply = Arc::new(Reply::StatusUpdate(event));
         if let Ok(record) = self.store.append(id, &reply) {
             self.notify_push(&record);
         }
-        live.send(Arc::new(Ok(reply)));
+        live.send(Ok(reply));
         live.stop.cancel();
         if let (Some((requester, wait)), Ok(runtime)) =
             (&self.canceler, tokio::runtime::Handle::try_current())
@@ -390,12 +401,16 @@ impl Bridge {
             if current.task.status.state.is_terminal() {
                 return Some(current);
             }
-            let event = Reply::StatusUpdate(status_event(&current.task, TaskState::Canceled, None));
+            let event = Arc::new(Reply::StatusUpdate(status_event(
+                &current.task,
+                TaskState::Canceled,
+                None,
+            )));
             let record = self.store.append(id, &event).ok();
             if let Some(record) = &record {
                 self.notify_push(record);
             }
-            live.send(Arc::new(Ok(event)));
+            live.send(Ok(event));
             live.stop.cancel();
             record
         };

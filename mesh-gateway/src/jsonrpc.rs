@@ -734,7 +734,7 @@ fn send_message<'a>(
                 Err(_) => return task_answer(gw),
                 Ok(None) => return task_answer(gw),
                 Ok(Some(Live::Lagged)) => continue,
-                Ok(Some(Live::Event(event))) => match &*event {
+                Ok(Some(Live::Event(event))) => match crate::bridge::view(&event) {
                     Err(e) => return Err((dialect, e.clone())),
                     Ok(Reply::Message(message)) => {
                         return Ok(Answer::Json(codec::encode_reply(
@@ -783,8 +783,8 @@ fn stream_message<'a>(
                 },
             }
         };
-        if let Err(e) = &*first {
-            return Err((dialect, e.clone()));
+        if let Err(e) = &first {
+            return Err((dialect, A2aError::clone(e)));
         }
         Ok(Answer::Stream(EventStream {
             dialect,
@@ -1001,7 +1001,7 @@ fn subscribe(
     Ok(Answer::Stream(EventStream {
         dialect,
         id: id.clone(),
-        first: vec![Arc::new(Ok(Reply::Task(snapshot.task.clone())))],
+        first: vec![Ok(Arc::new(Reply::Task(snapshot.task.clone())))],
         live,
         store: gw.store().clone(),
         task_id: params.id,

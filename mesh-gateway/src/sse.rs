@@ -10,7 +10,7 @@
 //! tells caches and buffering proxies to pass it on as it comes (`Cache-Control: no-cache`,
 //! `X-Accel-Buffering: no`).
 
-use crate::bridge::{Live, LiveEvent, artifact_events, ends_task, status_event};
+use crate::bridge::{Live, LiveEvent, artifact_events, ends_task, status_event, view};
 use crate::store::TaskStore;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -67,7 +67,7 @@ impl EventStream {
             started: false,
         };
         for event in std::mem::take(&mut state.s.first) {
-            state.push(&event);
+            state.push(view(&event));
         }
         let mut response = Sse::new(events(state))
             .keep_alive(KeepAlive::new().interval(keep_alive))
@@ -83,7 +83,7 @@ impl EventStream {
 }
 
 impl State {
-    fn push(&mut self, event: &Result<Reply, A2aError>) {
+    fn push(&mut self, event: Result<&Reply, &A2aError>) {
         if self.done {
             return;
         }
@@ -109,11 +109,11 @@ fn events(state: State) -> impl Stream<Item = Result<Event, Infallible>> + Send 
                 received = live.recv() => received,
             };
             match received {
-                Some(Live::Event(event)) => state.push(&event),
+                Some(Live::Event(event)) => state.push(view(&event)),
                 Some(Live::Lagged) => {
                     tracing::debug!(task = %state.s.task_id, "slow subscriber resynchronised");
                     match state.s.store.get(&state.s.task_id) {
-                        Some(record) => state.push(&Ok(Reply::Task(record.task.clone()))),
+                        Some(record) => state.push(Ok(&Reply::Task(record.task.clone()))),
                         None => state.done = true,
                     }
                 }
@@ -122,7 +122,7 @@ fn events(state: State) -> impl Stream<Item = Result<Event, Infallible>> + Send 
                     // it stands when that ends it.
                     if let Some(record) = state.s.store.get(&state.s.task_id) {
                         if crate::bridge::ends_task(&Reply::Task(record.task.clone())) {
-                            state.push(&Ok(Reply::Task(record.task.clone())));
+                            state.push(Ok(&Reply::Task(record.task.clone())));
                         }
                     }
                     state.done = true;
@@ -139,7 +139,7 @@ fn events(state: State) -> impl Stream<Item = Result<Event, Infallible>> + Send 
 pub(crate) fn render(
     dialect: Dialect,
     id: &JsonRpcId,
-    event: &Result<Reply, A2aError>,
+    event: Result<&Reply, &A2aError>,
     started: bool,
 ) -> (Vec<String>, bool) {
     let line = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();

@@ -1,6 +1,7 @@
 //! A task's events as data: how one event of a reply stream changes a task ([`apply`]), which
-//! events end a stream ([`ends_task`]), and the one encoding the task store keeps them in
-//! ([`encode`], [`decode`]: the codec's 1.0 JSON of the event).
+//! events end a stream ([`ends_task`]), and the one encoding the task store reads its log
+//! back in and writes its rows in ([`encode`], [`decode`]: the codec's 1.0 JSON of the
+//! event).
 //!
 //! The bridge applies each event to the store through [`TaskStore::append`]; the stores apply
 //! it with [`apply`] and replay the event log on a snapshot with the same function, so a task
@@ -15,7 +16,7 @@ use mesh_core::error::A2aError;
 use mesh_core::model::{Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, is_final_state};
 use mesh_core::rpc::Reply;
 
-/// The event as the store keeps it: the codec's 1.0 JSON of the reply (a wrapper object:
+/// The event as the store's log is read and written: the codec's 1.0 JSON of the reply (a wrapper object:
 /// `{"task": …}`, `{"statusUpdate": …}`, `{"artifactUpdate": …}` or `{"message": …}`),
 /// written straight from the model.
 pub fn encode(event: &Reply) -> bytes::Bytes {

@@ -10,14 +10,16 @@
 //! ones are dropped as new ones come, and a task's log is dropped when it finishes (the task
 //! itself then says everything the log did). Keeping every event of every task in memory would
 //! double what a long stream costs, for a log nothing reads after the stream ends; the durable
-//! store keeps the whole log on disk. The bytes of the events kept count against `max_bytes`.
+//! store keeps the whole log on disk. The bytes of the events kept count against `max_bytes`
+//! (estimated, see the [`store`](super) module docs). An event is kept as it came (shared with
+//! the bridge's subscribers, not copied) and encoded only when the log is read.
 //!
 //! The same store serves [`SqliteStore`](super::SqliteStore) from memory; there it keeps no
 //! event in memory but counts the bytes of the log it writes to disk, so that one budget
 //! bounds both.
 
 use super::{
-    Limit, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery, TaskRecord, TaskStore,
+    Limit, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery, TaskRecord, TaskStore, size,
 };
 use crate::task_events;
 use foldhash::HashMap;
@@ -61,7 +63,7 @@ struct Entry {
     /// The bytes of its event log (kept here or elsewhere).
     log_bytes: usize,
     /// The last events ([`LogMode::Tail`]).
-    log: VecDeque<StoredEvent>,
+    log: VecDeque<LoggedEvent>,
     /// `record_bytes` when the last snapshot was due.
     snapshot_bytes: usize,
     /// Queued in [`Inner::finished`].
@@ -95,12 +97,38 @@ struct Inner {
     bytes: usize,
 }
 
+/// One event of a task's log as a store holds it until it is read or written: the event
+/// itself, shared with whoever else holds it (the bridge's subscribers), neither copied nor
+/// encoded. [`LoggedEvent::stored`] encodes it.
+#[derive(Debug, Clone)]
+pub(crate) struct LoggedEvent {
+    /// Its sequence number in the task.
+    pub seq: u64,
+    /// When the store appended it.
+    pub time: SystemTime,
+    /// The event.
+    pub event: Arc<Reply>,
+    /// Its estimated size (what it counts against the store's bounds).
+    pub bytes: usize,
+}
+
+impl LoggedEvent {
+    /// The event as [`StoredEvent`]: encoded now.
+    pub(crate) fn stored(&self) -> StoredEvent {
+        StoredEvent {
+            seq: self.seq,
+            time: self.time,
+            json: task_events::encode(&self.event),
+        }
+    }
+}
+
 /// What [`MemoryStore::append_event`] did, for the durable store.
 pub(crate) struct Appended {
     /// The record as it is now.
     pub record: Arc<TaskRecord>,
     /// The event as logged.
-    pub event: StoredEvent,
+    pub event: LoggedEvent,
     /// A snapshot of the task is due (see [`SNAPSHOT_MIN_BYTES`]; also when the task
     /// finished or waits for its client).
     pub snapshot: bool,
@@ -193,12 +221,11 @@ impl MemoryStore {
     pub(crate) fn append_event(
         &self,
         id: &str,
-        event: &Reply,
+        event: &Arc<Reply>,
         evicted: &mut Vec<String>,
     ) -> Result<Appended, StoreError> {
-        // Encoded outside the lock; costs what the event carries.
-        let json = task_events::encode(event);
-        let len = json.len();
+        // Estimated outside the lock, from the event's structure (nothing is encoded).
+        let len = size::reply(event);
         let now = SystemTime::now();
         let mut inner = self.write();
         let Some(entry) = inner.tasks.get_mut(id) else {
@@ -223,10 +250,11 @@ impl MemoryStore {
         let terminal = state.is_terminal();
         let changed = before != state_of(state);
         let interrupted = task_events::is_interrupted(state);
-        let stored = StoredEvent {
+        let stored = LoggedEvent {
             seq,
             time: now,
-            json,
+            event: event.clone(),
+            bytes: len,
         };
         entry.record_bytes += len;
         match self.log {
@@ -243,7 +271,7 @@ impl MemoryStore {
                     let Some(old) = entry.log.pop_front() else {
                         break;
                     };
-                    entry.log_bytes -= old.json.len();
+                    entry.log_bytes -= old.bytes;
                 }
             }
         }
@@ -394,7 +422,7 @@ impl TaskStore for MemoryStore {
         self.read().tasks.get(id).map(|e| e.record.clone())
     }
 
-    fn append(&self, id: &str, event: &Reply) -> Result<Arc<TaskRecord>, StoreError> {
+    fn append(&self, id: &str, event: &Arc<Reply>) -> Result<Arc<TaskRecord>, StoreError> {
         self.append_event(id, event, &mut Vec::new())
             .map(|a| a.record)
     }
@@ -405,24 +433,28 @@ impl TaskStore for MemoryStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        let inner = self.read();
-        let entry = inner
-            .tasks
-            .get(id)
-            .ok_or_else(|| StoreError::TaskNotFound(id.to_owned()))?;
-        let last = entry.record.seq;
-        let first = entry.log.front().map_or(last + 1, |e| e.seq);
-        if after >= last {
-            return Ok(Vec::new());
-        }
-        if after + 1 < first {
-            return Err(StoreError::EventsForgotten {
-                task: id.to_owned(),
-                first,
-            });
-        }
-        let skip = usize::try_from(after + 1 - first).unwrap_or(usize::MAX);
-        Ok(entry.log.iter().skip(skip).take(limit).cloned().collect())
+        // The events are taken under the lock (shared, not copied) and encoded after it.
+        let events: Vec<LoggedEvent> = {
+            let inner = self.read();
+            let entry = inner
+                .tasks
+                .get(id)
+                .ok_or_else(|| StoreError::TaskNotFound(id.to_owned()))?;
+            let last = entry.record.seq;
+            let first = entry.log.front().map_or(last + 1, |e| e.seq);
+            if after >= last {
+                return Ok(Vec::new());
+            }
+            if after + 1 < first {
+                return Err(StoreError::EventsForgotten {
+                    task: id.to_owned(),
+                    first,
+                });
+            }
+            let skip = usize::try_from(after + 1 - first).unwrap_or(usize::MAX);
+            entry.log.iter().skip(skip).take(limit).cloned().collect()
+        };
+        Ok(events.iter().map(LoggedEvent::stored).collect())
     }
 
     fn update(&self, id: &str, apply: &mut dyn FnMut(&mut TaskRecord)) -> Option<Arc<TaskRecord>> {
@@ -548,8 +580,8 @@ pub(crate) mod tests {
         )
     }
 
-    pub(crate) fn chunk(id: &str, text: &str) -> Reply {
-        Reply::ArtifactUpdate(TaskArtifactUpdateEvent {
+    pub(crate) fn chunk(id: &str, text: &str) -> Arc<Reply> {
+        Arc::new(Reply::ArtifactUpdate(TaskArtifactUpdateEvent {
             task_id: id.into(),
             context_id: "c".into(),
             artifact: Artifact {
@@ -563,11 +595,11 @@ pub(crate) mod tests {
             append: Some(true),
             last_chunk: Some(false),
             metadata: None,
-        })
+        }))
     }
 
-    pub(crate) fn status(id: &str, state: TaskState) -> Reply {
-        Reply::StatusUpdate(TaskStatusUpdateEvent {
+    pub(crate) fn status(id: &str, state: TaskState) -> Arc<Reply> {
+        Arc::new(Reply::StatusUpdate(TaskStatusUpdateEvent {
             task_id: id.into(),
             context_id: "c".into(),
             status: TaskStatus {
@@ -576,7 +608,7 @@ pub(crate) mod tests {
                 timestamp: None,
             },
             metadata: None,
-        })
+        }))
     }
 
     #[test]
@@ -739,7 +771,7 @@ pub(crate) mod tests {
         let tail = store.events_after("t", n - 3, 100).unwrap();
         let seqs: Vec<u64> = tail.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, [n - 2, n - 1, n]);
-        assert_eq!(tail[2].reply().unwrap(), chunk("t", &format!("{}", n - 1)));
+        assert_eq!(tail[2].reply().unwrap(), *chunk("t", &format!("{}", n - 1)));
         assert_eq!(store.events_after("t", n - 100, 2).unwrap().len(), 2);
         assert_eq!(
             store.events_after("t", 0, 10),

@@ -25,17 +25,25 @@
 //! **Events.** [`TaskStore::append`] applies one event of a task's reply stream with
 //! [`task_events::apply`](crate::task_events::apply) and logs it with the next sequence
 //! number of that task ([`TaskRecord::seq`]: assigned by the store, 1 for a task's first event,
-//! continuing across every turn of a multi-turn task), the time, and the event in one
-//! canonical encoding ([`task_events::encode`](crate::task_events::encode): the codec's 1.0
-//! JSON). Its cost depends on the event, never on the task's length: no copy of the record,
-//! no re-encoding of the task. [`TaskStore::events_after`] reads the log back. Changes that
-//! are not events ([`TaskStore::insert`] of a follow-up turn, [`TaskStore::update`]: push
-//! configs, a cancel answered by the gateway) keep the sequence and are recorded whole.
+//! continuing across every turn of a multi-turn task) and the time. The event is shared
+//! (`Arc<Reply>`, the same allocation the bridge hands to its subscribers): the store keeps
+//! it as it is and encodes nothing on the caller's path. Its cost depends on the event,
+//! never on the task's length: no copy of the record, no encoding. [`TaskStore::events_after`]
+//! reads the log back in one canonical encoding
+//! ([`task_events::encode`](crate::task_events::encode): the codec's 1.0 JSON), made when it
+//! is read (the memory store) or by the writer's thread (the durable store's rows). Changes
+//! that are not events ([`TaskStore::insert`] of a follow-up turn, [`TaskStore::update`]:
+//! push configs, a cancel answered by the gateway) keep the sequence and are recorded whole.
 //!
 //! **Bounds.** A store holds at most `max_tasks` tasks and `max_bytes` bytes
-//! ([`StoreLimits`]); a task's bytes are its record's estimated size plus its event log as the
-//! store keeps it (estimated from the encoded length of what is written, tracked as events
-//! come: never by re-encoding a task). To stay within them it evicts finished tasks
+//! ([`StoreLimits`]); a task's bytes are its record's estimated size plus its event log's. Both
+//! are estimates of their size as JSON made from their structure, never by encoding: the
+//! lengths of the strings there (texts, ids, names, URLs; file bytes as base64) and a fixed
+//! allowance per task, status, message, artifact and part (the rare free-form values, `data`
+//! parts and metadata, are measured by serialising them into a counter). A record is
+//! estimated when it is inserted or loaded, an event when it is appended (it adds its
+//! estimate to its record and to the log), so an estimate stays within a small factor of the
+//! encoded size and costs what it measures. To stay within them it evicts finished tasks
 //! (terminal states) only, the oldest first, and finished tasks also go `max_age` after their
 //! last change. A task that is not finished (submitted, working, waiting for input or
 //! authentication) is never evicted. When evicting every finished task would not make room,
@@ -52,6 +60,7 @@
 //! limit and asks its agent to cancel it.
 
 mod memory;
+mod size;
 mod sqlite;
 
 pub use memory::{EVENT_LOG_BYTES, EVENT_LOG_EVENTS, MemoryStore};
@@ -105,24 +114,22 @@ impl TaskRecord {
         }
     }
 
-    /// The record's estimated size in bytes: the length of its task as JSON (counted, not
-    /// written anywhere) plus a fixed allowance for the rest. Costs a walk over the task: the
-    /// stores call it when a record is inserted or loaded, never per event.
+    /// The record's estimated size in bytes: its task's estimated size as JSON (from its
+    /// structure, as the module docs say: nothing is encoded) plus a fixed allowance for the
+    /// rest. Costs
+    /// a walk over the task's messages, artifacts and parts: the stores call it when a record
+    /// is inserted or loaded, never per event.
     pub fn estimated_bytes(&self) -> usize {
-        struct Count(usize);
-        impl std::io::Write for Count {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0 += buf.len();
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut count = Count(RECORD_OVERHEAD);
-        let _ = serde_json::to_writer(&mut count, &self.task);
-        let _ = serde_json::to_writer(&mut count, &self.push_configs);
-        count.0 + self.agent.len() + self.owner.as_ref().map_or(0, String::len)
+        let push = if self.push_configs.is_empty() {
+            0
+        } else {
+            size::json_len(&self.push_configs)
+        };
+        RECORD_OVERHEAD
+            + size::task(&self.task)
+            + push
+            + self.agent.len()
+            + self.owner.as_ref().map_or(0, String::len)
     }
 }
 
@@ -136,8 +143,8 @@ pub struct StoredEvent {
     pub seq: u64,
     /// When the store appended it.
     pub time: SystemTime,
-    /// The event as [`task_events::encode`](crate::task_events::encode) wrote it (the codec's
-    /// 1.0 JSON of the reply).
+    /// The event as [`task_events::encode`](crate::task_events::encode) writes it (the codec's
+    /// 1.0 JSON of the reply), encoded when the log was read or by the durable store's writer.
     pub json: bytes::Bytes,
 }
 
@@ -319,12 +326,13 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The record of a task.
     fn get(&self, id: &str) -> Option<Arc<TaskRecord>>;
     /// Applies one event of the task's reply stream, logs it with the task's next sequence
-    /// number (see the module docs) and returns the record as it is now.
+    /// number (see the module docs) and returns the record as it is now. The event is kept
+    /// shared (a reference count, no copy) and is not encoded here.
     ///
     /// [`StoreError::TaskNotFound`] when there is no such task; [`StoreError::TaskTooLarge`]
     /// (and nothing changes) when the event would take the task past `max_task_bytes` and it
     /// does not end the stream.
-    fn append(&self, id: &str, event: &Reply) -> Result<Arc<TaskRecord>, StoreError>;
+    fn append(&self, id: &str, event: &Arc<Reply>) -> Result<Arc<TaskRecord>, StoreError>;
     /// The task's logged events with a sequence number above `after`, in order, at most
     /// `limit` of them. [`StoreError::EventsForgotten`] when the log no longer holds the
     /// first of them (event `after + 1`); [`StoreError::TaskNotFound`] for an unknown task.

@@ -10,7 +10,9 @@
 //!
 //! Two tables hold a task. `task_events` has one row per event (task id, sequence, time in
 //! milliseconds, the event as the codec's 1.0 JSON), appended as events come: what an event
-//! costs the writer is that event, however long its task is. `tasks` has one row per task, a
+//! costs the writer is that event, however long its task is. The queue holds the event
+//! itself (shared with the bridge's subscribers); the writer's thread encodes it, so the
+//! async workers never do. `tasks` has one row per task, a
 //! snapshot of its record and the sequence it covers, written when the task is created or
 //! replaced (a follow-up turn), when [`TaskStore::update`] changes it, when its stream ends
 //! (finished, or waiting for input or authentication), and as it grows, each time its events
@@ -18,12 +20,13 @@
 //! growing task's snapshots are written at doubling sizes, so they cost about twice what its
 //! events do, not the square of it. At start every snapshot is loaded and the events after
 //! its sequence are applied to it, so nothing committed is lost. A task's rows go with it.
-//! The queue holds events up to 64 MiB; past that (a disk that fell far behind) events are
+//! The queue holds events up to 64 MiB (estimated); past that (a disk that fell far behind) events are
 //! no longer logged, only the snapshots of their tasks are written (the tasks lose nothing,
 //! their logs have a gap) until it drains.
 //!
 //! The bounds are the memory store's (see the [`store`](super) module docs): the bytes of a
-//! task are its record plus its log on disk, so `max_bytes` bounds the disk (about that) and
+//! task are its record plus its log on disk (estimated as events come; a log read back at
+//! start counts its rows' lengths), so `max_bytes` bounds the disk (about that) and
 //! the memory (the records, less). What the memory store evicts is deleted from the database
 //! by the writer; finished tasks past `max_age` are looked for every minute and at start.
 //!
@@ -37,7 +40,7 @@
 //! locking mode: a second gateway on the same directory is refused at start rather than
 //! corrupting the first one's view.
 
-use super::memory::LogMode;
+use super::memory::{LogMode, LoggedEvent};
 use super::{
     MemoryStore, PendingDelivery, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery,
     TaskRecord, TaskStore,
@@ -124,9 +127,9 @@ enum RecordWork {
 struct QueueState {
     /// Task id → what to write of its record.
     records: HashMap<String, RecordWork>,
-    /// Task id → its events not written yet, in order.
-    events: HashMap<String, Vec<StoredEvent>>,
-    /// The bytes of the events in `events`.
+    /// Task id → its events not written yet, in order (encoded by the writer).
+    events: HashMap<String, Vec<LoggedEvent>>,
+    /// The bytes of the events in `events` (estimated).
     event_bytes: usize,
     /// How many events are in `events`.
     event_count: usize,
@@ -166,13 +169,13 @@ impl Queue {
         self.changed(state);
     }
 
-    fn event(&self, id: &str, event: StoredEvent, snapshot: bool, evicted: &[String]) {
+    fn event(&self, id: &str, event: LoggedEvent, snapshot: bool, evicted: &[String]) {
         let mut state = self.lock();
-        if state.event_bytes + event.json.len() > MAX_QUEUED_EVENT_BYTES {
+        if state.event_bytes + event.bytes > MAX_QUEUED_EVENT_BYTES {
             // The disk fell far behind: the task's snapshot stands in for the event.
             state.snapshot(id);
         } else {
-            state.event_bytes += event.json.len();
+            state.event_bytes += event.bytes;
             state.event_count += 1;
             match state.events.get_mut(id) {
                 Some(events) => events.push(event),
@@ -220,7 +223,7 @@ impl QueueState {
     fn delete(&mut self, id: &str) {
         if let Some(events) = self.events.remove(id) {
             self.event_count -= events.len();
-            self.event_bytes -= events.iter().map(|e| e.json.len()).sum::<usize>();
+            self.event_bytes -= events.iter().map(|e| e.bytes).sum::<usize>();
         }
         self.records.insert(id.to_owned(), RecordWork::Delete);
     }
@@ -393,7 +396,7 @@ impl TaskStore for SqliteStore {
         self.memory.get(id)
     }
 
-    fn append(&self, id: &str, event: &Reply) -> Result<Arc<TaskRecord>, StoreError> {
+    fn append(&self, id: &str, event: &Arc<Reply>) -> Result<Arc<TaskRecord>, StoreError> {
         let mut evicted = Vec::new();
         let appended = self.memory.append_event(id, event, &mut evicted);
         let appended = match appended {
@@ -420,7 +423,7 @@ impl TaskStore for SqliteStore {
         // With the connection held the writer is between batches: every event is either
         // committed or still queued.
         let conn = self.connection();
-        let queued: Vec<StoredEvent> = self
+        let queued: Vec<LoggedEvent> = self
             .queue
             .lock()
             .events
@@ -438,7 +441,12 @@ impl TaskStore for SqliteStore {
             .map_err(|e| StoreError::Storage(format!("cannot read the events of {id}: {e}")))?;
         drop(conn);
         let last = events.last().map_or(after, |e| e.seq);
-        events.extend(queued.into_iter().filter(|e| e.seq > last));
+        events.extend(
+            queued
+                .iter()
+                .filter(|e| e.seq > last)
+                .map(LoggedEvent::stored),
+        );
         events.truncate(limit);
         match events.first() {
             Some(first) if first.seq != after + 1 => Err(StoreError::EventsForgotten {
@@ -744,7 +752,7 @@ fn load_deliveries(conn: &Connection) -> rusqlite::Result<Vec<PendingDelivery>> 
 #[derive(Default)]
 struct Batch {
     records: HashMap<String, RecordWork>,
-    events: HashMap<String, Vec<StoredEvent>>,
+    events: HashMap<String, Vec<LoggedEvent>>,
     event_count: usize,
     deliveries: HashMap<u64, Option<Arc<PendingDelivery>>>,
 }
@@ -782,14 +790,16 @@ fn write_batch(
         )?;
         for (id, events) in &batch.events {
             for event in events {
+                // Encoded here, on the writer's thread: never on the caller's path.
+                let json = task_events::encode(&event.event);
                 append.execute(params![
                     id,
                     i64::try_from(event.seq).unwrap_or(i64::MAX),
                     millis(event.time),
-                    JsonText(&event.json),
+                    JsonText(&json),
                 ])?;
                 written.events += 1;
-                written.event_bytes += event.json.len() as u64;
+                written.event_bytes += json.len() as u64;
             }
         }
         let mut upsert = tx.prepare_cached(
