@@ -62,17 +62,22 @@ async fn call(http: &reqwest::Client, gw: &RunningGateway, agent: &str, body: Va
     response.json().await.unwrap()
 }
 
+/// An agent's settings in `namespace` for these tests: quick heartbeats and shutdown.
+fn agent_config(namespace: &str) -> AgentConfig {
+    AgentConfig {
+        namespace: namespace.to_owned(),
+        heartbeat: Duration::from_secs(1),
+        shutdown_grace: Duration::from_millis(300),
+        ..AgentConfig::default()
+    }
+}
+
 /// The echo and flight-booker agents on `broker`, in `namespace`.
 async fn echo_and_booker(
     broker: &TestBroker,
     namespace: &str,
 ) -> (mesh_agent::RunningAgent, mesh_agent::RunningAgent) {
-    let agent_config = AgentConfig {
-        namespace: namespace.to_owned(),
-        heartbeat: Duration::from_secs(1),
-        shutdown_grace: Duration::from_millis(300),
-        ..AgentConfig::default()
-    };
+    let agent_config = agent_config(namespace);
     let echo = mesh_examples::echo::agent()
         .config(agent_config.clone())
         .start(bus_config(broker))
@@ -183,12 +188,7 @@ async fn webhooks_pending_at_a_shutdown_are_delivered_by_the_next_gateway() {
     let namespace = fresh_namespace();
     let dir = temp_dir();
     let echo = mesh_examples::echo::agent()
-        .config(AgentConfig {
-            namespace: namespace.clone(),
-            heartbeat: Duration::from_secs(1),
-            shutdown_grace: Duration::from_millis(300),
-            ..AgentConfig::default()
-        })
+        .config(agent_config(&namespace))
         .start(bus_config(&broker))
         .await
         .unwrap();
@@ -269,12 +269,7 @@ async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
     let namespace = fresh_namespace();
     let dir = temp_dir();
     let writer = mesh_examples::writer::agent()
-        .config(AgentConfig {
-            namespace: namespace.clone(),
-            heartbeat: Duration::from_secs(1),
-            shutdown_grace: Duration::from_millis(300),
-            ..AgentConfig::default()
-        })
+        .config(agent_config(&namespace))
         .start(bus_config(&broker))
         .await
         .unwrap();
