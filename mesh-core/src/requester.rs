@@ -8,13 +8,17 @@
 //! when the deadline passes, the instance running the task goes offline
 //! ([`Requester::watch_registry`]) or the bus gives the request up.
 //!
+//! The gateway, peer calls inside agents and the `mesh` CLI all talk to agents through this
+//! one type.
+//!
 //! Events the requester did not expect are dropped and counted
 //! ([`Requester::unexpected_events`]), never delivered: one from an instance other than the
 //! one that answered first (the instance running the task), or one whose `_mesh.seq` is out
 //! of the stream's window ([`SeqWindow`]). A publisher that forges events on an open bus
 //! therefore cannot make the requester drop the real agent's events; keeping it from
-//! publishing there at all is the broker's ACL's part. The gateway, peer calls inside agents and the `mesh` CLI all
-//! talk to agents through this one type.
+//! publishing there at all is the broker's ACL's part. On a clean session, a dropped
+//! connection fails every request in flight at once (its replies published meanwhile are
+//! lost).
 
 use crate::bus::{Bus, BusError, ConnectionState, DropReason, QoS};
 use crate::codec;

@@ -15,6 +15,9 @@ use crate::store::StoreLimits;
 /// which may need more: such a request is refused when it is published, with -32600).
 pub const ENVELOPE_ROOM: usize = 16 * 1024;
 
+/// The file in the data directory that keeps the gateway's id across restarts.
+pub const GATEWAY_ID_FILE: &str = "gateway-id";
+
 /// How a gateway runs. `Default` listens on 127.0.0.1:8080 in the namespace `mesh`.
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
@@ -26,8 +29,10 @@ pub struct GatewayConfig {
     /// The namespace (first topic segment) of the mesh.
     pub namespace: String,
     /// The gateway's id on the bus: it names the response topics it subscribes to. Two gateways
-    /// on one broker need two ids.
-    pub gateway_id: String,
+    /// on one broker need two ids. `None`: the id kept in the data directory
+    /// ([`GATEWAY_ID_FILE`]), so that a gateway restarted on the same directory keeps its
+    /// identity, or a new random one (written there when there is a data directory).
+    pub gateway_id: Option<String>,
     /// The agent `POST /` and the root agent-card paths serve (`--default-agent`).
     pub default_agent: Option<String>,
     /// The largest request body accepted, in bytes (413 past it). At start it is lowered to
@@ -112,7 +117,7 @@ impl Default for GatewayConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             public_url: None,
             namespace: "mesh".into(),
-            gateway_id: format!("gw-{}", uuid::Uuid::new_v4().simple()),
+            gateway_id: None,
             default_agent: None,
             body_limit: 4 * 1024 * 1024,
             max_batch: 100,

@@ -24,7 +24,7 @@
 use crate::auth::Keys;
 use crate::bridge::Bridge;
 use crate::cards::CardCache;
-use crate::config::{ENVELOPE_ROOM, GatewayConfig};
+use crate::config::{ENVELOPE_ROOM, GATEWAY_ID_FILE, GatewayConfig};
 use crate::metrics::Metrics;
 use crate::push::{PushSettings, Pusher};
 use crate::store::{MemoryStore, SqliteStore, StoreError, TaskStore};
@@ -104,7 +104,13 @@ pub struct Gateway;
 impl Gateway {
     /// Starts a gateway on `bus`: with the durable [`SqliteStore`] in
     /// [`GatewayConfig::data_dir`] when one is set, else with an in-memory store.
-    pub async fn start(config: GatewayConfig, bus: Bus) -> Result<RunningGateway, GatewayError> {
+    pub async fn start(
+        mut config: GatewayConfig,
+        bus: Bus,
+    ) -> Result<RunningGateway, GatewayError> {
+        if let (None, Some(dir)) = (&config.gateway_id, &config.data_dir) {
+            config.gateway_id = Some(kept_gateway_id(dir)?);
+        }
         let limits = config.store_limits();
         let store: Arc<dyn TaskStore> = match config.data_dir.clone() {
             Some(dir) => {
@@ -148,7 +154,9 @@ impl Gateway {
             bus.clone(),
             topics,
             RequesterKind::Gateway,
-            &config.gateway_id,
+            config
+                .gateway_id
+                .get_or_insert_with(|| format!("gw-{}", uuid::Uuid::new_v4().simple())),
         )
         .await?;
         requester.watch_registry(&registry);
@@ -373,6 +381,34 @@ fn cors_layer(origins: &[String]) -> Result<Option<tower_http::cors::CorsLayer>,
             .expose_headers([header::WWW_AUTHENTICATE, header::ETAG])
             .max_age(std::time::Duration::from_secs(600)),
     ))
+}
+
+/// The gateway id kept in `dir` ([`GATEWAY_ID_FILE`]), or a new one written there (the
+/// directory is made if missing). A kept id that is not a safe topic segment is refused.
+fn kept_gateway_id(dir: &std::path::Path) -> Result<String, GatewayError> {
+    let path = dir.join(GATEWAY_ID_FILE);
+    let storage = |e: std::io::Error| {
+        GatewayError::Store(StoreError::Storage(format!("{}: {e}", path.display())))
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(kept) => {
+            let id = kept.trim().to_owned();
+            mesh_core::topic::check_segment(&id).map_err(|problem| {
+                GatewayError::Store(StoreError::Storage(format!(
+                    "{}: the kept gateway id {id:?} is not a safe topic segment ({problem})",
+                    path.display()
+                )))
+            })?;
+            Ok(id)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = format!("gw-{}", uuid::Uuid::new_v4().simple());
+            std::fs::create_dir_all(dir).map_err(storage)?;
+            std::fs::write(&path, format!("{id}\n")).map_err(storage)?;
+            Ok(id)
+        }
+        Err(e) => Err(storage(e)),
+    }
 }
 
 /// Counts every time the bus comes back after a loss.

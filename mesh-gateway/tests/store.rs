@@ -26,6 +26,28 @@ fn temp_dir() -> PathBuf {
     ))
 }
 
+/// The gateway ids that replies went to since the last call: at least one reply (waited for),
+/// then every one already received.
+async fn answered_to(
+    answers: &mut mesh_core::bus::Subscription,
+) -> std::collections::BTreeSet<String> {
+    let first = tokio::time::timeout(WAIT, answers.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut next = Some(first);
+    while let Some(message) = next {
+        if let Some(mesh_core::topic::TopicKind::GatewayResponse { gateway, .. }) =
+            mesh_core::topic::Topics::parse(&message.topic)
+        {
+            ids.insert(gateway.to_owned());
+        }
+        next = answers.try_recv();
+    }
+    ids
+}
+
 async fn gateway(broker: &TestBroker, namespace: &str, dir: &Path) -> RunningGateway {
     gateway_with(broker, namespace, dir, |_| {}).await
 }
@@ -39,7 +61,7 @@ async fn gateway_with(
     let mut config = GatewayConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         namespace: namespace.into(),
-        gateway_id: format!("gw-{}", uuid::Uuid::new_v4().simple()),
+        gateway_id: None,
         task_timeout: Duration::from_secs(10),
         shutdown_grace: Duration::from_secs(2),
         data_dir: Some(dir.to_owned()),
@@ -100,6 +122,17 @@ async fn tasks_survive_a_restart_on_the_same_data_dir() {
     mesh_core::tls::install_crypto_provider();
     let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
 
+    // Which gateway id the agents answer to: the response topics' gateway segment.
+    let spy = Bus::connect(bus_config(&broker)).await.unwrap();
+    let topics = mesh_core::topic::Topics::new(namespace.clone()).unwrap();
+    let mut answers = spy
+        .subscribe(
+            &format!("{}/a2a/v1/gateway/response/+/+", topics.namespace()),
+            mesh_core::bus::QoS::AtMostOnce,
+        )
+        .await
+        .unwrap();
+
     let first = gateway(&broker, &namespace, &dir).await;
     for name in ["echo", "flight-booker"] {
         assert!(first.registry().wait_online(name, WAIT).await);
@@ -134,6 +167,10 @@ async fn tasks_survive_a_restart_on_the_same_data_dir() {
     assert_eq!(task_state(result(&body)), "input-required");
     let booking = result(&body)["id"].as_str().unwrap().to_owned();
     first.shutdown().await;
+    let first_id = answered_to(&mut answers).await;
+    assert_eq!(first_id.len(), 1, "{first_id:?}");
+    let kept = std::fs::read_to_string(dir.join(mesh_gateway::GATEWAY_ID_FILE)).unwrap();
+    assert_eq!(Some(kept.trim()), first_id.first().map(String::as_str));
 
     let second = gateway(&broker, &namespace, &dir).await;
     for name in ["echo", "flight-booker"] {
@@ -176,6 +213,8 @@ async fn tasks_survive_a_restart_on_the_same_data_dir() {
     follow["message"]["taskId"] = json!(booking);
     let body = call(&http, &second, "flight-booker", rpc("message/send", follow)).await;
     assert_eq!(task_state(result(&body)), "completed", "{body}");
+    // The restarted gateway kept its identity: the agents answered to the same id.
+    assert_eq!(answered_to(&mut answers).await, first_id);
     second.shutdown().await;
     echo.shutdown().await;
     booker.shutdown().await;

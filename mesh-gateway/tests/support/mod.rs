@@ -51,7 +51,7 @@ impl Mesh {
         let mut config = GatewayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             namespace: namespace.clone(),
-            gateway_id: "gw".into(),
+            gateway_id: Some("gw".into()),
             task_timeout: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(2),
             ..GatewayConfig::default()
