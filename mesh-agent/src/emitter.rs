@@ -2,10 +2,12 @@
 //!
 //! An [`Emitter`] keeps the task as it evolves (status, history, artifacts) and publishes each
 //! change as an event in the request's dialect, numbered by `_mesh.seq` and tagged with the
-//! instance id. The task itself is announced lazily, at the first event, so that a handler
-//! that answers with a direct message never creates one. For `message/send` requests
-//! (non-streaming) only the final answer is published, preceded by one progress snapshot when
-//! the task runs long (docs/protocol.md, section 3.1). Publishing holds an async lock, so
+//! instance id. The task itself is announced lazily, at the first event or when the handler
+//! has run for a moment without one, so that a handler that answers at once with a direct
+//! message never creates one. For `message/send` requests (non-streaming) only the final
+//! answer is published, preceded by one progress snapshot when the task runs long
+//! (docs/protocol.md, section 3.1). Either way the requester hears from the instance within
+//! that moment, which tells it the request was taken up. Publishing holds an async lock, so
 //! events leave in the order they were made even when a handler emits from several tasks.
 
 use mesh_core::bus::{Bus, BusError, QoS};
@@ -193,15 +195,25 @@ impl Emitter {
         self.send(&mut guard, outbox).await
     }
 
-    /// For a non-streaming request: publishes the task as it stands, once, so that the
-    /// requester learns which instance runs it.
+    /// Tells the requester, once, that this instance runs the task: for a non-streaming
+    /// request the task as it stands; for a streaming one the task's announcement, if the
+    /// handler has not said anything yet (a handler that answers later with a direct message
+    /// then completes the announced task with it).
+    ///
+    /// Never waits for the lock: the runner calls this between polls of the handler, so a
+    /// handler that holds the lock while its publish waits for room on the bus would never
+    /// let it go; and whoever holds it is emitting, which tells the requester as much.
     pub(crate) async fn progress(&self) -> Result<(), EmitError> {
-        let mut guard = self.state.lock().await;
-        if guard.closed || self.streaming {
+        let Ok(mut guard) = self.state.try_lock() else {
+            return Ok(());
+        };
+        if guard.closed || (self.streaming && guard.announced) {
             return Ok(());
         }
         let mut outbox = self.announce(&mut guard);
-        outbox.push(self.encode_task(&mut guard));
+        if !self.streaming {
+            outbox.push(self.encode_task(&mut guard));
+        }
         self.send(&mut guard, outbox).await
     }
 

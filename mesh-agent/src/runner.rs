@@ -26,7 +26,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// How long a non-streaming request runs before the requester is told which instance has it.
+/// How long a request runs before the requester is told which instance has it (the task
+/// snapshot of a non-streaming request, the announcement of a streaming one).
 const PROGRESS_AFTER: Duration = Duration::from_millis(100);
 
 /// How long a canceled handler may go on cleaning up before it is aborted.
@@ -58,7 +59,6 @@ pub(crate) struct Started {
     cancel: CancellationToken,
     task_id: String,
     time_left: Duration,
-    streaming: bool,
 }
 
 type HandlerResult = Result<Outcome, crate::handler::HandlerError>;
@@ -151,7 +151,6 @@ pub(crate) fn start(
         cancel,
         task_id,
         time_left,
-        streaming,
     })
 }
 
@@ -165,13 +164,12 @@ pub(crate) async fn drive(shared: Arc<Shared>, started: Started) {
         cancel,
         task_id,
         time_left,
-        streaming,
     } = started;
     let deadline = tokio::time::sleep(time_left);
     tokio::pin!(deadline);
     let progress = tokio::time::sleep(PROGRESS_AFTER);
     tokio::pin!(progress);
-    let mut progress_sent = streaming;
+    let mut progress_sent = false;
 
     let end = loop {
         tokio::select! {

@@ -325,3 +325,73 @@ async fn clear_retained(mesh: &Mesh, agent: &str) {
         .await
         .unwrap();
 }
+
+/// An agent named `name` whose handler reports `tag` once it has the request, then waits for
+/// cancellation without saying anything.
+fn silent_until_canceled(name: &str, tag: u8, started: tokio::sync::mpsc::Sender<u8>) -> Agent {
+    Agent::new(
+        name,
+        handler_fn(move |ctx: TaskContext| {
+            let started = started.clone();
+            async move {
+                let _ = started.send(tag).await;
+                ctx.cancelled().await;
+                Ok(Outcome::completed())
+            }
+        }),
+    )
+}
+
+// A request delivered to an instance that dies before saying anything about it is not left
+// to its deadline: it fails PICKUP_GRACE after that instance's will, saying so, and the
+// other instance serves on.
+mesh_testkit::both_brokers!(a_request_lost_with_a_dying_instance_fails_within_the_pickup_grace);
+async fn a_request_lost_with_a_dying_instance_fails_within_the_pickup_grace(broker: TestBroker) {
+    let mesh = Mesh::on(broker).await;
+    let (started, mut which) = tokio::sync::mpsc::channel(4);
+    let mut instances = vec![
+        Some(
+            mesh.run(silent_until_canceled("quiet", 0, started.clone()))
+                .await,
+        ),
+        Some(mesh.run(silent_until_canceled("quiet", 1, started)).await),
+    ];
+    assert!(mesh.registry.wait_for_instances("quiet", 2, WAIT).await);
+    let (_, mut lost) = mesh
+        .send("quiet", "hello", Method::SendStreamingMessage)
+        .await;
+    let taken_by = tokio::time::timeout(WAIT, which.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    // Killed before its first event (the runtime announces a task after 100 ms).
+    let killed_at = Instant::now();
+    instances[usize::from(taken_by)].take().unwrap().abort();
+    let delivery = tokio::time::timeout(WAIT, lost.next())
+        .await
+        .expect("the request ends before its deadline")
+        .expect("with an answer");
+    let error = delivery.reply.expect_err("the request failed");
+    let took = killed_at.elapsed();
+    assert!(
+        error.message.contains("no instance took the request up"),
+        "{error}"
+    );
+    assert!(
+        took >= mesh_core::requester::PICKUP_GRACE && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+    // The survivor serves: a new request is taken up (announced) by it.
+    let (task_id, mut served) = mesh
+        .send("quiet", "again", Method::SendStreamingMessage)
+        .await;
+    let announced = served.next().await.unwrap();
+    assert!(announced.reply.is_ok(), "{announced:?}");
+    mesh.requester
+        .cancel("quiet", &task_id, WAIT)
+        .await
+        .unwrap();
+    for survivor in instances.into_iter().flatten() {
+        survivor.shutdown().await;
+    }
+}

@@ -47,6 +47,13 @@ pub fn is_deadline_error(error: &A2aError) -> bool {
     error.message == DEADLINE_MESSAGE
 }
 
+/// How long a request that no instance has answered yet may still wait for one after an
+/// instance of its agent went offline: it may have been delivered to that instance, which
+/// died before saying anything. An instance answers within a moment of taking a request up
+/// (the reference runtime within 100 ms), so a request still unanswered after this was
+/// almost certainly lost with it, and fails.
+pub const PICKUP_GRACE: Duration = Duration::from_secs(2);
+
 /// How many replies may wait in one stream before the router waits for its reader.
 const STREAM_CAPACITY: usize = 256;
 
@@ -106,6 +113,10 @@ struct PendingEntry {
     /// The instance that answered first: the one running the task. Its going offline fails
     /// the stream, and events from any other instance are dropped.
     instance: Option<String>,
+    /// The agent the request went to.
+    agent: String,
+    /// Some answer arrived (with or without an instance): the request was taken up.
+    answered: bool,
 }
 
 /// Sends requests to agents over the bus and routes their replies. Cheap to clone.
@@ -168,7 +179,8 @@ impl Requester {
     }
 
     /// Fails at once every stream whose task runs on an instance the registry sees go offline,
-    /// instead of letting it wait for its deadline.
+    /// instead of letting it wait for its deadline; and [`PICKUP_GRACE`] later, every request
+    /// to that agent that no instance has answered yet (it was lost with the dead instance).
     pub fn watch_registry(&self, registry: &Registry) {
         let mut events = registry.subscribe();
         let pending = self.pending.clone();
@@ -177,6 +189,7 @@ impl Requester {
                 match events.recv().await {
                     Ok(RegistryEvent::InstanceOffline { agent, instance }) => {
                         fail_instance(&pending, &agent, &instance);
+                        fail_unanswered_later(&pending, agent, instance);
                     }
                     Ok(_) => {}
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
@@ -248,7 +261,7 @@ impl Requester {
             mesh,
         };
         let payload = codec::encode_request(&request);
-        let stream = self.register(rpc_id, options.timeout);
+        let stream = self.register(rpc_id, agent, options.timeout);
         Ok((request_topic, payload, stream))
     }
 
@@ -279,7 +292,7 @@ impl Requester {
                 ..Default::default()
             },
         };
-        let mut stream = self.register(rpc_id, timeout);
+        let mut stream = self.register(rpc_id, agent, timeout);
         self.bus
             .publish(
                 &cancel_topic,
@@ -323,7 +336,7 @@ impl Requester {
             "method": "mesh/ping",
             "params": { "metadata": metadata },
         });
-        let mut stream = self.register(rpc_id, timeout);
+        let mut stream = self.register(rpc_id, agent, timeout);
         self.bus
             .publish(
                 &topic,
@@ -346,9 +359,15 @@ impl Requester {
         }
     }
 
-    fn register(&self, rpc_id: String, timeout: Duration) -> ReplyStream {
+    fn register(&self, rpc_id: String, agent: &str, timeout: Duration) -> ReplyStream {
         let (tx, rx) = mpsc::channel(STREAM_CAPACITY);
-        lock(&self.pending).insert(rpc_id.clone(), PendingEntry { tx, instance: None });
+        let entry = PendingEntry {
+            tx,
+            instance: None,
+            agent: agent.to_owned(),
+            answered: false,
+        };
+        lock(&self.pending).insert(rpc_id.clone(), entry);
         ReplyStream {
             rx,
             rpc_id,
@@ -482,7 +501,8 @@ async fn route(pending: &Pending, unexpected: &AtomicU64, payload: &[u8]) {
             return;
         };
         match (&entry.instance, &instance) {
-            (None, _) => entry.instance.clone_from(&instance),
+            (None, _) if !entry.answered => entry.instance.clone_from(&instance),
+            (None, _) => {}
             (Some(running), Some(from)) if running == from => {}
             (Some(running), from) => {
                 unexpected.fetch_add(1, Ordering::Relaxed);
@@ -491,6 +511,7 @@ async fn route(pending: &Pending, unexpected: &AtomicU64, payload: &[u8]) {
                 return;
             }
         }
+        entry.answered = true;
         entry.tx.clone()
     };
     // Awaiting room is the backpressure: a stream whose reader stalls holds the router.
@@ -572,6 +593,37 @@ fn request_key(payload: &[u8]) -> Option<String> {
         JsonRpcId::String(s) => Some(s),
         other => Some(other.to_string()),
     }
+}
+
+/// [`PICKUP_GRACE`] after `instance` of `agent` went offline, fails the requests to `agent`
+/// that were waiting for their first answer then and still are.
+fn fail_unanswered_later(pending: &Pending, agent: String, instance: String) {
+    let waiting: Vec<String> = lock(pending)
+        .iter()
+        .filter(|(_, entry)| !entry.answered && entry.agent == agent)
+        .map(|(key, _)| key.clone())
+        .collect();
+    if waiting.is_empty() {
+        return;
+    }
+    let pending = pending.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(PICKUP_GRACE).await;
+        let pending = lock(&pending);
+        for key in waiting {
+            let Some(entry) = pending.get(&key).filter(|e| !e.answered) else {
+                continue;
+            };
+            let _ = entry.tx.try_send(Delivery {
+                reply: Err(A2aError::internal(format!(
+                    "agent {agent} instance {instance} went offline, and no instance took the \
+                     request up within {} s after: it was lost with that instance",
+                    PICKUP_GRACE.as_secs()
+                ))),
+                instance: None,
+            });
+        }
+    });
 }
 
 fn fail_instance(pending: &Pending, agent: &str, instance: &str) {
