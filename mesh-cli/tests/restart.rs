@@ -1,11 +1,16 @@
-//! The gateway's durable task store as an operator meets it: `mesh gateway` (a real
-//! process) on a data directory, killed with SIGKILL, restarted on the same directory:
-//! every task is still there, a task waiting for input resumes, and the webhook
-//! notifications a receiver had not accepted yet are delivered by the restarted gateway.
+//! Crashes as an operator meets them, with real processes (`mesh gateway`, `mesh agent`):
+//! the gateway killed with SIGKILL and restarted on the same data directory keeps every
+//! task, resumes a task waiting for input and delivers the webhook notifications a receiver
+//! had not accepted yet; and under a steady load, the death of an agent instance, of the
+//! broker (Mosquitto and the embedded one) or of the gateway leaves no request hanging, no
+//! task lost or unfinished and no stream with a lost or repeated event (each run prints its
+//! figures).
 
 use serde_json::{Value, json};
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -354,4 +359,301 @@ async fn pending_webhooks_survive_sigkill_of_the_gateway() {
         .unwrap();
     let _ = bus.disconnect().await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+// ---- Faults under a steady load: an instance, the broker or the gateway dies while
+// ---- requests and streams run; the run's figures are printed and asserted.
+
+/// What part dies.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// SIGKILL of one of the two echo instances.
+    Instance,
+    /// The broker stops, and starts again on the same port a moment later.
+    Broker,
+    /// SIGKILL of the gateway, restarted on the same data directory.
+    Gateway,
+}
+
+/// What the load saw.
+#[derive(Debug, Default)]
+struct Tally {
+    sent: usize,
+    succeeded: usize,
+    /// Requests answered with a JSON-RPC error, by code; tasks that ended `failed` (with a
+    /// status message) under 0; requests refused because no gateway listened under -1.
+    errors: std::collections::BTreeMap<i64, usize>,
+    /// No answer within the client's deadline.
+    hung: usize,
+    /// Streams whose chunks arrived with a gap or twice, or that ended without a final event.
+    streams_broken: usize,
+    /// Every task a client saw: its id and its agent.
+    tasks: Vec<(String, &'static str)>,
+    /// When each successful request was sent, and when its answer came.
+    successes: Vec<(Instant, Instant)>,
+}
+
+/// The client's deadline for one request.
+const CLIENT_DEADLINE: Duration = Duration::from_secs(15);
+/// The load: one request every this often, alternately a send to echo and a 20-chunk
+/// stream from the writer (20 requests a second: modest, so that a 2-core machine stays
+/// responsive).
+const LOAD_EVERY: Duration = Duration::from_millis(50);
+
+async fn one_request(http: reqwest::Client, url: String, stream: bool, tally: Arc<Mutex<Tally>>) {
+    let sent_at = Instant::now();
+    let (agent, body) = if stream {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/stream",
+            "params": message("load chunks: 20")});
+        ("writer", body)
+    } else {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send",
+            "params": message("load")});
+        ("echo", body)
+    };
+    let sent = http
+        .post(format!("{url}/agents/{agent}"))
+        .json(&body)
+        .timeout(CLIENT_DEADLINE)
+        .send()
+        .await;
+    let text = match sent {
+        Ok(response) => response.text().await,
+        Err(error) => Err(error),
+    };
+    let mut tally = tally.lock().unwrap();
+    let text = match text {
+        Ok(text) => text,
+        Err(error) if error.is_timeout() => {
+            tally.hung += 1;
+            return;
+        }
+        // The gateway is down (refused), or died with the request (reset).
+        Err(_) => {
+            *tally.errors.entry(-1).or_default() += 1;
+            return;
+        }
+    };
+    // A stream that fails before its first event is answered with one JSON error instead.
+    let mut events: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    if events.is_empty() {
+        events.extend(serde_json::from_str::<Value>(&text));
+    }
+    for event in &events {
+        let id = event
+            .pointer("/result/id")
+            .filter(|_| event.pointer("/result/kind") == Some(&json!("task")))
+            .or_else(|| event.pointer("/result/taskId"));
+        if let Some(id) = id.and_then(Value::as_str) {
+            if !tally.tasks.iter().any(|(t, _)| t == id) {
+                tally.tasks.push((id.to_owned(), agent));
+            }
+        }
+    }
+    let Some(last) = events.last() else {
+        if stream {
+            tally.streams_broken += 1;
+        }
+        *tally.errors.entry(-1).or_default() += 1;
+        return;
+    };
+    if let Some(code) = last.pointer("/error/code").and_then(Value::as_i64) {
+        *tally.errors.entry(code).or_default() += 1;
+        return;
+    }
+    let state = last
+        .pointer("/result/status/state")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if stream {
+        let is_final = last.pointer("/result/final") == Some(&json!(true));
+        let chunks: Vec<&str> = events
+            .iter()
+            .filter(|e| e.pointer("/result/kind") == Some(&json!("artifact-update")))
+            .filter_map(|e| {
+                e.pointer("/result/artifact/parts/0/text")
+                    .and_then(Value::as_str)
+            })
+            .collect();
+        let in_order = chunks
+            .iter()
+            .enumerate()
+            .all(|(i, c)| c.starts_with(&format!("[{i}]")));
+        let whole = state != "completed" || chunks.len() == 20;
+        if !is_final || !in_order || !whole {
+            tally.streams_broken += 1;
+        }
+    }
+    match state {
+        "completed" => {
+            tally.succeeded += 1;
+            tally.successes.push((sent_at, Instant::now()));
+        }
+        _ => *tally.errors.entry(0).or_default() += 1,
+    }
+}
+
+async fn run_fault(fault: Fault, mut broker: mesh_testkit::TestBroker) {
+    let broker_url = broker.url();
+    let namespace = mesh_testkit::fresh_namespace();
+    let dir = std::env::temp_dir().join(format!(
+        "mesh-cli-faults-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let agent = |name: &str| {
+        spawn(&[
+            "agent",
+            name,
+            "--broker-url",
+            &broker_url,
+            "--namespace",
+            &namespace,
+        ])
+    };
+    let mut echoes = vec![agent("echo"), agent("echo")];
+    let _writer = agent("writer");
+    mesh_core::tls::install_crypto_provider();
+    let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
+    let (mut gateway_process, url) = gateway(&broker_url, &namespace, &dir).await;
+    wait_online(&http, &url, &["echo", "writer"]).await;
+
+    let url = Arc::new(Mutex::new(url));
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let stop: Arc<AtomicBool> = Arc::default();
+    let load = {
+        let (http, url, tally, stop) = (http.clone(), url.clone(), tally.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut requests = Vec::new();
+            let mut ticks = tokio::time::interval(LOAD_EVERY);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                ticks.tick().await;
+                n += 1;
+                tally.lock().unwrap().sent += 1;
+                let target = url.lock().unwrap().clone();
+                requests.push(tokio::spawn(one_request(
+                    http.clone(),
+                    target,
+                    n % 2 == 0,
+                    tally.clone(),
+                )));
+            }
+            for request in requests {
+                let _ = request.await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let faulted = Instant::now();
+    match fault {
+        Fault::Instance => echoes.remove(0).start_kill().unwrap(),
+        Fault::Broker => {
+            broker.stop().await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            broker.restart().await;
+        }
+        Fault::Gateway => {
+            gateway_process.start_kill().unwrap();
+            let _ = gateway_process.wait().await;
+            let (restarted, new_url) = gateway(&broker_url, &namespace, &dir).await;
+            gateway_process = restarted;
+            *url.lock().unwrap() = new_url;
+        }
+    }
+    // Run on until a request sent after the fault succeeds, then two seconds more.
+    let deadline = faulted + WAIT;
+    let recovered = loop {
+        let after = tally
+            .lock()
+            .unwrap()
+            .successes
+            .iter()
+            .filter(|(sent, _)| *sent > faulted)
+            .map(|(_, done)| *done)
+            .min();
+        if let Some(first) = after {
+            break first;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{fault:?}: the load succeeds again in time"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    tokio::time::timeout(CLIENT_DEADLINE + WAIT, load)
+        .await
+        .expect("every request of the load ends")
+        .unwrap();
+
+    let tally = std::mem::take(&mut *tally.lock().unwrap());
+    let url = url.lock().unwrap().clone();
+    let (mut lost, mut unfinished) = (0, 0);
+    for (id, agent) in &tally.tasks {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"id": id}});
+        let answer: Value = http
+            .post(format!("{url}/agents/{agent}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        match answer
+            .pointer("/result/status/state")
+            .and_then(Value::as_str)
+        {
+            None => lost += 1,
+            Some("completed" | "failed" | "canceled" | "rejected") => {}
+            Some(_) => unfinished += 1,
+        }
+    }
+    eprintln!(
+        "{fault:?} on {broker_url}: sent {}, succeeded {}, errors by code {:?} (0: failed task, -1: no gateway), \
+         hung {}, tasks seen {}, lost {lost}, non-terminal {unfinished}, streams broken {}, \
+         a request sent after the fault succeeded {:?} after it",
+        tally.sent,
+        tally.succeeded,
+        tally.errors,
+        tally.hung,
+        tally.tasks.len(),
+        tally.streams_broken,
+        recovered - faulted,
+    );
+    assert_eq!(tally.hung, 0, "{fault:?}: no request hangs");
+    assert_eq!(lost, 0, "{fault:?}: no task a client saw is lost");
+    assert_eq!(unfinished, 0, "{fault:?}: no task is left unfinished");
+    assert_eq!(
+        tally.streams_broken, 0,
+        "{fault:?}: no stream loses or repeats an event"
+    );
+    drop(gateway_process);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_a_killed_instance_strands_nothing() {
+    run_fault(Fault::Instance, mesh_testkit::TestBroker::mosquitto().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_a_mosquitto_restart_strands_nothing() {
+    run_fault(Fault::Broker, mesh_testkit::TestBroker::mosquitto().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_an_embedded_broker_restart_strands_nothing() {
+    run_fault(Fault::Broker, mesh_testkit::TestBroker::embedded().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_a_sigkilled_gateway_strands_nothing() {
+    run_fault(Fault::Gateway, mesh_testkit::TestBroker::mosquitto().await).await;
 }
