@@ -2,11 +2,10 @@
 //! same port in the middle of the test; the state watch reports it, and every subscription
 //! works again afterwards.
 
-mod bus_support;
 
 use std::time::Instant;
 
-use bus_support::{connect, next, wait_state};
+use crate::support::{connect, next, wait_state};
 use bytes::Bytes;
 use mesh_core::bus::{ConnectionState, QoS};
 use mesh_core::topic::Topics;

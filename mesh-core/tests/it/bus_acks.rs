@@ -4,9 +4,8 @@
 //! publishes in turn. Each scenario runs on one runtime worker (where the bus lets the consumer
 //! answer before it acknowledges) and on two, against both brokers.
 
-mod bus_support;
 
-use bus_support::{connect, next, within};
+use crate::support::{connect, next, within};
 use bytes::Bytes;
 use mesh_core::bus::{Bus, QoS, Subscription};
 use mesh_core::topic::Topics;
@@ -184,7 +183,7 @@ async fn replies_come_at_qos0_on_a_clean_session_and_qos1_on_a_persistent_one() 
     let broker = TestBroker::mosquitto().await;
     let clean = connect(&broker.url()).await;
     assert_eq!(clean.inbox_qos(), QoS::AtMostOnce);
-    let mut config = bus_support::config(&broker.url());
+    let mut config = crate::support::config(&broker.url());
     config.clean_session = false;
     config.client_id = format!("persistent-{}", fresh_namespace());
     let persistent = within("connect", Bus::connect(config)).await.unwrap();

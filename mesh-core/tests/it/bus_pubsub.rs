@@ -2,12 +2,11 @@
 //! subscriptions, retained messages, the last will, shared subscriptions, large payloads,
 //! refused topics and a dead broker. Every test has its own broker and namespace.
 
-mod bus_support;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use bus_support::{WAIT, config, connect, next, within};
+use crate::support::{WAIT, config, connect, next, within};
 use bytes::Bytes;
 use mesh_core::bus::{Bus, BusError, ConnectionState, LastWill, QoS};
 use mesh_core::topic::{SegmentKind, Topics};
@@ -495,7 +494,7 @@ async fn a_publish_the_broker_refuses_is_given_up(broker: TestBroker) {
     });
     // Over the broker's 64 KiB, under the client's 16 MiB.
     writer.send(&topic, vec![b'x'; 128 * 1024]).await.unwrap();
-    bus_support::wait_until("the publish is given up", || {
+    crate::support::wait_until("the publish is given up", || {
         writer.stats().publishes_given_up == 1
     })
     .await;

@@ -1,5 +1,5 @@
 //! Timing loop for the codec hot path (ignored by default; run in release):
-//! `cargo test --release -p mesh-core --test codec_timing -- --ignored --nocapture`.
+//! `cargo test --release -p mesh-core --test it codec_timing -- --ignored --nocapture`.
 //!
 //! Rows: parse/write a ~306-byte 0.3 `message/send` request, and parse/write the echo
 //! agent's answer (a completed task with one artifact and the user message in history).
