@@ -4,7 +4,6 @@
 //! publishes in turn. Each scenario runs on one runtime worker (where the bus lets the consumer
 //! answer before it acknowledges) and on two, against both brokers.
 
-
 use crate::support::{connect, next, within};
 use bytes::Bytes;
 use mesh_core::bus::{Bus, QoS, Subscription};

@@ -2,7 +2,6 @@
 //! subscriptions, retained messages, the last will, shared subscriptions, large payloads,
 //! refused topics and a dead broker. Every test has its own broker and namespace.
 
-
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 

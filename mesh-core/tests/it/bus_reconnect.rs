@@ -2,7 +2,6 @@
 //! same port in the middle of the test; the state watch reports it, and every subscription
 //! works again afterwards.
 
-
 use std::time::Instant;
 
 use crate::support::{connect, next, wait_state};

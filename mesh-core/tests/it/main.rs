@@ -3,7 +3,6 @@
 //! One test binary for the crate (each module was a binary of its own): the heavy
 //! dependencies are linked once. Run one module with `cargo test -p mesh-core --test it <module>::`.
 
-mod support;
 mod bus_acks;
 mod bus_pubsub;
 mod bus_reconnect;
@@ -13,3 +12,4 @@ mod codec_fixtures;
 mod codec_no_panic;
 mod codec_roundtrip;
 mod codec_timing;
+mod support;

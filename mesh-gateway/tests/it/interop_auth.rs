@@ -3,11 +3,9 @@
 //! extended card (tests/interop/a2a_sdk_auth.py). Runs when `MESH_INTEROP_PYTHON` names a
 //! Python with the SDK (scripts/test sets it); otherwise it says so and passes.
 
-mod support;
-
+use crate::support::*;
 use mesh_gateway::ApiKey;
 use std::time::Duration;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_a2a_sdk_authenticates_with_a_bearer_key() {

@@ -4,11 +4,9 @@
 //! nothing, and the failure is counted); deliveries pending at a shutdown delivered by the
 //! next gateway on the same data directory; bad URLs and garbage refused without a panic.
 
-mod support;
-
+use crate::support::*;
 use serde_json::{Value, json};
 use std::time::Duration;
-use support::*;
 
 fn allow_loopback(config: &mut mesh_gateway::GatewayConfig) {
     config.allow_private_webhooks = true;

@@ -1,9 +1,7 @@
 //! Every method in every dialect, over real HTTP to real agents on a real broker.
 
-mod support;
-
+use crate::support::*;
 use serde_json::{Value, json};
-use support::*;
 
 fn state(task: &Value) -> &str {
     task.pointer("/status/state")

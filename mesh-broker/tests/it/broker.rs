@@ -1,13 +1,11 @@
 //! The broker's requirements, each measured end to end with rumqttc clients over
 //! loopback TCP. Every test starts its own broker on an ephemeral port.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{broker, connect, connect_with_will, within};
+use crate::support::{broker, connect, connect_with_will, within};
 use mesh_broker::{Broker, BrokerConfig, BrokerError};
 use rumqttc::{LastWill, Packet, QoS};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -440,7 +438,7 @@ async fn last_will_is_published_and_retained() {
     polite.write_all(&[0xe0, 0]).await.expect("DISCONNECT");
     drop(polite);
     // Left: the watcher's and the late watcher's sessions.
-    common::wait_sessions(&broker, 2).await;
+    crate::support::wait_sessions(&broker, 2).await;
     late.client
         .publish("status/marker", QoS::AtLeastOnce, false, "m")
         .await
@@ -565,9 +563,9 @@ async fn connection_limit_is_enforced() {
 
     let first = connect(addr, "first").await;
     let _second = connect(addr, "second").await;
-    common::wait_until("two connections", || broker.connection_count() == 2).await;
-    let (client, eventloop) = rumqttc::AsyncClient::new(common::options(addr, "third"), 8);
-    let mut third = common::drive(client, eventloop);
+    crate::support::wait_until("two connections", || broker.connection_count() == 2).await;
+    let (client, eventloop) = rumqttc::AsyncClient::new(crate::support::options(addr, "third"), 8);
+    let mut third = crate::support::drive(client, eventloop);
     match within("CONNACK", third.incoming.recv()).await {
         Some(Err(rumqttc::ConnectionError::ConnectionRefused(code))) => {
             assert_eq!(code, rumqttc::ConnectReturnCode::ServiceUnavailable)
@@ -576,7 +574,7 @@ async fn connection_limit_is_enforced() {
     }
 
     first.driver.abort();
-    common::wait_sessions(&broker, 1).await;
+    crate::support::wait_sessions(&broker, 1).await;
     connect(addr, "fourth").await;
     broker.stop().await;
 }

@@ -6,8 +6,7 @@
 //! kept, and new work is refused with an error naming the limit; a task past the per-task
 //! limit is failed.
 
-mod support;
-
+use crate::support::*;
 use mesh_agent::AgentConfig;
 use mesh_core::bus::Bus;
 use mesh_gateway::{Gateway, GatewayConfig, RunningGateway, SqliteStore, TaskStore};
@@ -16,7 +15,6 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use support::*;
 
 fn temp_dir() -> PathBuf {
     std::env::temp_dir().join(format!(

@@ -1,11 +1,9 @@
 //! API keys, the extended card, CORS and `/metrics`, over real HTTP to real agents.
 
-mod support;
-
+use crate::support::*;
 use mesh_agent::{Agent, Outcome, TaskContext, handler_fn};
 use mesh_gateway::ApiKey;
 use serde_json::{Value, json};
-use support::*;
 
 /// An agent that answers with the principal the gateway forwarded.
 fn whoami() -> Agent {

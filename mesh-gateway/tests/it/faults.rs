@@ -1,14 +1,12 @@
 //! Bad input, absent agents, slow agents, a broker that goes away: every request gets a clear
 //! answer in bounded time, and nothing panics.
 
-mod support;
-
+use crate::support::*;
 use mesh_agent::{Agent, Outcome, TaskContext, handler_fn};
 use mesh_core::bus::ConnectionState;
 use mesh_testkit::TestBroker;
 use serde_json::{Value, json};
 use std::time::Duration;
-use support::*;
 
 fn message(body: &Value) -> String {
     body.pointer("/error/message")
@@ -602,14 +600,15 @@ async fn work_in_flight_when_the_broker_dies_ends_promptly(broker: TestBroker) {
         Some(&json!("failed")),
         "{events:?}"
     );
-    assert!(
-        last.to_string()
-            .contains("connection to the broker dropped"),
-        "{last}"
-    );
+    // Whichever the gateway learns first: its own connection dropped, or (the embedded
+    // broker publishes the wills of the clients it drops) the agent's instance went offline.
+    let clear = |said: &str| {
+        said.contains("connection to the broker dropped") || said.contains("went offline")
+    };
+    assert!(clear(&last.to_string()), "{last}");
     let (body, took) = tokio::time::timeout(WAIT, send).await.unwrap().unwrap();
     let said = body.to_string();
-    assert!(said.contains("connection to the broker dropped"), "{said}");
+    assert!(clear(&said), "{said}");
     assert!(took < Duration::from_secs(10), "answered in {took:?}");
     eprintln!(
         "in-flight work ended {:?} after the broker stopped",

@@ -2,8 +2,7 @@
 //! of a silent instance, the bound on concurrent tasks, and the start-up probe against a
 //! broker (NATS's MQTT bridge) that accepts shared subscriptions and then delivers nothing.
 
-mod support;
-
+use crate::support::*;
 use mesh_agent::{Agent, AgentConfig, AgentError, Outcome, TaskContext, handler_fn};
 use mesh_core::bus::{Bus, QoS};
 use mesh_core::dialect::Method;
@@ -14,7 +13,6 @@ use mesh_testkit::TestBroker;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use support::*;
 
 mesh_testkit::both_brokers!(a_newcomer_sees_every_live_agent_at_once_from_retained_messages);
 async fn a_newcomer_sees_every_live_agent_at_once_from_retained_messages(broker: TestBroker) {

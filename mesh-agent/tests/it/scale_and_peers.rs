@@ -1,8 +1,7 @@
 //! Scale-out, presence and peer calls, against a real Mosquitto: instances sharing load, an
 //! instance crashing mid-task, the last instance crashing, delegation and its cancellation.
 
-mod support;
-
+use crate::support::*;
 use mesh_agent::{Agent, Outcome, PeerError, TaskContext, handler_fn};
 use mesh_core::dialect::Method;
 use mesh_core::model::TaskState;
@@ -12,7 +11,6 @@ use mesh_testkit::TestBroker;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::*;
 
 /// An agent whose handler answers with the instance-independent text, after `delay`.
 fn slow_echo(name: &str, delay: Duration) -> Agent {

@@ -1,8 +1,7 @@
 //! The task lifecycle of a bus agent, against a real Mosquitto: events and their order, direct
 //! messages, multi-turn, cancellation, deadlines, panics, duplicates, hostile names.
 
-mod support;
-
+use crate::support::*;
 use mesh_agent::{Agent, AgentError, Outcome, TaskContext, handler_fn, new_artifact};
 use mesh_core::bus::QoS;
 use mesh_core::codec;
@@ -17,7 +16,6 @@ use mesh_testkit::TestBroker;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use support::*;
 
 fn state_of(reply: &Reply) -> Option<TaskState> {
     match reply {

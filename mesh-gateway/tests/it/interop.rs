@@ -2,10 +2,8 @@
 //! the gateway in protocol 1.0 and 0.3. `scripts/test` installs the SDK into .venv and sets
 //! `MESH_INTEROP_PYTHON`; without it the test says so and passes.
 
-mod support;
-
+use crate::support::*;
 use std::time::Duration;
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_a2a_sdk_drives_the_gateway_in_1_0_and_0_3() {

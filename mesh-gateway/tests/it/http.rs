@@ -1,9 +1,7 @@
 //! The HTTP surface besides JSON-RPC: agent cards, the agent list, health.
 
-mod support;
-
+use crate::support::*;
 use serde_json::{Value, json};
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_cards_for_both_generations_with_caching_headers() {

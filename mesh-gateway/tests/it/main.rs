@@ -1,0 +1,14 @@
+//! The integration tests of mesh-gateway: every method through real HTTP, authentication, push notifications, faults, the durable store and the official a2a-sdk client, against real brokers.
+//!
+//! One test binary for the crate (each module was a binary of its own): the heavy
+//! dependencies are linked once. Run one module with `cargo test -p mesh-gateway --test it <module>::`.
+
+mod auth;
+mod faults;
+mod http;
+mod interop;
+mod interop_auth;
+mod methods;
+mod push;
+mod store;
+mod support;
