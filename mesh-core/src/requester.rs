@@ -42,9 +42,22 @@ use tokio::time::Instant;
 /// The error message of a stream whose deadline passed.
 const DEADLINE_MESSAGE: &str = "the agent did not finish the task before its deadline";
 
-/// True for the error a [`ReplyStream`] yields when its deadline passes.
-pub fn is_deadline_error(error: &A2aError) -> bool {
-    error.message == DEADLINE_MESSAGE
+/// Why the requester itself ended a reply stream with an error (rather than the agent
+/// answering with one): what a caller decides on, where the error's message is for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The deadline passed.
+    Deadline,
+    /// The instance running the task went offline.
+    InstanceOffline,
+    /// No instance took the request up before an instance of its agent went offline (it was
+    /// lost with that instance).
+    NotTakenUp,
+    /// The connection to the broker dropped while the request was in flight; the request may
+    /// still reach the agent after the reconnect.
+    ConnectionLost,
+    /// The bus gave the request's publish up: it never reached the broker.
+    GivenUp,
 }
 
 /// How long a request that no instance has answered yet may still wait for one after an
@@ -84,6 +97,9 @@ pub struct Delivery {
     pub reply: Result<Reply, A2aError>,
     /// The agent instance that sent it (`_mesh.instance`), when it said.
     pub instance: Option<String>,
+    /// Set when the requester ended the stream itself (the error is its own, not the
+    /// agent's), and why.
+    pub ended: Option<Ended>,
 }
 
 /// What a request carries besides its A2A params.
@@ -306,7 +322,10 @@ impl Requester {
                 reply: Ok(Reply::Task(task)),
                 ..
             }) => Some(Ok(task)),
-            Some(Delivery { reply: Err(e), .. }) if is_deadline_error(&e) => None,
+            Some(Delivery {
+                ended: Some(Ended::Deadline),
+                ..
+            }) => None,
             Some(Delivery { reply: Err(e), .. }) => Some(Err(e)),
             Some(_) => Some(Err(A2aError::invalid_agent_response(
                 "the agent answered a cancel with something other than a task",
@@ -346,7 +365,10 @@ impl Requester {
             )
             .await?;
         Ok(match stream.next().await {
-            Some(Delivery { reply: Err(e), .. }) if is_deadline_error(&e) => None,
+            Some(Delivery {
+                ended: Some(Ended::Deadline),
+                ..
+            }) => None,
             Some(delivery) => Some(delivery.instance.unwrap_or_default()),
             None => None,
         })
@@ -411,6 +433,7 @@ impl ReplyStream {
                     return Some(Delivery {
                         reply: Err(A2aError::internal(DEADLINE_MESSAGE)),
                         instance: None,
+                        ended: Some(Ended::Deadline),
                     });
                 }
             };
@@ -515,7 +538,13 @@ async fn route(pending: &Pending, unexpected: &AtomicU64, payload: &[u8]) {
         entry.tx.clone()
     };
     // Awaiting room is the backpressure: a stream whose reader stalls holds the router.
-    let _ = tx.send(Delivery { reply, instance }).await;
+    let _ = tx
+        .send(Delivery {
+            reply,
+            instance,
+            ended: None,
+        })
+        .await;
 }
 
 /// On a clean session, fails at once every stream in flight when the connection to the
@@ -547,6 +576,7 @@ fn fail_on_connection_loss(bus: &Bus, pending: &Pending) {
                          ({reason}); its events may be lost, so it failed"
                     ))),
                     instance: None,
+                    ended: Some(Ended::ConnectionLost),
                 });
             }
         }
@@ -581,6 +611,7 @@ fn fail_given_up(bus: &Bus, pending: &Pending) {
                 let _ = tx.try_send(Delivery {
                     reply: Err(error),
                     instance: None,
+                    ended: Some(Ended::GivenUp),
                 });
             }
         }
@@ -621,6 +652,7 @@ fn fail_unanswered_later(pending: &Pending, agent: String, instance: String) {
                     PICKUP_GRACE.as_secs()
                 ))),
                 instance: None,
+                ended: Some(Ended::NotTakenUp),
             });
         }
     });
@@ -635,6 +667,7 @@ fn fail_instance(pending: &Pending, agent: &str, instance: &str) {
                     "agent {agent} instance {instance} went offline while running the task"
                 ))),
                 instance: Some(instance.to_owned()),
+                ended: Some(Ended::InstanceOffline),
             });
         }
     }

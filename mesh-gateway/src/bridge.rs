@@ -29,7 +29,7 @@ use mesh_core::model::{
     Artifact, Message, Part, Role, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
     TaskStatusUpdateEvent,
 };
-use mesh_core::requester::{ReplyStream, Requester, is_deadline_error, strip_reply_meta};
+use mesh_core::requester::{Ended, ReplyStream, Requester, strip_reply_meta};
 use mesh_core::rpc::Reply;
 use std::future::Future;
 use std::pin::Pin;
@@ -38,6 +38,10 @@ use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
+
+/// How many times the gateway asks an agent to cancel a task it failed, at most (each try
+/// waits the gateway's `cancel_wait` for an answer).
+const CANCEL_TRIES: usize = 4;
 
 /// How many events a subscriber of a streaming task may have waiting before it misses some
 /// and is resynchronised from the store. The buffer grows in blocks as events wait, so a
@@ -291,6 +295,18 @@ impl Bridge {
                 delivery = stream.next() => delivery,
             };
             let Some(delivery) = delivery else { return };
+            // A request the requester gave up on while it may still run at its agent (after
+            // a reconnect; an instance announced offline when only its connection dropped,
+            // as when the broker restarts; one that took it late): the agent is asked to
+            // cancel it, so that a task the gateway failed does not go on unseen.
+            if matches!(
+                delivery.ended,
+                Some(Ended::ConnectionLost | Ended::InstanceOffline | Ended::NotTakenUp)
+            ) {
+                if let Some(record) = self.store.get(id) {
+                    self.cancel_at_agent(id, &record.agent);
+                }
+            }
             match delivery.reply {
                 Ok(mut reply) => {
                     strip_reply_meta(&mut reply);
@@ -300,7 +316,7 @@ impl Bridge {
                         return;
                     }
                 }
-                Err(error) if !started && !is_deadline_error(&error) => {
+                Err(error) if !started && delivery.ended != Some(Ended::Deadline) => {
                     // The agent refused the message (bad params, a task it cannot resume, …):
                     // the task did not change, the request failed.
                     let _gate = lock(&live.gate);
@@ -376,14 +392,29 @@ impl Bridge {
         }
         live.send(Ok(reply));
         live.stop.cancel();
+        self.cancel_at_agent(id, &current.agent);
+    }
+
+    /// Asks `agent` to cancel task `id` on the bus, in a task of its own, without the gateway
+    /// waiting for it (it has already settled the task). A cancel that no instance answers is
+    /// sent again a few times ([`CANCEL_TRIES`]): after a broker restart the agent may not be
+    /// subscribed again yet when the gateway's first one goes out.
+    fn cancel_at_agent(&self, id: &str, agent: &str) {
         if let (Some((requester, wait)), Ok(runtime)) =
             (&self.canceler, tokio::runtime::Handle::try_current())
         {
             let (requester, wait) = (requester.clone(), *wait);
-            let (agent, id) = (current.agent.clone(), id.to_owned());
+            let (agent, id) = (agent.to_owned(), id.to_owned());
             runtime.spawn(async move {
-                if let Err(error) = requester.cancel(&agent, &id, wait).await {
-                    tracing::debug!(task = %id, %error, "could not ask the agent to cancel");
+                for _ in 0..CANCEL_TRIES {
+                    match requester.cancel(&agent, &id, wait).await {
+                        Ok(None) => continue, // no instance answered (yet)
+                        Ok(Some(_)) => return,
+                        Err(error) => {
+                            tracing::debug!(task = %id, %error, "could not ask the agent to cancel");
+                            return;
+                        }
+                    }
                 }
             });
         }

@@ -552,7 +552,8 @@ async fn batches_are_capped_and_empty_task_ids_refused(broker: TestBroker) {
 // task is terminal in the store; after the broker is back, requests work again.
 mesh_testkit::both_brokers!(work_in_flight_when_the_broker_dies_ends_promptly);
 async fn work_in_flight_when_the_broker_dies_ends_promptly(broker: TestBroker) {
-    let mut mesh = Mesh::start_on(broker, |_| {}, |_| {}).await;
+    // A short cancel wait: the gateway's cancels of the tasks it failed are retried sooner.
+    let mut mesh = Mesh::start_on(broker, |_| {}, |c| c.cancel_wait = Duration::from_secs(1)).await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
     mesh.run(mesh_examples::echo::agent()).await;
@@ -616,7 +617,19 @@ async fn work_in_flight_when_the_broker_dies_ends_promptly(broker: TestBroker) {
     );
 
     mesh.broker.restart().await;
+    let restarted = std::time::Instant::now();
     assert!(wait_ready(&mesh, 200).await, "readyz recovers");
     echo_answers_again(&mesh).await;
+    // The tasks the gateway failed are canceled at the agent once the bus is back, rather
+    // than going on unseen (the handler would wait 10 s for its gate otherwise).
+    let slow = &mesh.agents[0];
+    while slow.running_tasks() > 0 {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(7),
+            "the agent still runs {} task(s) the gateway failed",
+            slow.running_tasks()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     gate.open();
 }
