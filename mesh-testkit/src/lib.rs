@@ -22,9 +22,12 @@
 //!   temporary directory, listening on `127.0.0.1` on a free port. It can be stopped and
 //!   started again on the same port in the middle of a test, and is killed when the
 //!   `TestBroker` is dropped.
-//! - The embedded broker (`TestBroker::embedded()`, over `mesh_broker::Broker::start`) is
-//!   added here once the `mesh-broker` crate lands; it will be one more variant of the
-//!   private broker kind, with the same `url`, `port`, `stop` and `restart`.
+//! - [`TestBroker::embedded`]: the embedded broker (`mesh_broker::Broker`) in the test's
+//!   process, with the same `url`, `port`, `stop` and `restart`.
+//! - [`TestBroker::mosquitto_with_packet_limit`] and
+//!   [`TestBroker::embedded_with_packet_limit`]: either with a lower `max_packet_size`, for
+//!   the tests of what a client does when the broker refuses a message.
+//! - [`both_brokers!`]: one scenario as two tests, one per broker.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
