@@ -18,7 +18,7 @@ use mesh_core::codec;
 use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
-use mesh_core::meta::MeshMeta;
+use mesh_core::meta::{MeshMeta, RequestHead, peek_request};
 use mesh_core::model::{AgentCapabilities, AgentCard, AgentSkill};
 use mesh_core::registry::{Presence, PresenceStatus, Registry};
 use mesh_core::requester::{Requester, RequesterKind, SendError};
@@ -514,7 +514,7 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
     let request = match codec::decode_request(payload) {
         Ok(request) => request,
         Err(refused) => {
-            let mut peeked = peek(payload);
+            let mut peeked = peek_request(payload);
             let Some(reply_to) = shared.reply_topic(&mut peeked.meta) else {
                 tracing::warn!(agent = %shared.name, error = %refused.error, "refused a request with no reply topic");
                 return Next::Nothing;
@@ -563,7 +563,7 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
         _ => {
             // Read from the payload: only send and cancel params carry metadata in the model,
             // so the envelope of another method is not in `request.mesh`.
-            let Some(reply_to) = shared.reply_topic(&mut peek(payload).meta) else {
+            let Some(reply_to) = shared.reply_topic(&mut peek_request(payload).meta) else {
                 return Next::Nothing;
             };
             let error = A2aError::unsupported_operation(format!(
@@ -645,9 +645,7 @@ async fn answer_oversized(shared: &Shared, dropped: &Dropped) {
     if !ours {
         return;
     }
-    let Some((id, mut meta)) = mesh_core::meta::peek_request(&dropped.payload) else {
-        return;
-    };
+    let RequestHead { id, mut meta, .. } = peek_request(&dropped.payload);
     let Some(topic) = shared.reply_topic(&mut meta) else {
         return;
     };
@@ -657,31 +655,9 @@ async fn answer_oversized(shared: &Shared, dropped: &Dropped) {
         shared.name,
         shared.bus.max_packet_size()
     ));
+    let id = JsonRpcId::from_value(id).ok();
     let payload = codec::encode_error(Dialect::V0_3, id.as_ref(), &error);
     publish_or_log(shared, &topic, payload).await;
-}
-
-/// The routing fields of a request that did not decode: enough to answer it with an error.
-struct Peeked {
-    id: Value,
-    method: Option<String>,
-    meta: MeshMeta,
-}
-
-fn peek(payload: &[u8]) -> Peeked {
-    let mut value: Value = serde_json::from_slice(payload).unwrap_or(Value::Null);
-    let meta = match value.pointer_mut("/params/metadata/_mesh").map(Value::take) {
-        Some(Value::Object(object)) => MeshMeta::from_object(object),
-        _ => MeshMeta::default(),
-    };
-    Peeked {
-        id: value.get("id").cloned().unwrap_or(Value::Null),
-        method: value
-            .get("method")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        meta,
-    }
 }
 
 impl Shared {

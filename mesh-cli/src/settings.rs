@@ -23,7 +23,7 @@
 //! | tries of one webhook delivery before it is given up | `--webhook-attempts` | `MESH_WEBHOOK_ATTEMPTS` | 5 |
 //! | wait before the first webhook retry (doubled each time, at most 30 s) | `--webhook-backoff` | `MESH_WEBHOOK_BACKOFF` | `250ms` |
 //! | webhook deliveries that may wait (past it new ones are dropped) | `--webhook-queue` | `MESH_WEBHOOK_QUEUE` | 10000 |
-//! | largest MQTT packet a bus client sends or takes in, and the embedded broker accepts | `--max-packet-size` | `MESH_MAX_PACKET_SIZE` | 16777216 (16 MiB) |
+//! | largest MQTT packet a bus client sends or takes in, and the embedded broker accepts | `--max-packet-size` | `MESH_MAX_PACKET_SIZE` | `16MiB` |
 //! | most requests in one JSON-RPC batch | `--max-batch` | `MESH_MAX_BATCH` | 100 |
 //! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker`, `gateway` and `agent`, one per core otherwise |
 //!
@@ -80,7 +80,8 @@ pub struct Common {
         long,
         env = "MESH_MAX_PACKET_SIZE",
         global = true,
-        value_name = "BYTES"
+        value_name = "SIZE",
+        value_parser = parse_bytes
     )]
     pub max_packet_size: Option<usize>,
 }
@@ -200,7 +201,7 @@ struct File {
     webhook_attempts: Option<u32>,
     webhook_backoff: Option<String>,
     webhook_queue: Option<usize>,
-    max_packet_size: Option<usize>,
+    max_packet_size: Option<String>,
     max_batch: Option<usize>,
 }
 
@@ -376,10 +377,12 @@ impl Settings {
             .webhook_queue
             .or(file.webhook_queue)
             .unwrap_or(webhooks.webhook_queue);
-        let max_packet_size = common
-            .max_packet_size
-            .or(file.max_packet_size)
-            .unwrap_or(mesh_core::bus::DEFAULT_MAX_PACKET_SIZE);
+        let max_packet_size = size(
+            common.max_packet_size,
+            file.max_packet_size,
+            "max_packet_size",
+            mesh_core::bus::DEFAULT_MAX_PACKET_SIZE,
+        )?;
         let packet_range =
             mesh_core::bus::MIN_MAX_PACKET_SIZE..=mesh_core::bus::MQTT_MAX_PACKET_SIZE;
         if !packet_range.contains(&max_packet_size) {
@@ -666,6 +669,51 @@ mod tests {
             error.contains("store_max_bytes in the config file"),
             "{error}"
         );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_packet_limit_and_the_batch_cap() {
+        let dir = std::env::temp_dir().join(format!("mesh-settings-limits-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mesh.toml");
+        let common = Common {
+            config: Some(path.clone()),
+            ..Common::default()
+        };
+        std::fs::write(
+            &path,
+            "memory_store = true
+",
+        )
+        .unwrap();
+        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        assert_eq!(settings.max_packet_size, 16 << 20);
+        assert_eq!(settings.max_batch, 100);
+        std::fs::write(
+            &path,
+            "memory_store = true\nmax_packet_size = \"1MiB\"\nmax_batch = 7\n",
+        )
+        .unwrap();
+        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        assert_eq!((settings.max_packet_size, settings.max_batch), (1 << 20, 7));
+        // Out of MQTT's range, or a batch of nothing: refused with the setting named.
+        for (packet, batch, named) in [
+            (Some(1024), None, "max_packet_size is 1024"),
+            (Some(1 << 30), None, "max_packet_size is"),
+            (None, Some(0), "max_batch is 0"),
+        ] {
+            let common = Common {
+                max_packet_size: packet,
+                ..common.clone()
+            };
+            let serve = Serve {
+                max_batch: batch,
+                ..Serve::default()
+            };
+            let error = Settings::resolve(&common, &serve).unwrap_err();
+            assert!(error.contains(named), "{error}");
+        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -8,7 +8,6 @@
 //! [`MeshMeta::take`] removes the key from a metadata map (a gateway strips it before a
 //! client sees an event) and [`MeshMeta::put`] writes it. See docs/protocol.md, section 4.
 
-use crate::jsonrpc::JsonRpcId;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -238,32 +237,74 @@ impl MeshMeta {
     }
 }
 
-/// A request's JSON-RPC id and envelope (`params.metadata._mesh`), read from its payload
-/// without decoding the rest (skipped, not copied: for payloads too large to decode whole,
-/// so that they can still be answered). `None` when the payload is not a JSON object.
-pub fn peek_request(payload: &[u8]) -> Option<(Option<JsonRpcId>, MeshMeta)> {
+/// What [`peek_request`] reads of a request: enough to answer it, whatever else it holds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestHead {
+    /// The JSON-RPC `id` as it was sent (any JSON value; `Null` when absent).
+    pub id: Value,
+    /// The `method`, when it is a string.
+    pub method: Option<String>,
+    /// `params.metadata._mesh`, read as [`MeshMeta::from_object`] reads it.
+    pub meta: MeshMeta,
+}
+
+/// Reads a request's [`RequestHead`] from its payload without decoding the rest (skipped, not
+/// copied): for a request that did not decode, or one too large to decode whole, so that it
+/// can still be answered. A payload that is not a JSON object gives the empty head.
+pub fn peek_request(payload: &[u8]) -> RequestHead {
+    // Typed all the way down to `_mesh`: serde skips every other member without copying it.
     #[derive(Deserialize)]
     struct Head {
-        id: Option<JsonRpcId>,
-        params: Option<HeadParams>,
+        #[serde(default)]
+        id: Value,
+        #[serde(default)]
+        method: Value,
+        #[serde(default)]
+        params: Option<Params>,
     }
     #[derive(Deserialize)]
-    struct HeadParams {
-        metadata: Option<HeadMetadata>,
+    struct Params {
+        #[serde(default)]
+        metadata: Option<Metadata>,
     }
     #[derive(Deserialize)]
-    struct HeadMetadata {
-        #[serde(rename = "_mesh")]
-        mesh: Option<Map<String, Value>>,
+    struct Metadata {
+        #[serde(default, rename = "_mesh")]
+        mesh: Option<Value>,
     }
-    let head: Head = serde_json::from_slice(payload).ok()?;
-    let meta = head
-        .params
-        .and_then(|p| p.metadata)
-        .and_then(|m| m.mesh)
-        .map(MeshMeta::from_object)
-        .unwrap_or_default();
-    Some((head.id, meta))
+    // When `params` or its metadata is not an object: the id and method alone.
+    #[derive(Deserialize)]
+    struct IdOnly {
+        #[serde(default)]
+        id: Value,
+        #[serde(default)]
+        method: Value,
+    }
+    // A derived struct would also read an array (by position): only an object is a request.
+    if payload.trim_ascii_start().first() != Some(&b'{') {
+        return RequestHead::default();
+    }
+    let (id, method, mesh) = match serde_json::from_slice::<Head>(payload) {
+        Ok(head) => {
+            let mesh = head.params.and_then(|p| p.metadata).and_then(|m| m.mesh);
+            (head.id, head.method, mesh)
+        }
+        Err(_) => match serde_json::from_slice::<IdOnly>(payload) {
+            Ok(head) => (head.id, head.method, None),
+            Err(_) => return RequestHead::default(),
+        },
+    };
+    RequestHead {
+        id,
+        method: match method {
+            Value::String(method) => Some(method),
+            _ => None,
+        },
+        meta: match mesh {
+            Some(Value::Object(mesh)) => MeshMeta::from_object(mesh),
+            _ => MeshMeta::default(),
+        },
+    }
 }
 
 /// Milliseconds since the Unix epoch, the unit of [`MeshMeta::deadline`].
@@ -389,6 +430,24 @@ mod tests {
         let mut metadata = Some(HashMap::from([(MESH_KEY.to_owned(), json!("nonsense"))]));
         assert_eq!(MeshMeta::take(&mut metadata), MeshMeta::default());
         assert_eq!(metadata, None);
+    }
+
+    #[test]
+    fn a_request_head_is_read_from_any_payload() {
+        let head = peek_request(
+            br#"{"jsonrpc":"2.0","id":7,"method":"message/send","params":{"message":{"parts":[]},"metadata":{"_mesh":{"replyTo":"r","requestId":"q"}}}}"#,
+        );
+        assert_eq!(head.id, json!(7));
+        assert_eq!(head.method.as_deref(), Some("message/send"));
+        assert_eq!(head.meta.reply_to.as_deref(), Some("r"));
+        // Params that are not an object, a method that is not a string: the id still reads.
+        let head = peek_request(br#"{"id":{"odd":1},"method":5,"params":"x"}"#);
+        assert_eq!(head.id, json!({"odd": 1}));
+        assert_eq!(head.method, None);
+        assert_eq!(head.meta, MeshMeta::default());
+        for junk in [&b""[..], b"[1,2]", b"{not json", b"null"] {
+            assert_eq!(peek_request(junk), RequestHead::default());
+        }
     }
 
     #[test]

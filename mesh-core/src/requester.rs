@@ -32,6 +32,7 @@ use crate::rpc::{Call, Reply, Request};
 use crate::seq_window::{Admit, SeqWindow};
 use crate::topic::{TopicError, Topics};
 use foldhash::HashMap;
+use serde_json::Value;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -123,6 +124,18 @@ pub struct SendOptions {
 }
 
 type Pending = Arc<Mutex<HashMap<String, PendingEntry>>>;
+
+impl PendingEntry {
+    /// Ends the request's stream with the requester's own error (without waiting: a stream
+    /// whose buffer is full misses it and ends at its deadline).
+    fn end(&self, ended: Ended, message: &str) {
+        let _ = self.tx.try_send(Delivery {
+            reply: Err(A2aError::internal(message)),
+            instance: self.instance.clone(),
+            ended: Some(ended),
+        });
+    }
+}
 
 struct PendingEntry {
     tx: mpsc::Sender<Delivery>,
@@ -569,15 +582,12 @@ fn fail_on_connection_loss(bus: &Bus, pending: &Pending) {
             if !pending.is_empty() {
                 tracing::warn!(requests = pending.len(), %reason, "the bus connection dropped: requests in flight fail");
             }
+            let message = format!(
+                "the connection to the broker dropped while the request was in flight \
+                 ({reason}); its events may be lost, so it failed"
+            );
             for entry in pending.values() {
-                let _ = entry.tx.try_send(Delivery {
-                    reply: Err(A2aError::internal(format!(
-                        "the connection to the broker dropped while the request was in flight \
-                         ({reason}); its events may be lost, so it failed"
-                    ))),
-                    instance: None,
-                    ended: Some(Ended::ConnectionLost),
-                });
+                entry.end(Ended::ConnectionLost, &message);
             }
         }
     });
@@ -599,20 +609,15 @@ fn fail_given_up(bus: &Bus, pending: &Pending) {
             let Some(key) = request_key(&publish.payload) else {
                 continue;
             };
-            let tx = lock(&pending).get(&key).map(|entry| entry.tx.clone());
-            if let Some(tx) = tx {
-                let error = A2aError::internal(format!(
+            if let Some(entry) = lock(&pending).get(&key) {
+                let message = format!(
                     "the broker refused the request on {} ({} bytes): it closed the connection on it \
                      {} times (over its packet size limit?)",
                     publish.topic,
                     publish.payload.len(),
                     crate::bus::RESEND_LIMIT
-                ));
-                let _ = tx.try_send(Delivery {
-                    reply: Err(error),
-                    instance: None,
-                    ended: Some(Ended::GivenUp),
-                });
+                );
+                entry.end(Ended::GivenUp, &message);
             }
         }
     });
@@ -620,8 +625,9 @@ fn fail_given_up(bus: &Bus, pending: &Pending) {
 
 /// The pending-map key of a request payload (its JSON-RPC id), read without decoding the rest.
 fn request_key(payload: &[u8]) -> Option<String> {
-    match crate::meta::peek_request(payload)?.0? {
-        JsonRpcId::String(s) => Some(s),
+    match crate::meta::peek_request(payload).id {
+        Value::String(s) => Some(s),
+        Value::Null => None,
         other => Some(other.to_string()),
     }
 }
@@ -645,15 +651,12 @@ fn fail_unanswered_later(pending: &Pending, agent: String, instance: String) {
             let Some(entry) = pending.get(&key).filter(|e| !e.answered) else {
                 continue;
             };
-            let _ = entry.tx.try_send(Delivery {
-                reply: Err(A2aError::internal(format!(
-                    "agent {agent} instance {instance} went offline, and no instance took the \
-                     request up within {} s after: it was lost with that instance",
-                    PICKUP_GRACE.as_secs()
-                ))),
-                instance: None,
-                ended: Some(Ended::NotTakenUp),
-            });
+            let message = format!(
+                "agent {agent} instance {instance} went offline, and no instance took the \
+                 request up within {} s after: it was lost with that instance",
+                PICKUP_GRACE.as_secs()
+            );
+            entry.end(Ended::NotTakenUp, &message);
         }
     });
 }
@@ -662,13 +665,9 @@ fn fail_instance(pending: &Pending, agent: &str, instance: &str) {
     let pending = lock(pending);
     for entry in pending.values() {
         if entry.instance.as_deref() == Some(instance) {
-            let _ = entry.tx.try_send(Delivery {
-                reply: Err(A2aError::internal(format!(
-                    "agent {agent} instance {instance} went offline while running the task"
-                ))),
-                instance: Some(instance.to_owned()),
-                ended: Some(Ended::InstanceOffline),
-            });
+            let message =
+                format!("agent {agent} instance {instance} went offline while running the task");
+            entry.end(Ended::InstanceOffline, &message);
         }
     }
 }
