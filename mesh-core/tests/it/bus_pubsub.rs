@@ -524,3 +524,61 @@ async fn a_publish_the_embedded_broker_refuses_is_given_up() {
     )
     .await
 }
+
+/// On a persistent session a dropped connection does not end the requests in flight (the
+/// broker keeps their replies), so a request the bus gives up ends its stream itself, at
+/// once and saying why, instead of waiting for its deadline.
+async fn a_request_the_bus_gives_up_ends_its_stream(broker: TestBroker) {
+    use mesh_core::dialect::Method;
+    use mesh_core::model::{Message, Part, Role, send_params};
+    use mesh_core::requester::{Ended, Requester, RequesterKind, SendOptions};
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let mut persistent = config(&broker.url()).with_client_id(format!("gw-{}", fresh_namespace()));
+    persistent.clean_session = false;
+    let bus = within("connect", Bus::connect(persistent)).await.unwrap();
+    let requester = Requester::start(bus.clone(), topics, RequesterKind::Gateway, "gw")
+        .await
+        .unwrap();
+    let message = Message::new(Role::User, vec![Part::text("x".repeat(128 * 1024))]);
+    let options = SendOptions {
+        method: Method::SendMessage,
+        task_id: "t".into(),
+        snapshot: None,
+        timeout: Duration::from_secs(60),
+        principal: None,
+        depth: 0,
+        traceparent: None,
+    };
+    let mut stream = requester
+        .send("echo", send_params(message), options)
+        .await
+        .unwrap();
+    let delivery = within("the given-up request's stream", stream.next())
+        .await
+        .unwrap();
+    assert_eq!(delivery.ended, Some(Ended::GivenUp), "{delivery:?}");
+    assert!(
+        delivery
+            .reply
+            .unwrap_err()
+            .message
+            .contains("refused the request")
+    );
+    bus.disconnect().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_mosquitto_refuses_ends_its_stream() {
+    a_request_the_bus_gives_up_ends_its_stream(
+        TestBroker::mosquitto_with_packet_limit(64 * 1024).await,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_embedded_broker_refuses_ends_its_stream() {
+    a_request_the_bus_gives_up_ends_its_stream(
+        TestBroker::embedded_with_packet_limit(64 * 1024).await,
+    )
+    .await
+}
