@@ -226,9 +226,15 @@ impl Agent {
             retain: true,
         });
         let bus = Bus::connect(bus_config).await?;
-        let registry = Registry::start(&bus, &topics).await?;
-        let requester =
-            Requester::start(bus.clone(), topics.clone(), RequesterKind::Agent, &instance).await?;
+        let registry = Registry::start(&bus, &topics, &name).await?;
+        let requester = Requester::start(
+            bus.clone(),
+            topics.clone(),
+            RequesterKind::Agent,
+            &name,
+            &instance,
+        )
+        .await?;
         requester.watch_registry(&registry);
 
         let mut requests = bus.subscribe(&request_filter, QoS::AtLeastOnce).await?;
@@ -662,14 +668,15 @@ async fn answer_oversized(shared: &Shared, dropped: &Dropped) {
 
 impl Shared {
     /// The request's `_mesh.replyTo` when it is a response topic of this namespace (a
-    /// gateway's or a calling agent's); `None`, logged, for anything else: the agent answers
-    /// nowhere else (another namespace, a request or discovery topic, `$SYS/…`).
+    /// gateway's or a calling agent's) in this agent's name; `None`, logged, for anything
+    /// else: the agent answers nowhere else (another namespace, another agent's name, a
+    /// request or discovery topic, `$SYS/…`).
     fn reply_topic(&self, meta: &mut MeshMeta) -> Option<String> {
         match meta.reply_to.take() {
-            Some(topic) if self.topics.is_response_topic(&topic) => Some(topic),
+            Some(topic) if self.topics.is_response_topic_of(&topic, &self.name) => Some(topic),
             Some(topic) => {
                 tracing::warn!(agent = %self.name, reply_to = %topic,
-                    "refused a request whose replyTo is not a response topic of the namespace");
+                    "refused a request whose replyTo is not a response topic of the namespace in this agent's name");
                 None
             }
             None => {

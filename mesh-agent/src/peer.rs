@@ -1,7 +1,7 @@
 //! Calling other agents from inside a handler: [`Peers`].
 //!
 //! A call goes over the bus like any request (the calling instance's replies come back on
-//! `<ns>/a2a/v1/agent/response/<instance>/<task>`). A peer that is not online is an immediate
+//! `<ns>/a2a/v1/agent/response/<caller>/<instance>/<peer>/<task>`). A peer that is not online is an immediate
 //! [`PeerError::NotOnline`], not a hang; the call depth travels with the request and a call
 //! past the limit is refused, which stops delegation loops; the sub-task inherits what is left
 //! of its parent's deadline; and when the parent task is canceled, every sub-task it started

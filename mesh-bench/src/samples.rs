@@ -67,7 +67,7 @@ pub fn reply_bytes(dialect: Dialect) -> Vec<u8> {
 /// A request topic (what an agent parses) and a reply topic (what a gateway parses).
 pub const TOPICS: [&str; 2] = [
     "mesh/a2a/v1/agent/request/echo/0190f3a4-7d2e-7c61-9a43-1f2b3c4d5e6f",
-    "mesh/a2a/v1/gateway/response/gw-5b1f0c7e9a3d4e2f8c6b1a0d9e8f7a6b/0190f3a4-7d2e-7c61-9a43-1f2b3c4d5e6f",
+    "mesh/a2a/v1/gateway/response/gateway/gw-5b1f0c7e9a3d4e2f8c6b1a0d9e8f7a6b/echo/0190f3a4-7d2e-7c61-9a43-1f2b3c4d5e6f",
 ];
 
 #[cfg(test)]

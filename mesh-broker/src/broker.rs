@@ -11,6 +11,7 @@ use rmqtt::server::MqttServer;
 use rmqtt::types::Id;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::access::AccessHook;
 use crate::reserved::ReservedTopics;
 use crate::retain::MemoryRetainStorage;
 use crate::shared::RoundRobinShared;
@@ -20,9 +21,11 @@ use crate::{BrokerConfig, BrokerError};
 /// address.
 ///
 /// It supports QoS 0, 1 and 2, retained messages, last wills and shared
-/// subscriptions (`$share/{group}/{filter}`), and accepts every client (no
-/// authentication: bind it to loopback unless the network is trusted). Client publishes to
-/// topics reserved to brokers (`$SYS/…`) are dropped.
+/// subscriptions (`$share/{group}/{filter}`). Without [`BrokerConfig::access`] it accepts
+/// every client (bind it to loopback unless the network is trusted; a start on another
+/// address logs a warning); with it, only the accounts of its password file, each limited to
+/// the topics its ACL grants. Client publishes to topics reserved to brokers (`$SYS/…`) are
+/// dropped.
 ///
 /// Several brokers can run in one process at once, each with its own sessions and
 /// retained messages. Dropping a `Broker` without calling [`Broker::stop`] closes
@@ -91,6 +94,7 @@ impl Broker {
             // workers keep what a stopped broker leaks small.
             .max_handshaking_limit(config.max_concurrent_handshakes)
             .max_packet_size(config.max_packet_size)
+            .allow_anonymous(config.access.is_none())
             .max_inflight(max_inflight)
             .max_mqueue_len(config.max_queued_messages)
             .handshake_timeout(config.handshake_timeout)
@@ -119,6 +123,17 @@ impl Broker {
         hooks
             .add(Type::MessagePublishCheckAcl, Box::new(ReservedTopics))
             .await;
+        if let Some(access) = &config.access {
+            for hook in [
+                Type::ClientAuthenticate,
+                Type::MessagePublishCheckAcl,
+                Type::ClientSubscribeCheckAcl,
+            ] {
+                hooks
+                    .add(hook, Box::new(AccessHook::new(access.clone())))
+                    .await;
+            }
+        }
         hooks.start().await;
         *scx.extends.retain_mut().await = Box::new(retained);
         *scx.extends.shared_subscription_mut().await = Box::new(RoundRobinShared::default());
@@ -132,7 +147,18 @@ impl Broker {
                 tracing::error!(error = %e, "MQTT broker stopped serving");
             }
         });
-        tracing::info!(addr = %local_addr, "MQTT broker listening");
+        match &config.access {
+            Some(_) => {
+                tracing::info!(addr = %local_addr, "MQTT broker listening (authenticated, with ACLs)")
+            }
+            None if local_addr.ip().is_loopback() => {
+                tracing::info!(addr = %local_addr, "MQTT broker listening")
+            }
+            None => tracing::warn!(addr = %local_addr,
+                "MQTT broker listening on a non-loopback address WITHOUT AUTHENTICATION: any \
+                 client that reaches it can read and forge all traffic (give it a password \
+                 file and an ACL, e.g. from `mesh secure`)"),
+        }
         Ok(Broker {
             local_addr,
             scx,

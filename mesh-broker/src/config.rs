@@ -1,6 +1,9 @@
-//! Broker configuration: the listen address and the limits applied to clients.
+//! Broker configuration: the listen address, the limits applied to clients, and who may do
+//! what.
 
+use crate::Access;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How a [`Broker`](crate::Broker) listens and which limits it applies to clients.
@@ -18,7 +21,7 @@ use std::time::Duration;
 /// let other = BrokerConfig { max_packet_size: 64 * 1024, ..config.clone() };
 /// assert_eq!(other.max_connections, 100);
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct BrokerConfig {
     /// The TCP address to listen on. Port 0 asks the OS for a free port; the port
     /// really bound is then given by [`Broker::local_addr`](crate::Broker::local_addr).
@@ -51,6 +54,10 @@ pub struct BrokerConfig {
     /// How long the session of a client that connected with `clean_session = false`
     /// (MQTT 3.1.1) outlives its connection (default 2 h).
     pub session_expiry: Duration,
+    /// The accounts and their rights (default none: every client is accepted). With them,
+    /// anonymous clients and wrong passwords are refused at CONNECT, and each account may
+    /// publish and subscribe only where its ACL says ([`Access`]).
+    pub access: Option<Arc<Access>>,
 }
 
 impl BrokerConfig {
@@ -66,6 +73,7 @@ impl BrokerConfig {
             max_retained_messages: 100_000,
             handshake_timeout: Duration::from_secs(10),
             session_expiry: Duration::from_secs(2 * 60 * 60),
+            access: None,
         }
     }
 }

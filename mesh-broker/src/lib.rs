@@ -6,8 +6,9 @@
 //! It is [rmqtt](https://crates.io/crates/rmqtt) with the glue an embedded broker
 //! needs: `TCP_NODELAY` on accepted sockets (no 40 ms Nagle stall on small replies),
 //! an enabled in-memory retained-message store, round-robin shared subscriptions
-//! (`$share/{group}/{filter}`), typed bind errors, and a [`Broker::stop`] that frees
-//! the port.
+//! (`$share/{group}/{filter}`), typed bind errors, a [`Broker::stop`] that frees
+//! the port, and, when asked, authentication and ACLs from Mosquitto's password and ACL
+//! files ([`Access`]).
 //!
 //! ```
 //! use mesh_broker::Broker;
@@ -49,6 +50,7 @@
 
 #![warn(missing_docs)]
 
+mod access;
 mod broker;
 mod config;
 mod error;
@@ -56,6 +58,7 @@ mod reserved;
 mod retain;
 mod shared;
 
+pub use access::{Access, Acl, HASH_ITERATIONS, Passwords, hash_password};
 pub use broker::Broker;
 pub use config::BrokerConfig;
 pub use error::BrokerError;

@@ -190,9 +190,15 @@ async fn send_over_bus(
     let topics =
         Topics::new(settings.namespace.clone()).map_err(|e| Failure::Usage(e.to_string()))?;
     let id = format!("cli{}", uuid::Uuid::new_v4().simple());
-    let requester = Requester::start(bus, topics, RequesterKind::Gateway, &id)
-        .await
-        .map_err(|e| Failure::Unreachable(e.to_string()))?;
+    let requester = Requester::start(
+        bus,
+        topics,
+        RequesterKind::Gateway,
+        &settings.gateway_name,
+        &id,
+    )
+    .await
+    .map_err(|e| Failure::Unreachable(e.to_string()))?;
     requester.watch_registry(&registry);
     let mut replies = requester
         .send(
@@ -242,7 +248,7 @@ async fn bus_registry(settings: &Settings) -> Result<(Bus, Registry), Failure> {
     })?;
     let topics =
         Topics::new(settings.namespace.clone()).map_err(|e| Failure::Usage(e.to_string()))?;
-    let registry = Registry::start(&bus, &topics)
+    let registry = Registry::start(&bus, &topics, &settings.gateway_name)
         .await
         .map_err(|e| unreachable_broker(&url, e))?;
     registry.wait_loaded(Duration::from_secs(5)).await;

@@ -179,6 +179,7 @@ fn gateway_config(settings: &Settings) -> GatewayConfig {
         listen: settings.http_addr,
         public_url: settings.public_url.clone(),
         namespace: settings.namespace.clone(),
+        name: settings.gateway_name.clone(),
         default_agent: settings.default_agent.clone(),
         data_dir: settings.data_dir.clone(),
         store_max_bytes: settings.store_max_bytes,

@@ -9,6 +9,7 @@
 //! | gateway to talk to | `--gateway-url` | `MESH_GATEWAY_URL` | `http://127.0.0.1:8080` |
 //! | CA file of an `mqtts://` broker | `--broker-ca` | `MESH_BROKER_CA` | the system's roots |
 //! | namespace | `--namespace` | `MESH_NAMESPACE` | `mesh` |
+//! | the gateway deployment's name (its broker account; `send`, `status` ask as it) | `--gateway-name` | `MESH_GATEWAY_NAME` | `gateway` |
 //! | default agent for `POST /` | `--default-agent` | `MESH_DEFAULT_AGENT` | `echo` in `up`, none otherwise |
 //! | URL clients reach the gateway at | `--public-url` | `MESH_PUBLIC_URL` | the bound address |
 //! | the gateway's durable task store | `--data-dir` | `MESH_DATA_DIR` | `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh` |
@@ -63,6 +64,11 @@ pub struct Common {
     /// the system's roots].
     #[arg(long, env = "MESH_BROKER_CA", global = true, value_name = "PEM_FILE")]
     pub broker_ca: Option<PathBuf>,
+    /// The gateway deployment's name on the bus, first in its response topics: the broker
+    /// account its instances share under an ACL. `send` and `status` ask as it too
+    /// [default: gateway].
+    #[arg(long, env = "MESH_GATEWAY_NAME", global = true, value_name = "NAME")]
+    pub gateway_name: Option<String>,
     /// The gateway to talk to [default: http://127.0.0.1:8080].
     #[arg(long, env = "MESH_GATEWAY_URL", global = true, value_name = "URL")]
     pub gateway_url: Option<String>,
@@ -180,6 +186,7 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields)]
 struct File {
     namespace: Option<String>,
+    gateway_name: Option<String>,
     broker_url: Option<String>,
     broker_ca: Option<PathBuf>,
     gateway_url: Option<String>,
@@ -209,6 +216,7 @@ struct File {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub namespace: String,
+    pub gateway_name: String,
     /// `None`: not given anywhere (`up` then starts the embedded broker).
     pub broker_url: Option<String>,
     /// The CA file for an `mqtts://` broker; `None`: the system's roots.
@@ -432,6 +440,11 @@ impl Settings {
                 .clone()
                 .or(file.namespace)
                 .unwrap_or_else(|| DEFAULT_NAMESPACE.into()),
+            gateway_name: common
+                .gateway_name
+                .clone()
+                .or(file.gateway_name)
+                .unwrap_or_else(|| mesh_gateway::DEFAULT_GATEWAY_NAME.into()),
             broker_url: common.broker_url.clone().or(file.broker_url),
             gateway_url: common
                 .gateway_url

@@ -97,15 +97,25 @@ impl Line {
                 None,
                 Some(task.task_id().into_owned()),
             ),
-            Some(TopicKind::GatewayResponse { gateway, task, .. }) => (
+            Some(TopicKind::GatewayResponse {
+                gateway,
+                agent,
+                task,
+                ..
+            }) => (
                 "reply",
-                None,
+                Some(agent),
                 Some(gateway),
                 Some(task.task_id().into_owned()),
             ),
-            Some(TopicKind::AgentResponse { caller, task, .. }) => (
+            Some(TopicKind::AgentResponse {
+                caller,
+                agent,
+                task,
+                ..
+            }) => (
                 "reply",
-                None,
+                Some(agent),
                 Some(caller),
                 Some(task.task_id().into_owned()),
             ),

@@ -21,6 +21,7 @@ pub mod bus;
 pub mod codec;
 pub mod dialect;
 pub mod error;
+pub mod grants;
 pub mod jsonrpc;
 pub mod meta;
 pub mod model;

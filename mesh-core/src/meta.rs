@@ -21,7 +21,8 @@ pub use crate::model::MESH_KEY;
 pub struct Caller {
     /// `"gateway"` or `"agent"`.
     pub kind: String,
-    /// The gateway id or the calling agent's name.
+    /// The gateway's (deployment) name or the calling agent's name: the first segment of its
+    /// response topics after `response/`.
     pub id: String,
     /// The authenticated principal the request is made for, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -329,7 +330,7 @@ mod tests {
     fn put_then_take_round_trips_and_strips() {
         let mut metadata = None;
         let meta = MeshMeta {
-            reply_to: Some("ns/a2a/v1/gateway/response/gw/t1".into()),
+            reply_to: Some("ns/a2a/v1/gateway/response/gw/i1/echo/t1".into()),
             request_id: Some("r1".into()),
             deadline: Some(42),
             depth: Some(1),
@@ -374,7 +375,7 @@ mod tests {
     #[test]
     fn the_hand_written_reader_and_writer_agree_with_serde() {
         let meta = MeshMeta {
-            reply_to: Some("ns/a2a/v1/gateway/response/gw/t1".into()),
+            reply_to: Some("ns/a2a/v1/gateway/response/gw/i1/echo/t1".into()),
             request_id: Some("r1".into()),
             deadline: Some(42),
             caller: Some(Caller {

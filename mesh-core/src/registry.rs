@@ -4,7 +4,9 @@
 //! (docs/protocol.md, section 7). A newcomer sees every live agent at once from the retained
 //! messages, without waiting for a heartbeat; [`Registry::wait_loaded`] returns once the
 //! retained state has arrived (a marker the registry publishes to itself after subscribing,
-//! which the broker delivers after the retained messages). Instances whose presence says
+//! on `<ns>/a2a/v1/discovery/presence/_registry/<owner>`, which the broker delivers after the
+//! retained messages; the owner is the gateway's or agent's name, so that a broker ACL can
+//! let each account write its own marker topic only). Instances whose presence says
 //! `offline` (a graceful shutdown, or the last will the broker publishes for a crashed one) are
 //! removed at once, and an instance whose heartbeat stays silent for three intervals expires.
 //! Every change is also a [`RegistryEvent`] on a broadcast stream. A retained "offline" that
@@ -14,16 +16,13 @@
 use crate::bus::{Bus, BusError, BusMessage, QoS};
 use crate::codec::card;
 use crate::model::AgentCard;
-use crate::topic::{TopicKind, Topics};
+use crate::topic::{REGISTRY_MARKER_AGENT, TopicKind, Topics};
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
-
-/// The agent segment of the load markers registries publish to themselves.
-const REGISTRY_MARKER_AGENT: &str = "_registry";
 
 /// How often the registry looks for silent instances.
 const SWEEP: Duration = Duration::from_millis(500);
@@ -131,8 +130,9 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Subscribes to the namespace's cards and presence and starts keeping the view.
-    pub async fn start(bus: &Bus, topics: &Topics) -> Result<Registry, BusError> {
+    /// Subscribes to the namespace's cards and presence and starts keeping the view. `owner`
+    /// (the gateway's or agent's name) names the topic of its load marker.
+    pub async fn start(bus: &Bus, topics: &Topics, owner: &str) -> Result<Registry, BusError> {
         let (events, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
             agents: RwLock::default(),
@@ -147,12 +147,19 @@ impl Registry {
         let mut discovery = bus
             .subscribe(&topics.discovery_filter(), QoS::AtLeastOnce)
             .await?;
-        let marker = uuid::Uuid::new_v4().simple().to_string();
+        // Other registries of the same owner publish their markers on the same topic: each
+        // knows its own by the random payload.
+        let marker = format!("sync-{}", uuid::Uuid::new_v4().simple());
         let marker_topic = topics
-            .presence(REGISTRY_MARKER_AGENT, &marker)
+            .registry_marker(owner)
             .map_err(|e| BusError::InvalidConfig(e.to_string()))?;
-        bus.publish(&marker_topic, Vec::from("sync"), QoS::AtLeastOnce, false)
-            .await?;
+        bus.publish(
+            &marker_topic,
+            marker.clone().into_bytes(),
+            QoS::AtLeastOnce,
+            false,
+        )
+        .await?;
 
         let registry = Registry { shared };
         let worker = registry.clone();
@@ -163,7 +170,7 @@ impl Registry {
             sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut last_sweep = Instant::now();
             let handle = |message: BusMessage| {
-                if message.topic == marker_topic {
+                if message.topic == marker_topic && message.payload == marker.as_bytes() {
                     worker.shared.loaded.send_replace(true);
                     return;
                 }

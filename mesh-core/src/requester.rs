@@ -1,9 +1,11 @@
 //! The requesting side of the bus: send a request to an agent and receive its replies.
 //!
-//! A [`Requester`] owns one subscription on its response topics (a gateway's
-//! `<ns>/a2a/v1/gateway/response/<id>/+`, or a calling agent's `.../agent/response/<id>/+`) and
-//! one router task that decodes every reply once and hands it to the [`ReplyStream`] of the
-//! request it answers, matched by JSON-RPC id (a fresh uuid per publish). The stream drops
+//! A [`Requester`] owns one subscription on its response topics (a gateway instance's
+//! `<ns>/a2a/v1/gateway/response/<gateway>/<instance>/+/+`, or a calling agent instance's
+//! `.../agent/response/<agent>/<instance>/+/+`) and one router task that decodes every reply once
+//! and hands it to the [`ReplyStream`] of the request it answers, matched by JSON-RPC id (a
+//! fresh uuid per publish), when it came on a topic in the name of the agent that request went
+//! to. The stream drops
 //! duplicate deliveries by `_mesh.seq`, ends after the final event, and fails with a clear error
 //! when the deadline passes, the instance running the task goes offline
 //! ([`Requester::watch_registry`]) or the bus gives the request up.
@@ -12,9 +14,10 @@
 //! one type.
 //!
 //! Events the requester did not expect are dropped and counted
-//! ([`Requester::unexpected_events`]), never delivered: one from an instance other than the
-//! one that answered first (the instance running the task), or one whose `_mesh.seq` is out
-//! of the stream's window ([`SeqWindow`]). A publisher that forges events on an open bus
+//! ([`Requester::unexpected_events`]), never delivered: one published in the name of another
+//! agent than the one asked (a broker ACL lets each agent publish only in its own name), one
+//! from an instance other than the one that answered first (the instance running the task), or
+//! one whose `_mesh.seq` is out of the stream's window ([`SeqWindow`]). A publisher that forges events on an open bus
 //! therefore cannot make the requester drop the real agent's events; keeping it from
 //! publishing there at all is the broker's ACL's part. On a clean session, a dropped
 //! connection fails every request in flight at once (its replies published meanwhile are
@@ -30,6 +33,7 @@ use crate::model::{CancelTaskRequest, SendMessageRequest, Task};
 use crate::registry::{Registry, RegistryEvent};
 use crate::rpc::{Call, Reply, Request};
 use crate::seq_window::{Admit, SeqWindow};
+pub use crate::topic::RequesterKind;
 use crate::topic::{TopicError, Topics};
 use foldhash::HashMap;
 use serde_json::Value;
@@ -70,15 +74,6 @@ pub const PICKUP_GRACE: Duration = Duration::from_secs(2);
 
 /// How many replies may wait in one stream before the router waits for its reader.
 const STREAM_CAPACITY: usize = 256;
-
-/// Whether the requester is a gateway or an agent instance: it decides the response topic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequesterKind {
-    /// Replies come back on `<ns>/a2a/v1/gateway/response/<id>/<task>`.
-    Gateway,
-    /// Replies come back on `<ns>/a2a/v1/agent/response/<id>/<task>`.
-    Agent,
-}
 
 /// Why a request could not be sent.
 #[derive(Debug, thiserror::Error)]
@@ -155,23 +150,27 @@ pub struct Requester {
     topics: Topics,
     caller: Caller,
     kind: RequesterKind,
+    /// The requester's instance: the segment after its name in its response topics.
+    instance: String,
     pending: Pending,
     /// Events dropped as unexpected (see the module docs).
     unexpected: Arc<AtomicU64>,
 }
 
 impl Requester {
-    /// Subscribes to the response topics of `id` and starts routing replies.
+    /// Subscribes to the response topics of instance `instance` of `name` (a gateway
+    /// deployment's name or the calling agent's name, as `kind` says) and starts routing
+    /// replies.
     pub async fn start(
         bus: Bus,
         topics: Topics,
         kind: RequesterKind,
-        id: &str,
+        name: &str,
+        instance: &str,
     ) -> Result<Requester, SendError> {
-        let filter = match kind {
-            RequesterKind::Gateway => topics.gateway_response_filter(id)?,
-            RequesterKind::Agent => topics.agent_response_filter(id)?,
-        };
+        let filter = topics.response_filter(kind, name, instance)?;
+        // Every reply topic of this requester is `<prefix><agent>/<task>`.
+        let prefix = filter.trim_end_matches("+/+").to_owned();
         let mut subscription = bus.subscribe(&filter, bus.inbox_qos()).await?;
         let pending: Pending = Arc::default();
         let unexpected: Arc<AtomicU64> = Arc::default();
@@ -181,7 +180,18 @@ impl Requester {
         let router_unexpected = unexpected.clone();
         tokio::spawn(async move {
             while let Some(message) = subscription.recv().await {
-                route(&router_pending, &router_unexpected, &message.payload).await;
+                let answering = message
+                    .topic
+                    .strip_prefix(prefix.as_str())
+                    .and_then(|rest| rest.split_once('/'))
+                    .map_or("", |(agent, _)| agent);
+                route(
+                    &router_pending,
+                    &router_unexpected,
+                    answering,
+                    &message.payload,
+                )
+                .await;
             }
         });
         Ok(Requester {
@@ -192,10 +202,11 @@ impl Requester {
                     RequesterKind::Gateway => "gateway".into(),
                     RequesterKind::Agent => "agent".into(),
                 },
-                id: id.to_owned(),
+                id: name.to_owned(),
                 principal: None,
             },
             kind,
+            instance: instance.to_owned(),
             pending,
             unexpected,
         })
@@ -261,7 +272,7 @@ impl Requester {
         options: SendOptions,
     ) -> Result<(String, Vec<u8>, ReplyStream), SendError> {
         let request_topic = self.topics.agent_request(agent, &options.task_id)?;
-        let reply_to = self.reply_topic(&options.task_id)?;
+        let reply_to = self.reply_topic(agent, &options.task_id)?;
         let rpc_id = uuid::Uuid::new_v4().simple().to_string();
         let is_follow_up = options.snapshot.is_some();
         let mesh = MeshMeta {
@@ -315,7 +326,7 @@ impl Requester {
                 tenant: None,
             }),
             mesh: MeshMeta {
-                reply_to: Some(self.reply_topic(task_id)?),
+                reply_to: Some(self.reply_topic(agent, task_id)?),
                 request_id: Some(rpc_id.clone()),
                 caller: Some(self.caller.clone()),
                 ..Default::default()
@@ -356,7 +367,7 @@ impl Requester {
         let rpc_id = uuid::Uuid::new_v4().simple().to_string();
         let mut metadata = None;
         MeshMeta {
-            reply_to: Some(self.reply_topic(&probe)?),
+            reply_to: Some(self.reply_topic(agent, &probe)?),
             request_id: Some(rpc_id.clone()),
             caller: Some(self.caller.clone()),
             ..Default::default()
@@ -387,11 +398,10 @@ impl Requester {
         })
     }
 
-    fn reply_topic(&self, task_id: &str) -> Result<String, TopicError> {
-        match self.kind {
-            RequesterKind::Gateway => self.topics.gateway_response(&self.caller.id, task_id),
-            RequesterKind::Agent => self.topics.agent_response(&self.caller.id, task_id),
-        }
+    /// The topic `agent` answers a request for `task_id` on.
+    fn reply_topic(&self, agent: &str, task_id: &str) -> Result<String, TopicError> {
+        self.topics
+            .response_topic(self.kind, &self.caller.id, &self.instance, agent, task_id)
     }
 
     fn register(&self, rpc_id: String, agent: &str, timeout: Duration) -> ReplyStream {
@@ -514,7 +524,9 @@ pub fn strip_reply_meta(reply: &mut Reply) -> MeshMeta {
     }
 }
 
-async fn route(pending: &Pending, unexpected: &AtomicU64, payload: &[u8]) {
+/// Hands a reply that came on a topic in the name of agent `answering` to the stream of the
+/// request it answers.
+async fn route(pending: &Pending, unexpected: &AtomicU64, answering: &str, payload: &[u8]) {
     let (id, reply) = match codec::decode_reply(payload, Dialect::V0_3) {
         Ok(decoded) => decoded,
         Err(error) => {
@@ -536,6 +548,12 @@ async fn route(pending: &Pending, unexpected: &AtomicU64, payload: &[u8]) {
             tracing::debug!(id = %key, "reply to no pending request, dropped");
             return;
         };
+        if entry.agent != answering {
+            unexpected.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(id = %key, asked = %entry.agent, answering = %answering,
+                "dropped a reply in the name of an agent other than the one asked");
+            return;
+        }
         match (&entry.instance, &instance) {
             (None, _) if !entry.answered => entry.instance.clone_from(&instance),
             (None, _) => {}

@@ -6,14 +6,30 @@
 //! | what | topic |
 //! | --- | --- |
 //! | a request to an agent (all instances share one subscription group) | `<ns>/a2a/v1/agent/request/<agent>/<task>` |
-//! | every event of a task, back to the gateway that asked | `<ns>/a2a/v1/gateway/response/<gateway_id>/<task>` |
-//! | every event of a task, back to an agent that delegated | `<ns>/a2a/v1/agent/response/<caller>/<task>` |
+//! | every event of a task, back to the gateway that asked | `<ns>/a2a/v1/gateway/response/<gateway>/<instance>/<agent>/<task>` |
+//! | every event of a task, back to an agent that delegated | `<ns>/a2a/v1/agent/response/<caller>/<instance>/<agent>/<task>` |
 //! | cancellation, to every instance of an agent | `<ns>/a2a/v1/agent/cancel/<agent>/<task>` |
 //! | an agent's card (retained) | `<ns>/a2a/v1/discovery/agentcards/<agent>` |
 //! | an instance's presence (retained) | `<ns>/a2a/v1/discovery/presence/<agent>/<instance_id>` |
 //!
 //! All the events of one task travel on one topic, so MQTT's per-topic ordering keeps them in
 //! order.
+//!
+//! # Response topics and ACLs
+//!
+//! A response topic names, in this order, who asked (the gateway deployment's name, or the
+//! calling agent's name: the broker account it runs as), which instance of it asked (so that
+//! each instance subscribes to its own replies only), and which agent answers (the one it
+//! asked). A broker ACL can then say, per account and without knowing any instance id:
+//!
+//! - an account reads only the responses to itself: `<ns>/a2a/v1/gateway/response/<gateway>/#`
+//!   (all its replicas: they may read each other's replies) or
+//!   `<ns>/a2a/v1/agent/response/<agent>/#`;
+//! - an agent account publishes only responses in its own name:
+//!   `<ns>/a2a/v1/+/response/+/+/<agent>/+` (for both components).
+//!
+//! A requester drops a reply whose answering agent is not the one it asked, so an account can
+//! never answer for another agent.
 //!
 //! # Segments
 //!
@@ -46,6 +62,10 @@ pub const MAX_SEGMENT_LEN: usize = 64;
 /// The protocol part that follows the namespace in every topic.
 const PROTO: &str = "a2a/v1";
 
+/// The agent segment of the registries' load markers ([`Topics::registry_marker`]); a
+/// registry ignores presence under it.
+pub const REGISTRY_MARKER_AGENT: &str = "_registry";
+
 /// The prefix that marks an encoded task id.
 const ENCODED_PREFIX: char = '~';
 
@@ -56,7 +76,7 @@ pub enum SegmentKind {
     Namespace,
     /// An agent name.
     Agent,
-    /// A gateway id.
+    /// A gateway (deployment) name.
     Gateway,
     /// An instance id.
     Instance,
@@ -69,7 +89,7 @@ impl fmt::Display for SegmentKind {
         f.write_str(match self {
             SegmentKind::Namespace => "namespace",
             SegmentKind::Agent => "agent name",
-            SegmentKind::Gateway => "gateway id",
+            SegmentKind::Gateway => "gateway name",
             SegmentKind::Instance => "instance id",
             SegmentKind::TaskId => "task id",
         })
@@ -317,6 +337,31 @@ pub fn strip_share(filter: &str) -> &str {
         .map_or(filter, |(_, f)| f)
 }
 
+/// Who a response topic goes back to: a gateway or a calling agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequesterKind {
+    /// `<ns>/a2a/v1/gateway/response/…`.
+    Gateway,
+    /// `<ns>/a2a/v1/agent/response/…`.
+    Agent,
+}
+
+impl RequesterKind {
+    fn path(self) -> &'static str {
+        match self {
+            RequesterKind::Gateway => "gateway/response",
+            RequesterKind::Agent => "agent/response",
+        }
+    }
+
+    fn segment_kind(self) -> SegmentKind {
+        match self {
+            RequesterKind::Gateway => SegmentKind::Gateway,
+            RequesterKind::Agent => SegmentKind::Agent,
+        }
+    }
+}
+
 /// The segment of a task id inside a topic: borrowed, as it appears on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TaskSegment<'a>(&'a str);
@@ -346,21 +391,29 @@ pub enum TopicKind<'a> {
         /// The task.
         task: TaskSegment<'a>,
     },
-    /// `<ns>/a2a/v1/gateway/response/<gateway_id>/<task>`.
+    /// `<ns>/a2a/v1/gateway/response/<gateway>/<instance>/<agent>/<task>`.
     GatewayResponse {
         /// The namespace.
         namespace: &'a str,
-        /// The gateway that asked.
+        /// The gateway (deployment) that asked.
         gateway: &'a str,
+        /// The instance of the gateway that asked.
+        instance: &'a str,
+        /// The agent that answers.
+        agent: &'a str,
         /// The task.
         task: TaskSegment<'a>,
     },
-    /// `<ns>/a2a/v1/agent/response/<caller>/<task>`.
+    /// `<ns>/a2a/v1/agent/response/<caller>/<instance>/<agent>/<task>`.
     AgentResponse {
         /// The namespace.
         namespace: &'a str,
         /// The agent that delegated the task.
         caller: &'a str,
+        /// The instance of the calling agent.
+        instance: &'a str,
+        /// The agent that answers.
+        agent: &'a str,
         /// The task.
         task: TaskSegment<'a>,
     },
@@ -475,59 +528,164 @@ impl Topics {
         ))
     }
 
-    /// The topic of every event of task `task_id` going back to gateway `gateway_id`.
-    pub fn gateway_response(&self, gateway_id: &str, task_id: &str) -> Result<String, TopicError> {
-        self.task_topic(
-            "gateway/response",
-            SegmentKind::Gateway,
-            gateway_id,
-            task_id,
-        )
+    /// The topic of every event of task `task_id` that `agent` sends back to instance
+    /// `instance` of gateway `gateway`.
+    pub fn gateway_response(
+        &self,
+        gateway: &str,
+        instance: &str,
+        agent: &str,
+        task_id: &str,
+    ) -> Result<String, TopicError> {
+        self.response_topic(RequesterKind::Gateway, gateway, instance, agent, task_id)
     }
 
-    /// The filter of every task event going back to gateway `gateway_id`.
-    pub fn gateway_response_filter(&self, gateway_id: &str) -> Result<String, TopicError> {
-        self.task_filter("gateway/response", SegmentKind::Gateway, gateway_id)
+    /// The filter of every task event going back to instance `instance` of gateway `gateway`.
+    pub fn gateway_response_filter(
+        &self,
+        gateway: &str,
+        instance: &str,
+    ) -> Result<String, TopicError> {
+        self.response_filter(RequesterKind::Gateway, gateway, instance)
     }
 
-    /// The topic of every event of task `task_id` going back to agent `caller`, which
-    /// delegated it.
-    pub fn agent_response(&self, caller: &str, task_id: &str) -> Result<String, TopicError> {
-        self.task_topic("agent/response", SegmentKind::Agent, caller, task_id)
+    /// The topic of every event of task `task_id` that `agent` sends back to instance
+    /// `instance` of agent `caller`, which delegated it.
+    pub fn agent_response(
+        &self,
+        caller: &str,
+        instance: &str,
+        agent: &str,
+        task_id: &str,
+    ) -> Result<String, TopicError> {
+        self.response_topic(RequesterKind::Agent, caller, instance, agent, task_id)
     }
 
-    /// The filter of every task event going back to agent `caller`.
-    pub fn agent_response_filter(&self, caller: &str) -> Result<String, TopicError> {
-        self.task_filter("agent/response", SegmentKind::Agent, caller)
+    /// The filter of every task event going back to instance `instance` of agent `caller`.
+    pub fn agent_response_filter(
+        &self,
+        caller: &str,
+        instance: &str,
+    ) -> Result<String, TopicError> {
+        self.response_filter(RequesterKind::Agent, caller, instance)
     }
 
-    /// True for a topic a reply may be sent to: a gateway's or a calling agent's response
-    /// topic of this namespace (`<ns>/a2a/v1/gateway/response/<id>/<task>` or
-    /// `<ns>/a2a/v1/agent/response/<id>/<task>`, safe segments, a task segment that
-    /// decodes). Agents answer nowhere else, whatever a request's `_mesh.replyTo` says.
-    pub fn is_response_topic(&self, topic: &str) -> bool {
+    /// The topic of every event of task `task_id` that `agent` sends back to instance
+    /// `instance` of requester `requester` (a gateway deployment or a calling agent, as
+    /// `kind` says).
+    pub fn response_topic(
+        &self,
+        kind: RequesterKind,
+        requester: &str,
+        instance: &str,
+        agent: &str,
+        task_id: &str,
+    ) -> Result<String, TopicError> {
+        let requester = checked(kind.segment_kind(), requester)?;
+        let instance = checked(SegmentKind::Instance, instance)?;
+        let agent = checked(SegmentKind::Agent, agent)?;
+        let task = encode_task_id(task_id)?;
+        let path = kind.path();
+        let mut topic = String::with_capacity(
+            self.base.len()
+                + path.len()
+                + requester.len()
+                + instance.len()
+                + agent.len()
+                + task.len()
+                + 5,
+        );
+        for part in [
+            &self.base, "/", path, "/", requester, "/", instance, "/", agent, "/", &task,
+        ] {
+            topic.push_str(part);
+        }
+        Ok(topic)
+    }
+
+    /// The filter of every task event going back to instance `instance` of requester
+    /// `requester`: `…/response/<requester>/<instance>/+/+`.
+    pub fn response_filter(
+        &self,
+        kind: RequesterKind,
+        requester: &str,
+        instance: &str,
+    ) -> Result<String, TopicError> {
+        let requester = checked(kind.segment_kind(), requester)?;
+        let instance = checked(SegmentKind::Instance, instance)?;
+        Ok(format!(
+            "{}/{}/{requester}/{instance}/+/+",
+            self.base,
+            kind.path()
+        ))
+    }
+
+    /// The filter of every response to any instance of requester `requester`:
+    /// `…/response/<requester>/#`, what a broker ACL lets that account read.
+    pub fn responses_to(&self, kind: RequesterKind, requester: &str) -> Result<String, TopicError> {
+        let requester = checked(kind.segment_kind(), requester)?;
+        Ok(format!("{}/{}/{requester}/#", self.base, kind.path()))
+    }
+
+    /// The filter of every response `agent` may publish, to gateways (`RequesterKind::Gateway`)
+    /// or to calling agents (`RequesterKind::Agent`): `…/response/+/+/<agent>/+`, what a broker
+    /// ACL lets that agent's account write.
+    pub fn responses_from(&self, kind: RequesterKind, agent: &str) -> Result<String, TopicError> {
+        let agent = checked(SegmentKind::Agent, agent)?;
+        Ok(format!("{}/{}/+/+/{agent}/+", self.base, kind.path()))
+    }
+
+    /// True for a topic `agent` may send a reply to: a gateway's or a calling agent's
+    /// response topic of this namespace whose answering agent is `agent` (safe segments, a
+    /// task segment that decodes). Agents answer nowhere else, whatever a request's
+    /// `_mesh.replyTo` says.
+    pub fn is_response_topic_of(&self, topic: &str, agent: &str) -> bool {
+        // On every request: no allocation.
         let Some(rest) = topic
             .strip_prefix(self.base.as_str())
             .and_then(|rest| rest.strip_prefix('/'))
+            .and_then(|rest| {
+                rest.strip_prefix("gateway/response/")
+                    .or_else(|| rest.strip_prefix("agent/response/"))
+            })
         else {
             return false;
         };
-        let Some(rest) = rest
-            .strip_prefix("gateway/response/")
-            .or_else(|| rest.strip_prefix("agent/response/"))
-        else {
+        let mut segs = rest.split('/');
+        let (Some(requester), Some(instance), Some(answering), Some(task), None) = (
+            segs.next(),
+            segs.next(),
+            segs.next(),
+            segs.next(),
+            segs.next(),
+        ) else {
             return false;
         };
-        let Some((target, task)) = rest.split_once('/') else {
-            return false;
-        };
-        // A plain safe segment is its own task id; an encoded one must decode.
-        is_safe_segment(target)
-            && if task.starts_with(ENCODED_PREFIX) {
-                decode_task_id(task).is_ok()
-            } else {
-                is_safe_segment(task)
-            }
+        answering == agent
+            && is_safe_segment(requester)
+            && is_safe_segment(instance)
+            && is_safe_segment(answering)
+            && decode_task_id(task).is_ok()
+    }
+
+    /// The filter of every request to every agent of the namespace.
+    pub fn every_request_filter(&self) -> String {
+        format!("{}/agent/request/+/+", self.base)
+    }
+
+    /// The filter of every cancellation to every agent of the namespace.
+    pub fn every_cancel_filter(&self) -> String {
+        format!("{}/agent/cancel/+/+", self.base)
+    }
+
+    /// The topic on which the registry of `owner` (a gateway's or an agent's name) publishes
+    /// its load marker: `<ns>/a2a/v1/discovery/presence/_registry/<owner>`.
+    pub fn registry_marker(&self, owner: &str) -> Result<String, TopicError> {
+        let owner = checked(SegmentKind::Instance, owner)?;
+        Ok(format!(
+            "{}/discovery/presence/{REGISTRY_MARKER_AGENT}/{owner}",
+            self.base
+        ))
     }
 
     /// The topic that cancels task `task_id` at every instance of `agent`.
@@ -581,7 +739,14 @@ impl Topics {
     /// Recognises any topic of the scheme, in any namespace; `None` for anything else,
     /// including topics with an unsafe segment or a task segment that does not decode.
     pub fn parse(topic: &str) -> Option<TopicKind<'_>> {
-        let segs: Vec<&str> = topic.split('/').collect();
+        // The longest topic of the scheme has 9 segments: one more means none of them.
+        let mut buf = [""; 10];
+        let mut len = 0;
+        for seg in topic.split('/') {
+            *buf.get_mut(len)? = seg;
+            len += 1;
+        }
+        let segs = &buf[..len];
         let (&namespace, rest) = segs.split_first()?;
         if rest.len() < 4 || rest[0] != "a2a" || rest[1] != "v1" {
             return None;
@@ -600,14 +765,18 @@ impl Topics {
                 agent,
                 task: task_segment(t)?,
             },
-            ["gateway", "response", gateway, t] => TopicKind::GatewayResponse {
+            ["gateway", "response", gateway, instance, agent, t] => TopicKind::GatewayResponse {
                 namespace,
                 gateway,
+                instance,
+                agent,
                 task: task_segment(t)?,
             },
-            ["agent", "response", caller, t] => TopicKind::AgentResponse {
+            ["agent", "response", caller, instance, agent, t] => TopicKind::AgentResponse {
                 namespace,
                 caller,
+                instance,
+                agent,
                 task: task_segment(t)?,
             },
             ["agent", "cancel", agent, t] => TopicKind::AgentCancel {
@@ -688,20 +857,28 @@ mod tests {
             "$share/mesh_4_prod_echo/prod/a2a/v1/agent/request/echo/+"
         );
         assert_eq!(
-            t.gateway_response("gw-1", "t1").unwrap(),
-            "prod/a2a/v1/gateway/response/gw-1/t1"
+            t.gateway_response("web", "gw-1", "echo", "t1").unwrap(),
+            "prod/a2a/v1/gateway/response/web/gw-1/echo/t1"
         );
         assert_eq!(
-            t.gateway_response_filter("gw-1").unwrap(),
-            "prod/a2a/v1/gateway/response/gw-1/+"
+            t.gateway_response_filter("web", "gw-1").unwrap(),
+            "prod/a2a/v1/gateway/response/web/gw-1/+/+"
         );
         assert_eq!(
-            t.agent_response("planner", "t1").unwrap(),
-            "prod/a2a/v1/agent/response/planner/t1"
+            t.agent_response("planner", "i-1", "writer", "t1").unwrap(),
+            "prod/a2a/v1/agent/response/planner/i-1/writer/t1"
         );
         assert_eq!(
-            t.agent_response_filter("planner").unwrap(),
-            "prod/a2a/v1/agent/response/planner/+"
+            t.agent_response_filter("planner", "i-1").unwrap(),
+            "prod/a2a/v1/agent/response/planner/i-1/+/+"
+        );
+        assert_eq!(
+            t.responses_to(RequesterKind::Gateway, "web").unwrap(),
+            "prod/a2a/v1/gateway/response/web/#"
+        );
+        assert_eq!(
+            t.responses_from(RequesterKind::Agent, "writer").unwrap(),
+            "prod/a2a/v1/agent/response/+/+/writer/+"
         );
         assert_eq!(
             t.agent_cancel("echo", "t1").unwrap(),
@@ -734,8 +911,10 @@ mod tests {
         let hostile_task = "task.abc/1#x";
         let cases = [
             t.agent_request("echo", hostile_task).unwrap(),
-            t.gateway_response("gw", hostile_task).unwrap(),
-            t.agent_response("planner", hostile_task).unwrap(),
+            t.gateway_response("gw", "g1", "echo", hostile_task)
+                .unwrap(),
+            t.agent_response("planner", "p1", "writer", hostile_task)
+                .unwrap(),
             t.agent_cancel("echo", hostile_task).unwrap(),
         ];
         let kinds: Vec<_> = cases.iter().map(|c| Topics::parse(c).unwrap()).collect();
@@ -749,12 +928,19 @@ mod tests {
         ));
         assert!(matches!(
             kinds[1],
-            TopicKind::GatewayResponse { gateway: "gw", .. }
+            TopicKind::GatewayResponse {
+                gateway: "gw",
+                instance: "g1",
+                agent: "echo",
+                ..
+            }
         ));
         assert!(matches!(
             kinds[2],
             TopicKind::AgentResponse {
                 caller: "planner",
+                instance: "p1",
+                agent: "writer",
                 ..
             }
         ));
@@ -803,6 +989,10 @@ mod tests {
             "$SYS/a2a/v1/agent/request/echo/t1",
             "prod/a2a/v1/agent/push/echo/t1",
             "prod/a2a/v1/gateway/request/gw/t1",
+            "prod/a2a/v1/gateway/response/gw/t1",
+            "prod/a2a/v1/gateway/response/gw/g1/echo",
+            "prod/a2a/v1/gateway/response/gw/g1/echo/t1/extra",
+            "prod/a2a/v1/agent/response/gw/g1/+/t1",
             "prod/a2a/v1/discovery/agentcards/echo/extra",
             "prod/a2a/v1/discovery/presence/echo",
             // Not canonical: `t1` is safe, so it is never encoded.
@@ -815,31 +1005,38 @@ mod tests {
     }
 
     #[test]
-    fn only_response_topics_of_the_namespace_take_replies() {
+    fn only_response_topics_of_the_namespace_in_the_agents_name_take_replies() {
         let t = topics();
         for good in [
-            t.gateway_response("gw", "task-1").unwrap(),
-            t.agent_response("orchestrator", "a/b#c").unwrap(),
+            t.gateway_response("gw", "g1", "echo", "task-1").unwrap(),
+            t.agent_response("orchestrator", "o1", "echo", "a/b#c")
+                .unwrap(),
         ] {
-            assert!(t.is_response_topic(&good), "{good}");
+            assert!(t.is_response_topic_of(&good, "echo"), "{good}");
+            assert!(!t.is_response_topic_of(&good, "writer"), "{good}");
         }
         let other = Topics::new("other").unwrap();
         for bad in [
-            other.gateway_response("gw", "t").unwrap(),
+            other.gateway_response("gw", "g1", "echo", "t").unwrap(),
             t.agent_request("echo", "t").unwrap(),
             t.agent_card("echo").unwrap(),
             t.presence("echo", "i").unwrap(),
             t.agent_cancel("echo", "t").unwrap(),
             "$SYS/broker/pwned".to_owned(),
-            format!("{}/a2a/v1/gateway/response/gw", t.namespace()),
-            format!("{}/a2a/v1/gateway/response/gw/t/extra", t.namespace()),
-            format!("{}/a2a/v1/gateway/response//t", t.namespace()),
-            format!("{}/a2a/v1/gateway/response/g+/t", t.namespace()),
-            format!("{}/a2a/v1/gateway/response/gw/~!!", t.namespace()),
-            format!("{}x/a2a/v1/gateway/response/gw/t", t.namespace()),
+            format!("{}/a2a/v1/gateway/response/gw/t", t.namespace()),
+            format!("{}/a2a/v1/gateway/response/gw/g1/echo", t.namespace()),
+            format!(
+                "{}/a2a/v1/gateway/response/gw/g1/echo/t/extra",
+                t.namespace()
+            ),
+            format!("{}/a2a/v1/gateway/response//g1/echo/t", t.namespace()),
+            format!("{}/a2a/v1/gateway/response/g+/g1/echo/t", t.namespace()),
+            format!("{}/a2a/v1/gateway/response/gw/#/echo/t", t.namespace()),
+            format!("{}/a2a/v1/gateway/response/gw/g1/echo/~!!", t.namespace()),
+            format!("{}x/a2a/v1/gateway/response/gw/g1/echo/t", t.namespace()),
             String::new(),
         ] {
-            assert!(!t.is_response_topic(&bad), "{bad}");
+            assert!(!t.is_response_topic_of(&bad, "echo"), "{bad}");
         }
     }
 
@@ -869,8 +1066,18 @@ mod tests {
             assert_eq!(err.problem, *problem);
             assert_eq!(err.value, *seg);
             assert_eq!(
-                t.gateway_response(seg, "t").unwrap_err().kind,
+                t.gateway_response(seg, "g1", "echo", "t").unwrap_err().kind,
                 SegmentKind::Gateway
+            );
+            assert_eq!(
+                t.gateway_response("gw", seg, "echo", "t").unwrap_err().kind,
+                SegmentKind::Instance
+            );
+            assert_eq!(
+                t.agent_response("planner", "p1", seg, "t")
+                    .unwrap_err()
+                    .kind,
+                SegmentKind::Agent
             );
             assert_eq!(
                 t.presence("a", seg).unwrap_err().kind,
@@ -977,16 +1184,18 @@ mod tests {
         fn the_response_topic_check_agrees_with_the_parser(
             kind in prop_oneof![Just("gateway/response"), Just("agent/response"), Just("agent/request"), Just("gateway/x")],
             ns in prop_oneof![Just("ns"), Just("other"), Just("n+s")],
-            target in "[a-z+#$~/. ]{0,6}",
+            requester in "[a-z+#$~/. ]{0,6}",
+            instance in prop_oneof![Just("i1"), Just(""), Just("i/2"), Just("#")],
+            agent in prop_oneof![Just("echo"), Just("writer"), Just("ec+ho")],
             task in "[A-Za-z0-9_~/.+-]{0,12}",
         ) {
             let t = Topics::new("ns").unwrap();
-            let topic = format!("{ns}/a2a/v1/{kind}/{target}/{task}");
+            let topic = format!("{ns}/a2a/v1/{kind}/{requester}/{instance}/{agent}/{task}");
             let parsed = matches!(
                 t.parse_own(&topic),
-                Some(TopicKind::GatewayResponse { .. } | TopicKind::AgentResponse { .. })
+                Some(TopicKind::GatewayResponse { agent: "echo", .. } | TopicKind::AgentResponse { agent: "echo", .. })
             );
-            prop_assert_eq!(t.is_response_topic(&topic), parsed, "{}", topic);
+            prop_assert_eq!(t.is_response_topic_of(&topic, "echo"), parsed, "{}", topic);
         }
 
         #[test]

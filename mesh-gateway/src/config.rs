@@ -15,6 +15,9 @@ use crate::store::StoreLimits;
 /// which may need more: such a request is refused when it is published, with -32600).
 pub const ENVELOPE_ROOM: usize = 16 * 1024;
 
+/// The gateway deployment name when none is configured.
+pub const DEFAULT_GATEWAY_NAME: &str = "gateway";
+
 /// The file in the data directory that keeps the gateway's id across restarts.
 pub const GATEWAY_ID_FILE: &str = "gateway-id";
 
@@ -28,8 +31,12 @@ pub struct GatewayConfig {
     pub public_url: Option<String>,
     /// The namespace (first topic segment) of the mesh.
     pub namespace: String,
-    /// The gateway's id on the bus: it names the response topics it subscribes to. Two gateways
-    /// on one broker need two ids. `None`: the id kept in the data directory
+    /// The gateway deployment's name on the bus (`--gateway-name`): the broker account its
+    /// replicas share, first in its response topics (`…/gateway/response/<name>/<id>/…`), so
+    /// that a broker ACL can let that account alone read them.
+    pub name: String,
+    /// This gateway instance's id on the bus: it names the response topics it subscribes to,
+    /// after [`GatewayConfig::name`]. Two instances of one deployment need two ids. `None`: the id kept in the data directory
     /// ([`GATEWAY_ID_FILE`]), so that a gateway restarted on the same directory keeps its
     /// identity, or a new random one (written there when there is a data directory).
     pub gateway_id: Option<String>,
@@ -117,6 +124,7 @@ impl Default for GatewayConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             public_url: None,
             namespace: "mesh".into(),
+            name: DEFAULT_GATEWAY_NAME.to_owned(),
             gateway_id: None,
             default_agent: None,
             body_limit: 4 * 1024 * 1024,

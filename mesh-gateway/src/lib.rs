@@ -42,7 +42,7 @@ pub mod store;
 pub mod task_events;
 
 pub use auth::ApiKey;
-pub use config::{GATEWAY_ID_FILE, GatewayConfig};
+pub use config::{DEFAULT_GATEWAY_NAME, GATEWAY_ID_FILE, GatewayConfig};
 pub use server::{Gateway, GatewayError, RunningGateway};
 pub use store::{
     MemoryStore, PendingDelivery, SqliteStore, StoreError, StoreLimits, StoredEvent, TaskPage,

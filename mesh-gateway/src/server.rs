@@ -149,11 +149,12 @@ impl Gateway {
         } else {
             None
         };
-        let registry = Registry::start(&bus, &topics).await?;
+        let registry = Registry::start(&bus, &topics, &config.name).await?;
         let requester = Requester::start(
             bus.clone(),
             topics,
             RequesterKind::Gateway,
+            &config.name,
             config
                 .gateway_id
                 .get_or_insert_with(|| format!("gw-{}", uuid::Uuid::new_v4().simple())),

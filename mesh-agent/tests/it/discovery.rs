@@ -25,7 +25,9 @@ async fn a_newcomer_sees_every_live_agent_at_once_from_retained_messages(broker:
     // without waiting for a heartbeat.
     let started = Instant::now();
     let bus = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
-    let newcomer = Registry::start(&bus, &mesh.topics).await.unwrap();
+    let newcomer = Registry::start(&bus, &mesh.topics, "gateway")
+        .await
+        .unwrap();
     assert!(newcomer.wait_loaded(WAIT).await);
     let took = started.elapsed();
     let names: Vec<String> = newcomer
@@ -86,7 +88,9 @@ async fn a_newcomer_has_every_card_once_it_says_loaded(broker: TestBroker) {
     .expect("the test's registry sees every card");
 
     let bus = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
-    let newcomer = Registry::start(&bus, &mesh.topics).await.unwrap();
+    let newcomer = Registry::start(&bus, &mesh.topics, "gateway")
+        .await
+        .unwrap();
     assert!(newcomer.wait_loaded(WAIT).await);
     let agents = newcomer.agents();
     let with_card = agents.iter().filter(|a| a.card.is_some()).count();
@@ -330,6 +334,7 @@ async fn on_a_broker_that_drops_shared_subscriptions_the_probe_fails_loudly() {
         topics,
         mesh_core::requester::RequesterKind::Gateway,
         "gw",
+        "i1",
     )
     .await
     .unwrap();
@@ -351,7 +356,9 @@ async fn a_crashed_instances_retained_will_is_cleared_by_the_next_registry(broke
 
     // A registry that starts now receives the retained will and clears it.
     let bus = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
-    let newcomer = Registry::start(&bus, &mesh.topics).await.unwrap();
+    let newcomer = Registry::start(&bus, &mesh.topics, "gateway")
+        .await
+        .unwrap();
     assert!(newcomer.wait_loaded(WAIT).await);
     assert!(!newcomer.is_online("echo"));
 

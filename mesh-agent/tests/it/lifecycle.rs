@@ -167,7 +167,10 @@ async fn a_message_for_an_unknown_task_is_task_not_found(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     let echo = mesh.run(mesh_examples::echo::agent()).await;
     // No snapshot, no assigned id, a taskId the agent cannot know: -32001.
-    let reply_topic = mesh.topics.gateway_response("probe", "t").unwrap();
+    let reply_topic = mesh
+        .topics
+        .gateway_response("probe", "i1", "echo", "t")
+        .unwrap();
     let request = Request {
         id: Some(JsonRpcId::String("r1".into())),
         method: Method::SendMessage,
@@ -219,7 +222,10 @@ async fn a_method_agents_do_not_serve_is_answered_on_its_reply_topic(broker: Tes
     let echo = mesh.run(mesh_examples::echo::agent()).await;
     // tasks/get on an agent's request topic (the gateway answers it, not agents): the
     // agent says so on the reply topic of the request's envelope.
-    let reply_topic = mesh.topics.gateway_response("probe", "g").unwrap();
+    let reply_topic = mesh
+        .topics
+        .gateway_response("probe", "i1", "echo", "g")
+        .unwrap();
     let mut replies = mesh
         .bus
         .subscribe(&reply_topic, QoS::AtLeastOnce)
@@ -464,7 +470,10 @@ async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice(broker
     let runs = Arc::new(AtomicUsize::new(0));
     let running = mesh.run(counting_agent("counter", runs.clone())).await;
 
-    let reply_topic = mesh.topics.gateway_response("dup", "t").unwrap();
+    let reply_topic = mesh
+        .topics
+        .gateway_response("dup", "i1", "counter", "t")
+        .unwrap();
     let mut answers = mesh
         .bus
         .subscribe(&reply_topic, QoS::AtLeastOnce)
@@ -684,10 +693,16 @@ async fn agents_answer_only_on_response_topics_and_refuse_out_of_range_envelopes
     let runs = Arc::new(AtomicUsize::new(0));
     let counter = mesh.run(counting_agent("counter", runs.clone())).await;
     let other_ns = Topics::new(mesh_testkit::fresh_namespace()).unwrap();
-    // Where a hostile replyTo points: another namespace's gateway, a discovery topic, another
-    // agent's request topic, the broker's own $SYS tree.
+    // Where a hostile replyTo points: another namespace's gateway, a response topic in another
+    // agent's name (an ACL lets no account publish there but that agent), a discovery topic,
+    // another agent's request topic, the broker's own $SYS tree.
     let hostile = [
-        other_ns.gateway_response("gw", "t").unwrap(),
+        other_ns
+            .gateway_response("gw", "i1", "counter", "t")
+            .unwrap(),
+        mesh.topics
+            .gateway_response("gw", "i1", "victim", "t")
+            .unwrap(),
         mesh.topics.presence("ghost", "i").unwrap(),
         mesh.topics.agent_request("victim", "t").unwrap(),
         "$SYS/broker/pwned".to_owned(),
@@ -702,7 +717,10 @@ async fn agents_answer_only_on_response_topics_and_refuse_out_of_range_envelopes
         publish_raw(&mesh, "counter", &raw_send(&id, meta)).await;
     }
     // Out of range: each refused with -32602 on a good reply topic, no handler run.
-    let reply_topic = mesh.topics.gateway_response("probe", "r").unwrap();
+    let reply_topic = mesh
+        .topics
+        .gateway_response("probe", "i1", "counter", "r")
+        .unwrap();
     let mut replies = mesh
         .bus
         .subscribe(&reply_topic, QoS::AtLeastOnce)
@@ -842,7 +860,7 @@ async fn forged_events_are_dropped_and_never_hide_the_agents_own(broker: TestBro
     let mut spy = mesh
         .bus
         .subscribe(
-            &mesh.topics.gateway_response_filter("gw").unwrap(),
+            &mesh.topics.gateway_response_filter("gw", "i1").unwrap(),
             QoS::AtLeastOnce,
         )
         .await

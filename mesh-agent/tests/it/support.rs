@@ -35,11 +35,17 @@ impl Mesh {
         let namespace = fresh_namespace();
         let topics = Topics::new(namespace.clone()).unwrap();
         let bus = Bus::connect(self::bus_config(&broker)).await.unwrap();
-        let registry = Registry::start(&bus, &topics).await.unwrap();
+        let registry = Registry::start(&bus, &topics, "gw").await.unwrap();
         assert!(registry.wait_loaded(WAIT).await);
-        let requester = Requester::start(bus.clone(), topics.clone(), RequesterKind::Gateway, "gw")
-            .await
-            .unwrap();
+        let requester = Requester::start(
+            bus.clone(),
+            topics.clone(),
+            RequesterKind::Gateway,
+            "gw",
+            "i1",
+        )
+        .await
+        .unwrap();
         requester.watch_registry(&registry);
         Mesh {
             broker,

@@ -100,12 +100,12 @@ async fn a_responder_that_answers_each_request_keeps_flowing(broker: TestBroker)
         )
         .await
         .unwrap();
-    let reply_filter = topics.gateway_response_filter("gw").unwrap();
+    let reply_filter = topics.gateway_response_filter("gw", "i1").unwrap();
     let mut replies = requester
         .subscribe(&reply_filter, requester.inbox_qos())
         .await
         .unwrap();
-    let reply_topic = topics.gateway_response("gw", "t1").unwrap();
+    let reply_topic = topics.gateway_response("gw", "i1", "echo", "t1").unwrap();
     let answering = {
         let responder = responder.clone();
         tokio::spawn(async move {

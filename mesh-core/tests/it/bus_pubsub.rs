@@ -20,7 +20,7 @@ async fn publish_and_subscribe_in_order_with_overlapping_subscriptions(broker: T
 
     let mut events = gateway
         .subscribe(
-            &topics.gateway_response_filter("gw1").unwrap(),
+            &topics.gateway_response_filter("gw1", "i1").unwrap(),
             QoS::AtLeastOnce,
         )
         .await
@@ -32,7 +32,9 @@ async fn publish_and_subscribe_in_order_with_overlapping_subscriptions(broker: T
         .await
         .unwrap();
 
-    let topic = topics.gateway_response("gw1", "task.abc/1#x").unwrap();
+    let topic = topics
+        .gateway_response("gw1", "i1", "echo", "task.abc/1#x")
+        .unwrap();
     for i in 0..20u32 {
         agent
             .send(&topic, i.to_string().into_bytes())
@@ -56,7 +58,7 @@ async fn publish_and_subscribe_in_order_with_overlapping_subscriptions(broker: T
         );
     }
     // A message for another gateway reaches only the wildcard subscription.
-    let other = topics.gateway_response("gw2", "t").unwrap();
+    let other = topics.gateway_response("gw2", "i1", "echo", "t").unwrap();
     agent.send(&other, "x").await.unwrap();
     assert_eq!(next_distinct(&mut all, &mut last_all).await.topic, other);
     while let Some(m) = events.try_recv() {
@@ -77,7 +79,9 @@ async fn qos1_round_trip_latency(broker: TestBroker) {
     let a = connect(&broker.url()).await;
     let b = connect(&broker.url()).await;
     let ping = topics.agent_request("echo", "ping").unwrap();
-    let pong = topics.agent_response("caller", "pong").unwrap();
+    let pong = topics
+        .agent_response("caller", "i1", "echo", "pong")
+        .unwrap();
     let mut at_b = b.subscribe(&ping, QoS::AtLeastOnce).await.unwrap();
     let mut at_a = a.subscribe(&pong, QoS::AtLeastOnce).await.unwrap();
     let echo = tokio::spawn(async move {
@@ -536,7 +540,7 @@ async fn a_request_the_bus_gives_up_ends_its_stream(broker: TestBroker) {
     let mut persistent = config(&broker.url()).with_client_id(format!("gw-{}", fresh_namespace()));
     persistent.clean_session = false;
     let bus = within("connect", Bus::connect(persistent)).await.unwrap();
-    let requester = Requester::start(bus.clone(), topics, RequesterKind::Gateway, "gw")
+    let requester = Requester::start(bus.clone(), topics, RequesterKind::Gateway, "gw", "i1")
         .await
         .unwrap();
     let message = Message::new(Role::User, vec![Part::text("x".repeat(128 * 1024))]);

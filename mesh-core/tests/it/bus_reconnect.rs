@@ -32,7 +32,7 @@ async fn every_subscription_works_again_after_the_broker_restarts(mut broker: Te
         .unwrap();
     let mut responses = gateway
         .subscribe(
-            &topics.gateway_response_filter("gw").unwrap(),
+            &topics.gateway_response_filter("gw", "i1").unwrap(),
             QoS::AtLeastOnce,
         )
         .await
@@ -40,7 +40,7 @@ async fn every_subscription_works_again_after_the_broker_restarts(mut broker: Te
 
     let request = topics.agent_request("echo", "t1").unwrap();
     let cancel = topics.agent_cancel("echo", "t1").unwrap();
-    let response = topics.gateway_response("gw", "t1").unwrap();
+    let response = topics.gateway_response("gw", "i1", "echo", "t1").unwrap();
     gateway.send(&request, "before").await.unwrap();
     assert_eq!(
         next(&mut requests).await.payload,
@@ -117,7 +117,7 @@ async fn messages_published_while_the_broker_is_down_are_sent_after_the_reconnec
 ) {
     let topics = Topics::new(fresh_namespace()).unwrap();
     let publisher = connect(&broker.url()).await;
-    let topic = topics.gateway_response("gw", "t1").unwrap();
+    let topic = topics.gateway_response("gw", "i1", "echo", "t1").unwrap();
 
     broker.stop().await;
     wait_state(&publisher, "publisher disconnected", |s| {

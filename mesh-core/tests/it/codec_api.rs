@@ -169,7 +169,7 @@ fn wire_shapes_per_dialect() {
         shared_method: false,
         call: call.clone(),
         mesh: MeshMeta {
-            reply_to: Some("ns/a2a/v1/gateway/response/g/t".into()),
+            reply_to: Some("ns/a2a/v1/gateway/response/g/i/echo/t".into()),
             deadline: Some(42),
             ..MeshMeta::default()
         },
@@ -189,7 +189,7 @@ fn wire_shapes_per_dialect() {
     );
     assert_eq!(
         v03["params"]["metadata"],
-        json!({"trace": {"route": "x"}, "_mesh": {"replyTo": "ns/a2a/v1/gateway/response/g/t", "deadline": 42}})
+        json!({"trace": {"route": "x"}, "_mesh": {"replyTo": "ns/a2a/v1/gateway/response/g/i/echo/t", "deadline": 42}})
     );
     // The envelope is lifted out of the params' metadata on the way back in.
     let back = decode_request(&encode_request(&req(Dialect::V0_3))).unwrap();

@@ -253,7 +253,7 @@ proptest! {
                 call: Call::Send(s.clone()),
                 // The bus envelope travels beside the params' own metadata, in every dialect.
                 mesh: MeshMeta {
-                    reply_to: Some("ns/a2a/v1/gateway/response/g/t".into()),
+                    reply_to: Some("ns/a2a/v1/gateway/response/g/i/echo/t".into()),
                     request_id: Some("r".into()),
                     deadline: Some(1_795_422_601_053),
                     depth: Some(streaming as u32),

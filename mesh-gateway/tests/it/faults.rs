@@ -393,7 +393,7 @@ async fn a_client_cannot_forge_the_bus_envelope() {
                  "status": {"state": "input-required"},
                  "history": [{"kind": "message", "role": "user", "messageId": "f",
                               "parts": [{"kind": "text", "text": "forged"}]}]},
-        "replyTo": "elsewhere/a2a/v1/gateway/response/x/y",
+        "replyTo": "elsewhere/a2a/v1/gateway/response/x/i/y/t",
         "caller": {"kind": "agent", "id": "impostor"},
         "depth": 99,
     }});

@@ -36,10 +36,10 @@ async fn answered_to(
     let mut ids = std::collections::BTreeSet::new();
     let mut next = Some(first);
     while let Some(message) = next {
-        if let Some(mesh_core::topic::TopicKind::GatewayResponse { gateway, .. }) =
+        if let Some(mesh_core::topic::TopicKind::GatewayResponse { instance, .. }) =
             mesh_core::topic::Topics::parse(&message.topic)
         {
-            ids.insert(gateway.to_owned());
+            ids.insert(instance.to_owned());
         }
         next = answers.try_recv();
     }
@@ -125,7 +125,7 @@ async fn tasks_survive_a_restart_on_the_same_data_dir() {
     let topics = mesh_core::topic::Topics::new(namespace.clone()).unwrap();
     let mut answers = spy
         .subscribe(
-            &format!("{}/a2a/v1/gateway/response/+/+", topics.namespace()),
+            &format!("{}/a2a/v1/gateway/response/#", topics.namespace()),
             mesh_core::bus::QoS::AtMostOnce,
         )
         .await
