@@ -3,5 +3,6 @@
 //! One test binary for the crate (each module was a binary of its own): the heavy
 //! dependencies are linked once. Run one module with `cargo test -p mesh-broker --test it <module>::`.
 
+mod access;
 mod broker;
 mod support;
