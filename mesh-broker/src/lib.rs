@@ -58,7 +58,7 @@ mod reserved;
 mod retain;
 mod shared;
 
-pub use access::{Access, Acl, HASH_ITERATIONS, Passwords, hash_password};
+pub use access::{Access, Acl, HASH_ITERATIONS, Passwords, hash_password, random_password};
 pub use broker::Broker;
 pub use config::BrokerConfig;
 pub use error::BrokerError;

@@ -6,6 +6,7 @@
 
 mod client;
 mod exit;
+mod secure;
 mod serve;
 mod settings;
 mod tail;
@@ -31,6 +32,11 @@ enum Command {
     Up {
         #[command(flatten)]
         serve: Serve,
+        /// Run the secure profile in DIR (generated there for the example agents and a
+        /// gateway when DIR has none): the embedded broker authenticates every account and
+        /// enforces its ACL, and each agent and the gateway connect with their own account.
+        #[arg(long, env = "MESH_SECURE", value_name = "DIR")]
+        secure: Option<PathBuf>,
     },
     /// The embedded MQTT broker alone.
     Broker {
@@ -77,6 +83,24 @@ enum Command {
         #[arg(long)]
         agent: Option<String>,
     },
+    /// Generate a secure profile in DIR: an account and password per agent and gateway, the
+    /// broker's password file and ACL (for the embedded broker and for Mosquitto), and a
+    /// `--config` file per account.
+    Secure {
+        /// Where to write it.
+        dir: PathBuf,
+        /// An agent, and the agents it may call: `NAME` or `NAME=PEER,PEER` (repeatable)
+        /// [default: the example agents].
+        #[arg(long = "agent", value_name = "NAME[=PEERS]")]
+        agents: Vec<String>,
+        /// A gateway deployment (one account for all its instances; repeatable)
+        /// [default: the --gateway-name, `gateway`].
+        #[arg(long = "gateway", value_name = "NAME")]
+        gateways: Vec<String>,
+        /// Replace a profile already in DIR (every password changes).
+        #[arg(long)]
+        force: bool,
+    },
     /// Watch the namespace's bus traffic, one line per message.
     Tail {
         /// Only traffic to or from this agent.
@@ -103,7 +127,7 @@ fn main() {
     mesh_core::tls::install_crypto_provider();
     let cli = Cli::parse();
     let serve = match &cli.command {
-        Command::Up { serve } | Command::Broker { serve } | Command::Gateway { serve } => {
+        Command::Up { serve, .. } | Command::Broker { serve } | Command::Gateway { serve } => {
             serve.clone()
         }
         _ => Serve::default(),
@@ -140,7 +164,7 @@ fn main() {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Up { .. } => serve::up(&settings).await,
+            Command::Up { secure, .. } => serve::up(&settings, secure.as_deref()).await,
             Command::Broker { .. } => serve::broker(&settings).await,
             Command::Gateway { .. } => serve::gateway(&settings).await,
             Command::Agent { name } => serve::agent(&settings, &name).await,
@@ -155,11 +179,67 @@ fn main() {
             } => client::send(&settings, &agent, &text, stream, task, &file).await,
             Command::Health { agent } => client::health(&settings, agent.as_deref()).await,
             Command::Tail { agent, task, json } => tail::tail(&settings, agent, task, json).await,
+            Command::Secure {
+                dir,
+                agents,
+                gateways,
+                force,
+            } => secure_command(&settings, &dir, &agents, gateways, force),
         }
     });
     if let Err(failure) = result {
         failure.exit();
     }
+}
+
+/// `mesh secure`: writes the profile and says how to use it.
+fn secure_command(
+    settings: &Settings,
+    dir: &std::path::Path,
+    agents: &[String],
+    mut gateways: Vec<String>,
+    force: bool,
+) -> exit::Outcome {
+    let agents = if agents.is_empty() {
+        secure::example_agents()
+    } else {
+        agents
+            .iter()
+            .map(|a| secure::AgentSpec::parse(a))
+            .collect::<Result<_, _>>()
+            .map_err(Failure::Usage)?
+    };
+    if gateways.is_empty() {
+        gateways.push(settings.gateway_name.clone());
+    }
+    let spec = secure::ProfileSpec {
+        namespace: settings.namespace.clone(),
+        broker_url: settings.broker_url_or_default(),
+        agents,
+        gateways,
+    };
+    let profile = secure::generate(&spec, dir, force)?;
+    println!("secure profile written to {}", dir.display());
+    println!(
+        "  broker:   mesh broker --config {}   (or mosquitto -c {})",
+        dir.join("broker.toml").display(),
+        dir.join("broker").join("mosquitto.conf").display()
+    );
+    for gateway in &spec.gateways {
+        println!(
+            "  gateway:  mesh gateway --config {}",
+            profile.account_config(gateway).display()
+        );
+    }
+    for agent in &spec.agents {
+        println!(
+            "  agent:    mesh agent {} --config {}",
+            agent.name,
+            profile.account_config(&agent.name).display()
+        );
+    }
+    println!("The account files hold passwords: they are readable by their owner only.");
+    Ok(())
 }
 
 /// Logs through tracing: RUST_LOG sets the filter (servers log `info`, clients `warn`).

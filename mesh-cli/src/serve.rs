@@ -3,17 +3,27 @@
 //! and then shuts down cleanly: agents announce themselves offline before they leave.
 
 use crate::exit::{Failure, Outcome};
+use crate::secure::{self, Profile, ProfileSpec, example_agents};
 use crate::settings::Settings;
 use mesh_agent::{AgentConfig, AgentError, RunningAgent};
-use mesh_broker::{Broker, BrokerConfig, BrokerError};
+use mesh_broker::{Access, Broker, BrokerConfig, BrokerError};
 use mesh_core::bus::{Bus, BusConfig, BusError};
 use mesh_gateway::{Gateway, GatewayConfig, GatewayError, RunningGateway};
+use std::path::Path;
 use std::time::Instant;
 
 /// `mesh up`: the embedded broker (unless --broker-url names one), the example agents and the
-/// gateway, with `echo` as the default agent.
-pub async fn up(settings: &Settings) -> Outcome {
+/// gateway, with `echo` as the default agent. With `secure`, the secure profile in that
+/// directory (generated first when it has none): the broker authenticates and enforces the
+/// ACL, and each part connects with its own account.
+pub async fn up(settings: &Settings, secure: Option<&Path>) -> Outcome {
     let started = Instant::now();
+    let mut settings = settings.clone();
+    let profile = match secure {
+        Some(dir) => Some(secure_profile(&mut settings, dir)?),
+        None => None,
+    };
+    let settings = &settings;
     let broker = match &settings.broker_url {
         Some(_) => None,
         None => Some(start_broker(settings).await?),
@@ -22,9 +32,21 @@ pub async fn up(settings: &Settings) -> Outcome {
         Some(broker) => format!("mqtt://{}", broker.local_addr()),
         None => settings.broker_url_or_default(),
     };
-    let starts = mesh_examples::NAMES
+    // Each part's URL: with a profile, its own account on the broker of `url`.
+    let url_of = |account: &str| -> Result<String, Failure> {
+        match &profile {
+            Some(profile) => account_on(&profile.account_url(account)?, &url),
+            None => Ok(url.clone()),
+        }
+    };
+    let mut urls = Vec::new();
+    for name in mesh_examples::NAMES {
+        urls.push((*name, url_of(name)?));
+    }
+    let gateway_url = url_of(&settings.gateway_name)?;
+    let starts = urls
         .iter()
-        .map(|name| start_agent(settings, &url, name));
+        .map(|(name, url)| start_agent(settings, url, name));
     let mut agents = Vec::new();
     let mut failure = None;
     for result in futures_util::future::join_all(starts).await {
@@ -39,7 +61,7 @@ pub async fn up(settings: &Settings) -> Outcome {
     }
     let mut settings = settings.clone();
     settings.default_agent.get_or_insert_with(|| "echo".into());
-    let gateway = match start_gateway(&settings, &url).await {
+    let gateway = match start_gateway(&settings, &gateway_url).await {
         Ok(gateway) => gateway,
         Err(e) => {
             stop_all(agents, None, broker).await;
@@ -48,9 +70,10 @@ pub async fn up(settings: &Settings) -> Outcome {
     };
     let ready = started.elapsed();
     let names: Vec<&str> = agents.iter().map(RunningAgent::name).collect();
-    let broker_line = match &broker {
-        Some(_) => format!("{url} (embedded)"),
-        None => url.clone(),
+    let broker_line = match (&broker, &profile) {
+        (Some(_), Some(_)) => format!("{url} (embedded; authenticated, with ACLs)"),
+        (Some(_), None) => format!("{url} (embedded)"),
+        (None, _) => url.clone(),
     };
     println!("mesh is up in {:.0} ms", ready.as_secs_f64() * 1000.0);
     println!("  gateway   {}", gateway.url());
@@ -115,8 +138,44 @@ pub async fn agent(settings: &Settings, name: &str) -> Outcome {
     Ok(())
 }
 
+/// Generates the secure profile in `dir` for the example agents and the gateway when there is
+/// none, and points the embedded broker's settings at its files.
+fn secure_profile(settings: &mut Settings, dir: &Path) -> Result<Profile, Failure> {
+    let profile = Profile::at(dir);
+    if !profile.exists() {
+        let spec = ProfileSpec {
+            namespace: settings.namespace.clone(),
+            broker_url: settings.broker_url_or_default(),
+            agents: example_agents(),
+            gateways: vec![settings.gateway_name.clone()],
+        };
+        secure::generate(&spec, dir, false)?;
+        eprintln!("mesh: wrote a secure profile to {}", dir.display());
+    }
+    settings.broker_access = Some((profile.password_file(), profile.acl_file()));
+    Ok(profile)
+}
+
+/// `account_url`'s user and password on the broker of `broker_url`.
+fn account_on(account_url: &str, broker_url: &str) -> Result<String, Failure> {
+    let credentials = account_url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.rsplit_once('@'))
+        .map(|(credentials, _)| credentials)
+        .ok_or_else(|| Failure::Usage("an account's broker_url has no user".into()))?;
+    let (scheme, host) = broker_url
+        .split_once("://")
+        .ok_or_else(|| Failure::Usage(format!("{broker_url}: not a URL")))?;
+    Ok(format!("{scheme}://{credentials}@{host}"))
+}
+
 async fn start_broker(settings: &Settings) -> Result<Broker, Failure> {
     let mut config = BrokerConfig::new(settings.broker_addr);
+    if let Some((passwords, acl)) = &settings.broker_access {
+        let access = Access::from_files(passwords, acl)
+            .map_err(|e| Failure::Usage(format!("{e} (--password-file, --acl-file)")))?;
+        config.access = Some(std::sync::Arc::new(access));
+    }
     // What the bus clients may publish (the setting is checked to fit MQTT's u32 range).
     config.max_packet_size = u32::try_from(settings.max_packet_size).unwrap_or(u32::MAX);
     Broker::start_with(config).await.map_err(|e| match e {

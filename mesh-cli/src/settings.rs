@@ -25,6 +25,8 @@
 //! | wait before the first webhook retry (doubled each time, at most 30 s) | `--webhook-backoff` | `MESH_WEBHOOK_BACKOFF` | `250ms` |
 //! | webhook deliveries that may wait (past it new ones are dropped) | `--webhook-queue` | `MESH_WEBHOOK_QUEUE` | 10000 |
 //! | largest MQTT packet a bus client sends or takes in, and the embedded broker accepts | `--max-packet-size` | `MESH_MAX_PACKET_SIZE` | `16MiB` |
+//! | the embedded broker's accounts (Mosquitto's `password_file` format) | `--password-file` | `MESH_BROKER_PASSWORD_FILE` | none: anonymous clients accepted |
+//! | the embedded broker's ACL (Mosquitto's `acl_file` format; with the password file) | `--acl-file` | `MESH_BROKER_ACL_FILE` | none |
 //! | most requests in one JSON-RPC batch | `--max-batch` | `MESH_MAX_BATCH` | 100 |
 //! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker`, `gateway` and `agent`, one per core otherwise |
 //!
@@ -168,6 +170,19 @@ pub struct Serve {
     /// 100].
     #[arg(long, env = "MESH_MAX_BATCH", value_name = "N")]
     pub max_batch: Option<usize>,
+    /// The embedded broker's accounts: a Mosquitto password file (`mesh secure` writes one).
+    /// With it (and --acl-file) anonymous clients and wrong passwords are refused [default:
+    /// none, every client accepted].
+    #[arg(
+        long = "password-file",
+        env = "MESH_BROKER_PASSWORD_FILE",
+        value_name = "FILE"
+    )]
+    pub broker_password_file: Option<PathBuf>,
+    /// The embedded broker's ACL: a Mosquitto ACL file, what each account may publish and
+    /// subscribe to (`mesh secure` writes one).
+    #[arg(long = "acl-file", env = "MESH_BROKER_ACL_FILE", value_name = "FILE")]
+    pub broker_acl_file: Option<PathBuf>,
 }
 
 /// How log lines look.
@@ -210,6 +225,8 @@ struct File {
     webhook_queue: Option<usize>,
     max_packet_size: Option<String>,
     max_batch: Option<usize>,
+    broker_password_file: Option<PathBuf>,
+    broker_acl_file: Option<PathBuf>,
 }
 
 /// Every setting, resolved.
@@ -246,6 +263,8 @@ pub struct Settings {
     /// The bus clients' and the embedded broker's packet limit.
     pub max_packet_size: usize,
     pub max_batch: usize,
+    /// The embedded broker's password and ACL files, when it authenticates.
+    pub broker_access: Option<(PathBuf, PathBuf)>,
 }
 
 /// The default data directory: `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh`.
@@ -420,7 +439,25 @@ impl Settings {
             .map(|o| o.trim().to_owned())
             .filter(|o| !o.is_empty())
             .collect();
+        let broker_access = match (
+            serve
+                .broker_password_file
+                .clone()
+                .or(file.broker_password_file),
+            serve.broker_acl_file.clone().or(file.broker_acl_file),
+        ) {
+            (Some(passwords), Some(acl)) => Some((passwords, acl)),
+            (None, None) => None,
+            _ => {
+                return Err(
+                    "give the broker's --password-file and --acl-file together (an account \
+                     without rights, or rights without accounts, is refused)"
+                        .into(),
+                );
+            }
+        };
         Ok(Settings {
+            broker_access,
             data_dir,
             store_max_bytes,
             store_max_task_bytes,

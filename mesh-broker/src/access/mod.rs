@@ -14,7 +14,7 @@ mod passwords;
 
 pub use acl::Acl;
 pub(crate) use hook::AccessHook;
-pub use passwords::{HASH_ITERATIONS, Passwords, hash_password};
+pub use passwords::{HASH_ITERATIONS, Passwords, hash_password, random_password};
 
 use crate::BrokerError;
 use std::path::Path;

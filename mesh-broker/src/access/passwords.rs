@@ -168,6 +168,16 @@ impl Passwords {
     }
 }
 
+/// A fresh password: 24 bytes of the system's random source, base64url (32 characters, safe
+/// in a URL's user info and in a config file).
+pub fn random_password() -> String {
+    let mut bytes = [0u8; 24];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .expect("the system's random source works");
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
 /// Hashes `password` in Mosquitto's `$7$` form with a fresh random salt: the part after
 /// `user:` of a password-file line, which Mosquitto (2.0 and later) and the embedded broker
 /// both read.
