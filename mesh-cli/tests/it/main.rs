@@ -5,3 +5,4 @@
 
 mod cli;
 mod restart;
+mod secure;
