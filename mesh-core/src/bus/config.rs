@@ -435,8 +435,8 @@ pub fn redact_url(url: &str) -> String {
     );
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let userinfo_end = match rest[..authority_end].rfind('@') {
+        _ if pathless => rest.rfind('@'),
         Some(at) => Some(at),
-        None if pathless => rest.rfind('@'),
         // `user:pa/ss@host`: the text before the first `/` is `user:` and no port number.
         None => rest[..authority_end]
             .split_once(':')
@@ -538,6 +538,7 @@ mod tests {
             ),
             ("mqtt://user:pa/ss@h:1", "mqtt://user:***@h:1"),
             ("mqtt://user:p?a#s@h", "mqtt://user:***@h"),
+            ("mqtt://user:s3@pa/ss@h:1", "mqtt://user:***@h:1"),
             ("ssl://u:x@h", "ssl://u:***@h"),
             ("ws://u:pw@h:8083/mqtt", "ws://u:***@h:8083/mqtt"),
             ("wss://u:p@w@h/mqtt", "wss://u:***@h/mqtt"),
