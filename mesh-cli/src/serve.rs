@@ -1,12 +1,14 @@
 //! The commands that serve: `mesh up` (everything in one process), `mesh broker`,
 //! `mesh gateway` and `mesh agent <name>` (each part alone). Each runs until Ctrl-C or SIGTERM
 //! and then shuts down cleanly: agents announce themselves offline before they leave.
+//!
+//! Every broker URL they print goes through [`redact_url`]: no password reaches the output.
 
 use crate::exit::{Failure, Outcome};
 use crate::settings::Settings;
 use mesh_agent::{AgentConfig, AgentError, RunningAgent};
 use mesh_broker::{Broker, BrokerConfig, BrokerError};
-use mesh_core::bus::{Bus, BusConfig, BusError};
+use mesh_core::bus::{Bus, BusConfig, BusError, redact_url};
 use mesh_gateway::{Gateway, GatewayConfig, GatewayError, RunningGateway};
 use std::time::Instant;
 
@@ -50,7 +52,7 @@ pub async fn up(settings: &Settings) -> Outcome {
     let names: Vec<&str> = agents.iter().map(RunningAgent::name).collect();
     let broker_line = match &broker {
         Some(_) => format!("{url} (embedded)"),
-        None => url.clone(),
+        None => redact_url(&url),
     };
     println!("mesh is up in {:.0} ms", ready.as_secs_f64() * 1000.0);
     println!("  gateway   {}", gateway.url());
@@ -93,8 +95,9 @@ pub async fn gateway(settings: &Settings) -> Outcome {
     let url = settings.broker_url_or_default();
     let gateway = start_gateway(settings, &url).await?;
     println!(
-        "gateway listening on {} (broker {url}; tasks {})",
+        "gateway listening on {} (broker {}; tasks {})",
         gateway.url(),
+        redact_url(&url),
         store_line(settings)
     );
     wait_for_stop().await;
@@ -107,8 +110,9 @@ pub async fn agent(settings: &Settings, name: &str) -> Outcome {
     let url = settings.broker_url_or_default();
     let agent = start_agent(settings, &url, name).await?;
     println!(
-        "agent {name} online (instance {}, broker {url})",
-        agent.instance_id()
+        "agent {name} online (instance {}, broker {})",
+        agent.instance_id(),
+        redact_url(&url)
     );
     wait_for_stop().await;
     agent.shutdown().await;
@@ -169,6 +173,7 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
             }
             GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
             GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
+            GatewayError::Tls(e) => Failure::Usage(format!("{e} (--tls-cert, --tls-key)")),
             other => Failure::Other(other.to_string()),
         })
 }
@@ -192,6 +197,7 @@ fn gateway_config(settings: &Settings) -> GatewayConfig {
         webhook_backoff: settings.webhook_backoff,
         webhook_queue: settings.webhook_queue,
         max_batch: settings.max_batch,
+        tls: settings.tls.clone(),
         ..GatewayConfig::default()
     }
 }
@@ -213,10 +219,11 @@ pub fn bus_config(settings: &Settings, url: &str) -> Result<BusConfig, Failure> 
     Ok(config)
 }
 
-/// A bus error, said as "the broker does not answer".
+/// A bus error, said as "the broker does not answer" (the URL redacted).
 pub fn unreachable_broker(url: &str, error: BusError) -> Failure {
     Failure::Unreachable(format!(
-        "the broker at {url} does not answer: {error} (start one with `mesh broker`, or set --broker-url)"
+        "the broker at {} does not answer: {error} (start one with `mesh broker`, or set --broker-url)",
+        redact_url(url)
     ))
 }
 
