@@ -848,6 +848,59 @@ mod tests {
     }
 
     #[test]
+    fn tls_files_come_in_pairs_and_debug_shows_no_secret() {
+        let serve = Serve {
+            memory_store: true,
+            tls_cert: Some("/etc/mesh/chain.pem".into()),
+            tls_key: Some("/etc/mesh/key.pem".into()),
+            api_keys: vec!["alice=s3cret-key".into()],
+            ..Serve::default()
+        };
+        let common = Common {
+            broker_url: Some("mqtts://gw:s3cret-pass@broker:8883".into()),
+            gateway_url: Some("https://u:s3cret-gw@gw".into()),
+            ..Common::default()
+        };
+        let settings = Settings::resolve(&common, &serve).unwrap();
+        let tls = settings.tls.clone().unwrap();
+        assert_eq!(tls.cert_file, Path::new("/etc/mesh/chain.pem"));
+        assert_eq!(tls.key_file, Path::new("/etc/mesh/key.pem"));
+        for shown in [
+            format!("{common:?}"),
+            format!("{serve:?}"),
+            format!("{settings:?}"),
+        ] {
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(shown.contains("***"), "{shown}");
+        }
+        assert!(format!("{settings:?}").contains("mqtts://gw:***@broker:8883"));
+
+        for (cert, key, named) in [
+            (Some("/c.pem"), None, "--tls-key"),
+            (None, Some("/k.pem"), "--tls-cert"),
+        ] {
+            let half = Serve {
+                memory_store: true,
+                tls_cert: cert.map(PathBuf::from),
+                tls_key: key.map(PathBuf::from),
+                ..Serve::default()
+            };
+            let error = Settings::resolve(&Common::default(), &half).unwrap_err();
+            assert!(error.contains(named), "{error}");
+        }
+        let plain = Serve {
+            memory_store: true,
+            ..Serve::default()
+        };
+        assert!(
+            Settings::resolve(&Common::default(), &plain)
+                .unwrap()
+                .tls
+                .is_none()
+        );
+    }
+
+    #[test]
     fn durations_need_a_unit() {
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration(" 10s "), Ok(Duration::from_secs(10)));
