@@ -54,8 +54,11 @@ pub struct TlsListener<L: Listener> {
     inner: L,
     acceptor: TlsAcceptor,
     timeout: Duration,
-    handshakes: JoinSet<Option<(TlsStream<L::Io>, L::Addr)>>,
+    handshakes: JoinSet<Option<Handshaken<L>>>,
 }
+
+/// A connection whose handshake succeeded, and its peer's address.
+type Handshaken<L> = (TlsStream<<L as Listener>::Io>, <L as Listener>::Addr);
 
 impl<L: Listener> TlsListener<L> {
     /// Serves TLS with `acceptor` on the connections `inner` accepts, each handshake bounded
