@@ -8,7 +8,7 @@ use crate::exit::{Failure, Outcome};
 use crate::serve::{bus_config, unreachable_broker};
 use crate::settings::Settings;
 use futures_util::StreamExt;
-use mesh_core::bus::Bus;
+use mesh_core::bus::{Bus, redact_url};
 use mesh_core::codec;
 use mesh_core::dialect::{Dialect, Method};
 use mesh_core::jsonrpc::JsonRpcId;
@@ -100,13 +100,20 @@ pub async fn health(settings: &Settings, agent: Option<&str>) -> Outcome {
         .timeout(Duration::from_secs(3))
         .send()
         .await
-        .map_err(|e| Failure::Unreachable(format!("the gateway at {url} does not answer: {e}")))?;
+        .map_err(|e| {
+            Failure::Unreachable(format!(
+                "the gateway at {} does not answer: {}",
+                redact_url(&url),
+                e.without_url()
+            ))
+        })?;
     if response.status().is_success() {
         println!("gateway ready");
         Ok(())
     } else {
         Err(Failure::Unreachable(format!(
-            "the gateway at {url} is not ready ({})",
+            "the gateway at {} is not ready ({})",
+            redact_url(&url),
             response.status()
         )))
     }
@@ -159,7 +166,7 @@ pub async fn send(
             if task.is_some() {
                 return Err(Failure::Unreachable(format!(
                     "continuing a task needs the gateway (it keeps the task), and {} does not answer",
-                    settings.gateway_url
+                    redact_url(&settings.gateway_url)
                 )));
             }
             send_over_bus(settings, agent, message, stream, &mut printer).await?
@@ -239,7 +246,7 @@ async fn bus_registry(settings: &Settings) -> Result<(Bus, Registry), Failure> {
     let bus = Bus::connect(config).await.map_err(|e| {
         Failure::Unreachable(format!(
             "neither the gateway at {} nor the broker answers; {}",
-            settings.gateway_url,
+            redact_url(&settings.gateway_url),
             match unreachable_broker(&url, e) {
                 Failure::Unreachable(reason) => reason,
                 other => format!("{other:?}"),
@@ -324,17 +331,23 @@ impl Gateway {
             .send()
             .await
             .map_err(|e| {
-                Failure::Unreachable(format!("the gateway at {} does not answer: {e}", self.base))
+                Failure::Unreachable(format!(
+                    "the gateway at {} does not answer: {}",
+                    redact_url(&self.base),
+                    e.without_url()
+                ))
             })?;
         if response.status() == reqwest::StatusCode::NOT_FOUND {
             return Err(Failure::UnknownAgent(format!(
                 "{path}: not found at the gateway"
             )));
         }
-        response
-            .json()
-            .await
-            .map_err(|e| Failure::Other(format!("the gateway answered something unreadable: {e}")))
+        response.json().await.map_err(|e| {
+            Failure::Other(format!(
+                "the gateway answered something unreadable: {}",
+                e.without_url()
+            ))
+        })
     }
 
     async fn send(
@@ -384,20 +397,25 @@ impl Gateway {
             .send()
             .await
             .map_err(|e| {
-                Failure::Unreachable(format!("the gateway at {} does not answer: {e}", self.base))
+                Failure::Unreachable(format!(
+                    "the gateway at {} does not answer: {}",
+                    redact_url(&self.base),
+                    e.without_url()
+                ))
             })?;
         if !stream {
             let body = response
                 .bytes()
                 .await
-                .map_err(|e| Failure::Unreachable(e.to_string()))?;
+                .map_err(|e| Failure::Unreachable(e.without_url().to_string()))?;
             return printer.decoded(agent, &body);
         }
         let mut body = response.bytes_stream();
         let mut buffer: Vec<u8> = Vec::new();
         while let Some(chunk) = body.next().await {
-            let chunk =
-                chunk.map_err(|e| Failure::Unreachable(format!("the stream broke: {e}")))?;
+            let chunk = chunk.map_err(|e| {
+                Failure::Unreachable(format!("the stream broke: {}", e.without_url()))
+            })?;
             buffer.extend_from_slice(&chunk);
             while let Some(end) = find(&buffer, b"\n\n") {
                 let event: Vec<u8> = buffer.drain(..end + 2).collect();

@@ -1,13 +1,15 @@
 //! The commands that serve: `mesh up` (everything in one process), `mesh broker`,
 //! `mesh gateway` and `mesh agent <name>` (each part alone). Each runs until Ctrl-C or SIGTERM
 //! and then shuts down cleanly: agents announce themselves offline before they leave.
+//!
+//! Every broker URL they print goes through [`redact_url`]: no password reaches the output.
 
 use crate::exit::{Failure, Outcome};
 use crate::secure::{self, Profile, ProfileSpec, example_agents};
 use crate::settings::Settings;
 use mesh_agent::{AgentConfig, AgentError, RunningAgent};
 use mesh_broker::{Access, Broker, BrokerConfig, BrokerError};
-use mesh_core::bus::{Bus, BusConfig, BusError};
+use mesh_core::bus::{Bus, BusConfig, BusError, redact_url};
 use mesh_gateway::{Gateway, GatewayConfig, GatewayError, RunningGateway};
 use std::path::Path;
 use std::time::Instant;
@@ -73,7 +75,7 @@ pub async fn up(settings: &Settings, secure: Option<&Path>) -> Outcome {
     let broker_line = match (&broker, &profile) {
         (Some(_), Some(_)) => format!("{url} (embedded; authenticated, with ACLs)"),
         (Some(_), None) => format!("{url} (embedded)"),
-        (None, _) => url.clone(),
+        (None, _) => redact_url(&url),
     };
     println!("mesh is up in {:.0} ms", ready.as_secs_f64() * 1000.0);
     println!("  gateway   {}", gateway.url());
@@ -116,8 +118,9 @@ pub async fn gateway(settings: &Settings) -> Outcome {
     let url = settings.broker_url_or_default();
     let gateway = start_gateway(settings, &url).await?;
     println!(
-        "gateway listening on {} (broker {url}; tasks {})",
+        "gateway listening on {} (broker {}; tasks {})",
         gateway.url(),
+        redact_url(&url),
         store_line(settings)
     );
     wait_for_stop().await;
@@ -130,8 +133,9 @@ pub async fn agent(settings: &Settings, name: &str) -> Outcome {
     let url = settings.broker_url_or_default();
     let agent = start_agent(settings, &url, name).await?;
     println!(
-        "agent {name} online (instance {}, broker {url})",
-        agent.instance_id()
+        "agent {name} online (instance {}, broker {})",
+        agent.instance_id(),
+        redact_url(&url)
     );
     wait_for_stop().await;
     agent.shutdown().await;
@@ -228,6 +232,7 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
             }
             GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
             GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
+            GatewayError::Tls(e) => Failure::Usage(format!("{e} (--tls-cert, --tls-key)")),
             other => Failure::Other(other.to_string()),
         })
 }
@@ -252,6 +257,7 @@ fn gateway_config(settings: &Settings) -> GatewayConfig {
         webhook_backoff: settings.webhook_backoff,
         webhook_queue: settings.webhook_queue,
         max_batch: settings.max_batch,
+        tls: settings.tls.clone(),
         ..GatewayConfig::default()
     }
 }
@@ -273,10 +279,11 @@ pub fn bus_config(settings: &Settings, url: &str) -> Result<BusConfig, Failure> 
     Ok(config)
 }
 
-/// A bus error, said as "the broker does not answer".
+/// A bus error, said as "the broker does not answer" (the URL redacted).
 pub fn unreachable_broker(url: &str, error: BusError) -> Failure {
     Failure::Unreachable(format!(
-        "the broker at {url} does not answer: {error} (start one with `mesh broker`, or set --broker-url)"
+        "the broker at {} does not answer: {error} (start one with `mesh broker`, or set --broker-url)",
+        redact_url(url)
     ))
 }
 

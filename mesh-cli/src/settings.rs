@@ -29,14 +29,20 @@
 //! | the embedded broker's ACL (Mosquitto's `acl_file` format; with the password file) | `--acl-file` | `MESH_BROKER_ACL_FILE` | none |
 //! | most requests in one JSON-RPC batch | `--max-batch` | `MESH_MAX_BATCH` | 100 |
 //! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker`, `gateway` and `agent`, one per core otherwise |
+//! | the gateway's TLS certificate chain and private key (PEM; both or neither) | `--tls-cert`, `--tls-key` | `MESH_TLS_CERT`, `MESH_TLS_KEY` | none: plain HTTP |
 //!
 //! The TOML file uses the same names in snake case (`broker_url = "mqtt://…"`; the lists are
 //! `api_keys = […]` and `cors_origins = […]`; durations are strings such as `"10s"`, sizes
 //! strings such as `"512MiB"`).
+//!
+//! `Debug` of these structs never shows a secret: broker and gateway URLs are redacted
+//! ([`redact_url`]) and API keys hidden; the help never shows the environment's values of
+//! `MESH_BROKER_URL` and `MESH_API_KEYS`.
 
 use clap::Args;
 use clap::builder::FalseyValueParser;
-use mesh_gateway::ApiKey;
+use mesh_core::bus::redact_url;
+use mesh_gateway::{ApiKey, TlsFiles};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -50,7 +56,7 @@ pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:8080";
 pub const DEFAULT_NAMESPACE: &str = "mesh";
 
 /// Settings every command reads.
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, Clone, Default)]
 pub struct Common {
     /// A TOML file with any of these settings (snake_case keys).
     #[arg(long, env = "MESH_CONFIG", global = true, value_name = "FILE")]
@@ -60,7 +66,13 @@ pub struct Common {
     pub namespace: Option<String>,
     /// The broker to connect to [default: mqtt://127.0.0.1:1884]; `up` uses it instead of
     /// starting the embedded broker when given.
-    #[arg(long, env = "MESH_BROKER_URL", global = true, value_name = "URL")]
+    #[arg(
+        long,
+        env = "MESH_BROKER_URL",
+        global = true,
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub broker_url: Option<String>,
     /// A PEM file of the CA(s) that an `mqtts://` broker's certificate chains to [default:
     /// the system's roots].
@@ -72,7 +84,13 @@ pub struct Common {
     #[arg(long, env = "MESH_GATEWAY_NAME", global = true, value_name = "NAME")]
     pub gateway_name: Option<String>,
     /// The gateway to talk to [default: http://127.0.0.1:8080].
-    #[arg(long, env = "MESH_GATEWAY_URL", global = true, value_name = "URL")]
+    #[arg(
+        long,
+        env = "MESH_GATEWAY_URL",
+        global = true,
+        value_name = "URL",
+        hide_env_values = true
+    )]
     pub gateway_url: Option<String>,
     /// Log lines as text or as JSON (RUST_LOG sets the level).
     #[arg(long, env = "MESH_LOG_FORMAT", global = true, value_enum)]
@@ -95,7 +113,7 @@ pub struct Common {
 }
 
 /// Settings of the commands that serve (`up`, `broker`, `gateway`).
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, Clone, Default)]
 pub struct Serve {
     /// Where the embedded broker listens [default: 127.0.0.1:1884].
     #[arg(long, env = "MESH_BROKER_ADDR", value_name = "ADDR")]
@@ -183,6 +201,13 @@ pub struct Serve {
     /// subscribe to (`mesh secure` writes one).
     #[arg(long = "acl-file", env = "MESH_BROKER_ACL_FILE", value_name = "FILE")]
     pub broker_acl_file: Option<PathBuf>,
+    /// Serve the gateway over HTTPS only, with this PEM certificate chain (the server's
+    /// certificate first); needs --tls-key.
+    #[arg(long, env = "MESH_TLS_CERT", value_name = "PEM_FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 RSA or SEC1 EC); needs --tls-cert.
+    #[arg(long, env = "MESH_TLS_KEY", value_name = "PEM_FILE")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// How log lines look.
@@ -197,7 +222,7 @@ pub enum LogFormat {
 }
 
 /// The TOML file.
-#[derive(Deserialize, Debug, Default)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct File {
     namespace: Option<String>,
@@ -227,10 +252,12 @@ struct File {
     max_batch: Option<usize>,
     broker_password_file: Option<PathBuf>,
     broker_acl_file: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
 }
 
 /// Every setting, resolved.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Settings {
     pub namespace: String,
     pub gateway_name: String,
@@ -265,6 +292,8 @@ pub struct Settings {
     pub max_batch: usize,
     /// The embedded broker's password and ACL files, when it authenticates.
     pub broker_access: Option<(PathBuf, PathBuf)>,
+    /// The gateway's certificate and key; `None`: plain HTTP.
+    pub tls: Option<TlsFiles>,
 }
 
 /// The default data directory: `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh`.
@@ -434,6 +463,22 @@ impl Settings {
                 return Err(format!("{key} is 0: give more than 0 (--{flag})"));
             }
         }
+        let tls = match (
+            serve.tls_cert.clone().or(file.tls_cert),
+            serve.tls_key.clone().or(file.tls_key),
+        ) {
+            (Some(cert_file), Some(key_file)) => Some(TlsFiles {
+                cert_file,
+                key_file,
+            }),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err("--tls-cert needs --tls-key (the certificate's private key): give both, or neither for plain HTTP".into());
+            }
+            (None, Some(_)) => {
+                return Err("--tls-key needs --tls-cert (the certificate chain): give both, or neither for plain HTTP".into());
+            }
+        };
         let cors_origins = cors_origins
             .into_iter()
             .map(|o| o.trim().to_owned())
@@ -472,6 +517,7 @@ impl Settings {
             webhook_queue,
             max_packet_size,
             max_batch,
+            tls,
             namespace: common
                 .namespace
                 .clone()
@@ -561,7 +607,91 @@ pub fn parse_bytes(text: &str) -> Result<usize, String> {
 fn read_file(path: &Path) -> Result<File, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
-    toml::from_str(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+    // toml's own message quotes the line, which may hold a broker password or an API key:
+    // say where and what, not the line.
+    toml::from_str(&text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|span| {
+                format!(
+                    ", line {}",
+                    1 + text[..span.start.min(text.len())].matches('\n').count()
+                )
+            })
+            .unwrap_or_default();
+        format!("config file {}{line}: {}", path.display(), e.message())
+    })
+}
+
+/// A URL as `Debug` shows it: redacted.
+struct Shown<'a>(&'a str);
+
+impl std::fmt::Debug for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&redact_url(self.0), f)
+    }
+}
+
+/// API key texts as `Debug` shows them: as many `***`.
+struct HiddenKeys<'a>(&'a [String]);
+
+impl std::fmt::Debug for HiddenKeys<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Common {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Common")
+            .field("config", &self.config)
+            .field("namespace", &self.namespace)
+            .field("broker_url", &self.broker_url.as_deref().map(Shown))
+            .field("broker_ca", &self.broker_ca)
+            .field("gateway_url", &self.gateway_url.as_deref().map(Shown))
+            .field("log_format", &self.log_format)
+            .field("worker_threads", &self.worker_threads)
+            .field("max_packet_size", &self.max_packet_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Serve {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Serve")
+            .field("broker_addr", &self.broker_addr)
+            .field("http_addr", &self.http_addr)
+            .field("default_agent", &self.default_agent)
+            .field("public_url", &self.public_url.as_deref().map(Shown))
+            .field("data_dir", &self.data_dir)
+            .field("memory_store", &self.memory_store)
+            .field("api_keys", &HiddenKeys(&self.api_keys))
+            .field("cors_origins", &self.cors_origins)
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("namespace", &self.namespace)
+            .field("broker_url", &self.broker_url.as_deref().map(Shown))
+            .field("broker_ca", &self.broker_ca)
+            .field("gateway_url", &Shown(&self.gateway_url))
+            .field("broker_addr", &self.broker_addr)
+            .field("http_addr", &self.http_addr)
+            .field("default_agent", &self.default_agent)
+            .field("public_url", &self.public_url.as_deref().map(Shown))
+            .field("data_dir", &self.data_dir)
+            .field("api_keys", &self.api_keys)
+            .field("cors_origins", &self.cors_origins)
+            .field("tls", &self.tls)
+            .finish_non_exhaustive()
+    }
 }
 
 #[cfg(test)]
@@ -765,6 +895,59 @@ mod tests {
             assert!(error.contains(named), "{error}");
         }
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs_and_debug_shows_no_secret() {
+        let serve = Serve {
+            memory_store: true,
+            tls_cert: Some("/etc/mesh/chain.pem".into()),
+            tls_key: Some("/etc/mesh/key.pem".into()),
+            api_keys: vec!["alice=s3cret-key".into()],
+            ..Serve::default()
+        };
+        let common = Common {
+            broker_url: Some("mqtts://gw:s3cret-pass@broker:8883".into()),
+            gateway_url: Some("https://u:s3cret-gw@gw".into()),
+            ..Common::default()
+        };
+        let settings = Settings::resolve(&common, &serve).unwrap();
+        let tls = settings.tls.clone().unwrap();
+        assert_eq!(tls.cert_file, Path::new("/etc/mesh/chain.pem"));
+        assert_eq!(tls.key_file, Path::new("/etc/mesh/key.pem"));
+        for shown in [
+            format!("{common:?}"),
+            format!("{serve:?}"),
+            format!("{settings:?}"),
+        ] {
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(shown.contains("***"), "{shown}");
+        }
+        assert!(format!("{settings:?}").contains("mqtts://gw:***@broker:8883"));
+
+        for (cert, key, named) in [
+            (Some("/c.pem"), None, "--tls-key"),
+            (None, Some("/k.pem"), "--tls-cert"),
+        ] {
+            let half = Serve {
+                memory_store: true,
+                tls_cert: cert.map(PathBuf::from),
+                tls_key: key.map(PathBuf::from),
+                ..Serve::default()
+            };
+            let error = Settings::resolve(&Common::default(), &half).unwrap_err();
+            assert!(error.contains(named), "{error}");
+        }
+        let plain = Serve {
+            memory_store: true,
+            ..Serve::default()
+        };
+        assert!(
+            Settings::resolve(&Common::default(), &plain)
+                .unwrap()
+                .tls
+                .is_none()
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use crate::exit::{Failure, Outcome};
 use crate::serve::{bus_config, unreachable_broker};
 use crate::settings::Settings;
-use mesh_core::bus::{Bus, QoS};
+use mesh_core::bus::{Bus, QoS, redact_url};
 use mesh_core::topic::{TopicKind, Topics};
 use serde_json::Value;
 use std::io::Write;
@@ -30,14 +30,15 @@ pub async fn tail(
         .subscribe(&filter, QoS::AtLeastOnce)
         .await
         .map_err(|e| unreachable_broker(&url, e))?;
-    eprintln!("watching {filter} on {url} (Ctrl-C stops)");
+    let shown = redact_url(&url);
+    eprintln!("watching {filter} on {shown} (Ctrl-C stops)");
     loop {
         let message = tokio::select! {
             message = messages.recv() => message,
             _ = tokio::signal::ctrl_c() => break,
         };
         let Some(message) = message else {
-            return Err(Failure::Unreachable(format!("lost the broker at {url}")));
+            return Err(Failure::Unreachable(format!("lost the broker at {shown}")));
         };
         let line = Line::of(&message.topic, &message.payload);
         if agent.as_ref().is_some_and(|a| {

@@ -1,7 +1,7 @@
 //! The gateway's settings: where it listens, how it names itself on the bus and in agent
 //! cards, which agent `POST /` reaches, the limits that keep every request bounded, where
-//! its tasks are kept (memory, or SQLite in a data directory), API keys, CORS origins and
-//! webhook delivery.
+//! its tasks are kept (memory, or SQLite in a data directory), API keys, CORS origins,
+//! webhook delivery and TLS.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +9,7 @@ use std::time::Duration;
 
 pub use crate::auth::ApiKey;
 use crate::store::StoreLimits;
+pub use crate::tls::TlsFiles;
 
 /// The room a request body needs on the bus besides itself: the JSON-RPC frame and the
 /// `_mesh` envelope the gateway adds (a follow-up message also carries the task's snapshot,
@@ -27,7 +28,7 @@ pub struct GatewayConfig {
     /// The address the HTTP server binds (port 0: any free port).
     pub listen: SocketAddr,
     /// The URL clients reach the gateway at (`MESH_PUBLIC_URL` in the CLI), written into agent
-    /// cards. `None`: `http://<bound address>`.
+    /// cards. `None`: `http://<bound address>` (`https://` with [`GatewayConfig::tls`]).
     pub public_url: Option<String>,
     /// The namespace (first topic segment) of the mesh.
     pub namespace: String,
@@ -104,6 +105,11 @@ pub struct GatewayConfig {
     /// A PEM file of CAs that https webhooks' certificates may also chain to, besides the
     /// system's roots (`--webhook-ca`). A file that cannot be read stops the start.
     pub webhook_ca_file: Option<PathBuf>,
+    /// Serve HTTPS only, with this certificate and key (`--tls-cert`, `--tls-key`), read and
+    /// checked at start: a file that cannot be read or does not parse, or a key that does not
+    /// match the certificate, stops the start ([`GatewayError::Tls`](crate::GatewayError)).
+    /// `None`: plain HTTP.
+    pub tls: Option<TlsFiles>,
 }
 
 impl GatewayConfig {
@@ -149,6 +155,7 @@ impl Default for GatewayConfig {
             webhook_backoff: Duration::from_millis(250),
             webhook_queue: 10_000,
             webhook_ca_file: None,
+            tls: None,
         }
     }
 }

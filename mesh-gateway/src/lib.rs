@@ -25,7 +25,7 @@
 //! dispatch), `bridge` (the pump from the bus to the store and the live subscribers),
 //! [`task_events`] (how an event changes a task, and its stored encoding), `sse`,
 //! `cards`, `health`, [`auth`] (API keys), [`push`] (webhook checks and delivery),
-//! [`metrics`] (`GET /metrics`), and [`store`] (the [`TaskStore`] trait, the in-memory store
+//! [`metrics`] (`GET /metrics`), [`tls`] (HTTPS on the listener), and [`store`] (the [`TaskStore`] trait, the in-memory store
 //! and the durable SQLite store).
 
 pub mod auth;
@@ -40,6 +40,7 @@ pub mod server;
 mod sse;
 pub mod store;
 pub mod task_events;
+pub mod tls;
 
 pub use auth::ApiKey;
 pub use config::{DEFAULT_GATEWAY_NAME, GATEWAY_ID_FILE, GatewayConfig};
@@ -48,3 +49,4 @@ pub use store::{
     MemoryStore, PendingDelivery, SqliteStore, StoreError, StoreLimits, StoredEvent, TaskPage,
     TaskQuery, TaskRecord, TaskStore,
 };
+pub use tls::TlsFiles;

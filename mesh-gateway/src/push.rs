@@ -34,6 +34,7 @@
 use crate::metrics::Metrics;
 use crate::store::{PendingDelivery, TaskStore};
 use axum::http::{HeaderValue, header};
+use mesh_core::bus::redact_url;
 use mesh_core::error::A2aError;
 use mesh_core::model::TaskPushNotificationConfig;
 use mesh_core::tls::TlsRoots;
@@ -103,6 +104,31 @@ pub(crate) async fn check_config(
         ));
     }
     Ok(())
+}
+
+/// Push configs as `Debug` shows them (in [`TaskRecord`](crate::TaskRecord) and
+/// [`PendingDelivery`]): the URL redacted, whether there is a token, the authentication
+/// scheme without its credentials.
+pub(crate) struct RedactedConfigs<'a>(pub &'a [TaskPushNotificationConfig]);
+
+impl std::fmt::Debug for RedactedConfigs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|config| {
+                format!(
+                    "TaskPushNotificationConfig {{ id: {:?}, task_id: {:?}, url: {:?}, token: {}, authentication: {} }}",
+                    config.id,
+                    config.task_id,
+                    redact_url(&config.url),
+                    if config.token.is_some() { "\"***\"" } else { "None" },
+                    match &config.authentication {
+                        Some(auth) => format!("{{ scheme: {:?}, credentials: \"***\" }}", auth.scheme),
+                        None => "None".to_owned(),
+                    }
+                )
+            }))
+            .finish()
+    }
 }
 
 fn authorization(scheme: &str, credentials: Option<&str>) -> String {
@@ -429,7 +455,7 @@ impl Pusher {
         let mut failure = String::from("no attempt left");
         while made < attempts {
             made += 1;
-            let (task_id, url) = (&delivery.task_id, &delivery.config.url);
+            let (task_id, url) = (&delivery.task_id, redact_url(&delivery.config.url));
             match self.post(&delivery.config, &delivery.body).await {
                 Ok(status) if (200..300).contains(&status) => {
                     self.forget(id);
@@ -479,7 +505,7 @@ impl Pusher {
         }
         tracing::warn!(
             task = %delivery.task_id,
-            url = %delivery.config.url,
+            url = %redact_url(&delivery.config.url),
             attempts,
             error = %failure,
             "webhook delivery given up"
@@ -513,7 +539,10 @@ impl Pusher {
             .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
             .and_then(|h| h.parse::<IpAddr>().ok());
         if literal.is_some_and(|ip| !self.settings.allow_private && !is_public(ip)) {
-            return Err(format!("{} is not a public address", config.url));
+            return Err(format!(
+                "{} is not a public address",
+                redact_url(&config.url)
+            ));
         }
         let client = self.client.as_ref().map_err(Clone::clone)?;
         let mut request = client
@@ -536,7 +565,8 @@ impl Pusher {
             .map_err(|_| "shutting down".to_owned())?;
         // A shutdown does not wait for a slow webhook: the delivery stays pending.
         let response = tokio::select! {
-            response = request.send() => response.map_err(|e| chain(&e))?,
+            // reqwest's message quotes the URL: it is logged redacted, beside this.
+            response = request.send() => response.map_err(|e| chain(&e.without_url()))?,
             _ = self.shutdown.cancelled() => return Err("shutting down".to_owned()),
         };
         Ok(response.status().as_u16())

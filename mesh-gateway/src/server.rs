@@ -16,7 +16,9 @@
 //! | `GET /healthz`, `GET /readyz` | liveness, readiness |
 //! | `GET /metrics` | Prometheus metrics ([`metrics`](crate::metrics)) |
 //!
-//! Every accepted connection has Nagle's algorithm turned off ([`accepting`]).
+//! Every accepted connection has Nagle's algorithm turned off ([`accepting`]). With
+//! [`GatewayConfig::tls`] the listener serves HTTPS only ([`TlsListener`]): TLS is a property
+//! of the listener, so every route (and whatever is served on the same app later) has it.
 //!
 //! Layers, outermost first: CORS (when origins are configured; answers preflights), then
 //! authentication (when API keys are configured; see [`auth`](crate::auth)).
@@ -28,13 +30,14 @@ use crate::config::{ENVELOPE_ROOM, GATEWAY_ID_FILE, GatewayConfig};
 use crate::metrics::Metrics;
 use crate::push::{PushSettings, Pusher};
 use crate::store::{MemoryStore, SqliteStore, StoreError, TaskStore};
+use crate::tls::{TlsFiles, TlsListener};
 use crate::{auth, cards, health, jsonrpc, metrics};
 use axum::Router;
 use axum::http::{HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
-use mesh_core::bus::{Bus, BusError};
+use mesh_core::bus::{Bus, BusError, redact_url};
 use mesh_core::registry::Registry;
 use mesh_core::requester::{Requester, RequesterKind, SendError};
 use mesh_core::topic::{TopicError, Topics};
@@ -64,6 +67,11 @@ pub enum GatewayError {
     /// The webhook CA file ([`GatewayConfig::webhook_ca_file`]) cannot be used.
     #[error("webhook CA: {0}")]
     WebhookTls(String),
+    /// The listener's certificate or key ([`GatewayConfig::tls`]) cannot be used: a file
+    /// that cannot be read or does not parse, or a key that does not match the certificate
+    /// (the message names the file).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// The listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -141,6 +149,12 @@ impl Gateway {
             config.body_limit = carried;
         }
         let cors = cors_layer(&config.cors_origins)?;
+        let tls = config
+            .tls
+            .as_ref()
+            .map(TlsFiles::acceptor)
+            .transpose()
+            .map_err(GatewayError::Tls)?;
         let webhook_tls = if config.push_notifications {
             Some(
                 crate::push::webhook_tls(config.webhook_ca_file.as_deref())
@@ -176,10 +190,11 @@ impl Gateway {
             addr: config.listen,
             source,
         })?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let base_url = config
             .public_url
             .clone()
-            .unwrap_or_else(|| format!("http://{local_addr}"))
+            .unwrap_or_else(|| format!("{scheme}://{local_addr}"))
             .trim_end_matches('/')
             .to_owned();
         let shutdown = CancellationToken::new();
@@ -224,20 +239,38 @@ impl Gateway {
         if let Some(cors) = cors {
             app = app.layer(cors);
         }
-        let signal = shutdown.clone();
-        let server = tokio::spawn(async move {
-            let serve = axum::serve(accepting(listener), app)
-                .with_graceful_shutdown(async move { signal.cancelled().await });
-            if let Err(error) = serve.await {
-                tracing::error!(%error, "the gateway's HTTP server failed");
-            }
-        });
-        tracing::info!(addr = %local_addr, url = %shared.base_url, "gateway listening");
+        let server = match tls {
+            Some(acceptor) => tokio::spawn(serve(
+                TlsListener::new(accepting(listener), acceptor),
+                app,
+                shutdown.clone(),
+            )),
+            None => tokio::spawn(serve(accepting(listener), app, shutdown.clone())),
+        };
+        tracing::info!(
+            addr = %local_addr,
+            url = %redact_url(&shared.base_url),
+            tls = shared.config.tls.is_some(),
+            "gateway listening"
+        );
         Ok(RunningGateway {
             local_addr,
             shared,
             server,
         })
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown`, then lets open requests finish.
+async fn serve<L>(listener: L, app: Router, shutdown: CancellationToken)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let serve = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await });
+    if let Err(error) = serve.await {
+        tracing::error!(%error, "the gateway's HTTP server failed");
     }
 }
 
@@ -269,7 +302,8 @@ impl RunningGateway {
         self.local_addr
     }
 
-    /// The base URL written into agent cards (the public URL, else `http://<local_addr>`).
+    /// The base URL written into agent cards (the public URL, else `http://<local_addr>`, or
+    /// `https://<local_addr>` with TLS).
     pub fn url(&self) -> &str {
         &self.shared.base_url
     }

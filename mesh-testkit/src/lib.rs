@@ -28,6 +28,12 @@
 //!   [`TestBroker::embedded_with_packet_limit`]: either with a lower `max_packet_size`, for
 //!   the tests of what a client does when the broker refuses a message.
 //! - [`both_brokers!`]: one scenario as two tests, one per broker.
+//!
+//! ## Certificates
+//!
+//! - [`TestCertificates`]: a CA and a server certificate for `localhost` / `127.0.0.1`,
+//!   made in process (rcgen), for the tests of TLS servers.
+//! - [`make_certificates`]: the same with the `openssl` command, for Mosquitto.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -36,6 +42,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::process::{Child, Command};
+
+mod certs;
+pub use certs::TestCertificates;
 
 /// How long a broker may take to accept connections after it is started.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

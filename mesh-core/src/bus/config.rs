@@ -104,15 +104,17 @@ impl BrokerUrl {
             "mqtts" | "ssl" => true,
             _ => return Err(UrlError::UnsupportedScheme(scheme.to_owned())),
         };
-        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, suffix) = rest.split_at(end);
+        // A broker URL has no path: the last `@` ends the user info, so that a password
+        // holding `/`, `?` or `#` is read whole (and never shown in an error).
+        let (userinfo, after) = match rest.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, rest),
+        };
+        let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+        let (hostport, suffix) = after.split_at(end);
         if !suffix.is_empty() && suffix != "/" {
             return Err(UrlError::UnexpectedSuffix(suffix.to_owned()));
         }
-        let (userinfo, hostport) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
         let (username, password) = match userinfo {
             None => (None, None),
             Some(u) => match u.split_once(':') {
@@ -302,7 +304,7 @@ impl BusConfig {
     /// user name and password come from the URL's user info, if any.
     pub fn new(url: &str) -> Result<Self, BusError> {
         let url = BrokerUrl::parse(url).map_err(|reason| BusError::InvalidUrl {
-            url: redact(url),
+            url: redact_url(url),
             reason,
         })?;
         Ok(BusConfig {
@@ -408,18 +410,59 @@ impl BusConfig {
     }
 }
 
-/// A URL with its password (if any) replaced, for error messages.
-pub(crate) fn redact(url: &str) -> String {
+/// A URL as it may be shown (log lines, error messages, status output): the password of its
+/// user info replaced by `***` (`mqtt://user:***@host:1883`; the user name stays), and its
+/// query and fragment, which often carry tokens, by `?***`. The one function every crate uses
+/// before a URL reaches a person or a log.
+///
+/// It errs on the side of hiding: the user info ends at the last `@` of the authority, so a
+/// password with an `@` in it is hidden whole. For the schemes without a path (`mqtt`,
+/// `mqtts`, `tcp`, `ssl`) the last `@` anywhere ends it, so a password holding a `/`, `?` or
+/// `#` is hidden too; for the others, such a password is recognised when what precedes it is
+/// `user:` followed by something other than a port number. A text with `@` but no `scheme://`
+/// keeps only what follows its last `@`.
+pub fn redact_url(url: &str) -> String {
+    const HIDDEN: &str = "***";
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        return match url.rsplit_once('@') {
+            Some((_, host)) => format!("{HIDDEN}@{}", redact_query(host)),
+            None => url.to_owned(),
+        };
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..end].rsplit_once('@') {
-        Some((userinfo, host)) => {
+    let pathless = matches!(
+        scheme.to_ascii_lowercase().as_str(),
+        "mqtt" | "mqtts" | "tcp" | "ssl"
+    );
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let userinfo_end = match rest[..authority_end].rfind('@') {
+        _ if pathless => rest.rfind('@'),
+        Some(at) => Some(at),
+        // `user:pa/ss@host`: the text before the first `/` is `user:` and no port number.
+        None => rest[..authority_end]
+            .split_once(':')
+            .filter(|(_, after)| !after.is_empty() && !after.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|_| rest.rfind('@')),
+    };
+    let (user, after) = match userinfo_end {
+        Some(at) => {
+            let userinfo = &rest[..at];
             let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            format!("{scheme}://{user}:***@{host}{}", &rest[end..])
+            (Some(user), &rest[at + 1..])
         }
-        None => url.to_owned(),
+        None => (None, rest),
+    };
+    let after = redact_query(after);
+    match user {
+        Some(user) => format!("{scheme}://{user}:{HIDDEN}@{after}"),
+        None => format!("{scheme}://{after}"),
+    }
+}
+
+/// `host/path?query#fragment` with the query and fragment replaced by `?***`.
+fn redact_query(text: &str) -> String {
+    match text.find(['?', '#']) {
+        Some(at) => format!("{}?***", &text[..at]),
+        None => text.to_owned(),
     }
 }
 
@@ -481,6 +524,54 @@ mod tests {
         let err = BusConfig::new("mqtt://u:secret@h:x").unwrap_err();
         assert!(matches!(err, BusError::InvalidUrl { .. }));
         assert!(!err.to_string().contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn redact_url_hides_passwords_and_queries() {
+        for (url, shown) in [
+            ("mqtt://127.0.0.1:1884", "mqtt://127.0.0.1:1884"),
+            ("mqtt://user:s3cret@h:1883", "mqtt://user:***@h:1883"),
+            ("mqtt://user@h", "mqtt://user:***@h"),
+            (
+                "mqtts://gw:p@ss@broker.example:8883",
+                "mqtts://gw:***@broker.example:8883",
+            ),
+            ("mqtt://user:pa/ss@h:1", "mqtt://user:***@h:1"),
+            ("mqtt://user:p?a#s@h", "mqtt://user:***@h"),
+            ("mqtt://user:s3@pa/ss@h:1", "mqtt://user:***@h:1"),
+            ("ssl://u:x@h", "ssl://u:***@h"),
+            ("ws://u:pw@h:8083/mqtt", "ws://u:***@h:8083/mqtt"),
+            ("wss://u:p@w@h/mqtt", "wss://u:***@h/mqtt"),
+            ("wss://u:pa/ss@h/mqtt", "wss://u:***@h/mqtt"),
+            ("ws://h:8083/mqtt", "ws://h:8083/mqtt"),
+            ("https://h:8443/users/@me", "https://h:8443/users/@me"),
+            ("https://h/hook?token=abc#x", "https://h/hook?***"),
+            ("https://u:pw@h/hook?sig=1", "https://u:***@h/hook?***"),
+            ("user:pw@h:1883", "***@h:1883"),
+            ("not a url", "not a url"),
+            ("", ""),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+        for secret in ["s3cret", "p@ss", "pa/ss"] {
+            let url = format!("mqtt://user:{secret}@h");
+            assert!(!redact_url(&url).contains(secret), "{url}");
+        }
+    }
+
+    #[test]
+    fn a_password_with_slashes_or_at_signs_is_read_whole_and_never_shown() {
+        let u = BrokerUrl::parse("mqtt://user:pa/s?s#@w@h:1884").unwrap();
+        assert_eq!(u.password.as_deref(), Some("pa/s?s#@w"));
+        assert_eq!((u.host.as_str(), u.port), ("h", 1884));
+        for bad in [
+            "mqtt://user:pa/ss@h:x",
+            "mqtt://user:pa/ss@h/x",
+            "http://u:pa/ss@h",
+        ] {
+            let err = BusConfig::new(bad).unwrap_err().to_string();
+            assert!(!err.contains("pa/ss") && !err.contains("ss@"), "{err}");
+        }
     }
 
     #[test]

@@ -68,7 +68,7 @@ use tokio::task::JoinHandle;
 
 pub use config::{
     Backoff, BrokerUrl, BusConfig, DEFAULT_MAX_PACKET_SIZE, LastWill, MIN_MAX_PACKET_SIZE,
-    MQTT_MAX_PACKET_SIZE, TlsRoots, UrlError,
+    MQTT_MAX_PACKET_SIZE, TlsRoots, UrlError, redact_url,
 };
 pub use rumqttc::QoS;
 

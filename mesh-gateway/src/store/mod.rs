@@ -73,8 +73,9 @@ use mesh_core::rpc::Reply;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// One stored task and what the gateway needs to know about it.
-#[derive(Debug, Clone)]
+/// One stored task and what the gateway needs to know about it. `Debug` hides the push
+/// configs' tokens and credentials.
+#[derive(Clone)]
 pub struct TaskRecord {
     /// The task, `_mesh` metadata stripped.
     pub task: Task,
@@ -96,6 +97,40 @@ pub struct TaskRecord {
     /// The sequence number of the last event applied to the task (0: none yet). The store
     /// assigns it ([`TaskStore::append`]); a follow-up turn carries it on.
     pub seq: u64,
+}
+
+impl std::fmt::Debug for TaskRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskRecord")
+            .field("task", &self.task)
+            .field("agent", &self.agent)
+            .field("dialect", &self.dialect)
+            .field("created", &self.created)
+            .field("updated", &self.updated)
+            .field("owner", &self.owner)
+            .field(
+                "push_configs",
+                &crate::push::RedactedConfigs(&self.push_configs),
+            )
+            .field("seq", &self.seq)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for PendingDelivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingDelivery")
+            .field("id", &self.id)
+            .field("task_id", &self.task_id)
+            .field(
+                "config",
+                &crate::push::RedactedConfigs(std::slice::from_ref(&self.config)),
+            )
+            .field("body_bytes", &self.body.len())
+            .field("attempts", &self.attempts)
+            .field("next_attempt", &self.next_attempt)
+            .finish()
+    }
 }
 
 impl TaskRecord {
@@ -182,8 +217,8 @@ impl Default for StoreLimits {
 
 /// A webhook delivery not made yet: one notification (the task as JSON) for one config. The
 /// durable store keeps it from when it is queued until it succeeds or is given up, so that
-/// it survives a restart.
-#[derive(Debug, Clone)]
+/// it survives a restart. `Debug` hides the config's token and credentials.
+#[derive(Clone)]
 pub struct PendingDelivery {
     /// Names the delivery; a task's deliveries are made in the order of their ids.
     pub id: u64,

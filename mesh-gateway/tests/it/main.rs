@@ -1,4 +1,4 @@
-//! The integration tests of mesh-gateway: every method through real HTTP, authentication, push notifications, faults, the durable store and the official a2a-sdk client, against real brokers.
+//! The integration tests of mesh-gateway: every method through real HTTP, authentication, push notifications, faults, the durable store, HTTPS on the listener and the official a2a-sdk client, against real brokers.
 //!
 //! One test binary for the crate (each module was a binary of its own): the heavy
 //! dependencies are linked once. Run one module with `cargo test -p mesh-gateway --test it <module>::`.
@@ -12,3 +12,4 @@ mod methods;
 mod push;
 mod store;
 mod support;
+mod tls;
