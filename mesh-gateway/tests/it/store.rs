@@ -320,7 +320,12 @@ async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
         ..GatewayConfig::default()
     };
     let store = Arc::new(SqliteStore::open(&dir, config.store_limits()).unwrap());
-    let bus = Bus::connect(bus_config(&broker)).await.unwrap();
+    // 20,000 events at full speed through a debug build queue ahead of the broker's PINGRESP:
+    // the tests' 2 s keep-alive would call that a dead connection, which is not what this
+    // test measures (the default is 30 s).
+    let mut bus_config = bus_config(&broker);
+    bus_config.keep_alive = Duration::from_secs(30);
+    let bus = Bus::connect(bus_config).await.unwrap();
     let gw = Gateway::start_with_store(config, bus, store.clone())
         .await
         .unwrap();
