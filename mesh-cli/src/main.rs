@@ -97,6 +97,10 @@ enum Command {
         /// [default: the --gateway-name, `gateway`].
         #[arg(long = "gateway", value_name = "NAME")]
         gateways: Vec<String>,
+        /// A host name or address HTTPS clients reach the gateways at, for their certificates
+        /// (repeatable) [default: localhost and 127.0.0.1].
+        #[arg(long = "tls-host", value_name = "HOST")]
+        tls_hosts: Vec<String>,
         /// Replace a profile already in DIR (every password changes).
         #[arg(long)]
         force: bool,
@@ -183,8 +187,9 @@ fn main() {
                 dir,
                 agents,
                 gateways,
+                tls_hosts,
                 force,
-            } => secure_command(&settings, &dir, &agents, gateways, force),
+            } => secure_command(&settings, &dir, &agents, gateways, tls_hosts, force),
         }
     });
     if let Err(failure) = result {
@@ -198,6 +203,7 @@ fn secure_command(
     dir: &std::path::Path,
     agents: &[String],
     mut gateways: Vec<String>,
+    tls_hosts: Vec<String>,
     force: bool,
 ) -> exit::Outcome {
     let agents = if agents.is_empty() {
@@ -217,6 +223,11 @@ fn secure_command(
         broker_url: settings.broker_url_or_default(),
         agents,
         gateways,
+        tls_hosts: if tls_hosts.is_empty() {
+            secure::default_tls_hosts()
+        } else {
+            tls_hosts
+        },
     };
     let profile = secure::generate(&spec, dir, force)?;
     println!("secure profile written to {}", dir.display());
@@ -238,7 +249,11 @@ fn secure_command(
             profile.account_config(&agent.name).display()
         );
     }
-    println!("The account files hold passwords: they are readable by their owner only.");
+    println!(
+        "  HTTPS clients trust {} (e.g. curl --cacert)",
+        profile.ca_file().display()
+    );
+    println!("The account and key files hold secrets: they are readable by their owner only.");
     Ok(())
 }
 

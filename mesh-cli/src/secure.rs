@@ -8,7 +8,9 @@
 //! | `broker/acl` | every account's rights ([`mesh_core::grants`]), Mosquitto's format (`acl_file`), read by the embedded broker too |
 //! | `broker/mosquitto.conf` | a Mosquitto listener that uses both, with anonymous clients refused |
 //! | `broker.toml` | a `mesh broker --config` / `mesh up --config` file that uses both |
-//! | `accounts/<name>.toml` | a `mesh agent <name> --config` / `mesh gateway --config` file: the namespace and the broker URL with that account's password |
+//! | `accounts/<name>.toml` | a `mesh agent <name> --config` / `mesh gateway --config` file: the namespace and the broker URL with that account's password (and for a gateway, its TLS files) |
+//! | `tls/ca.pem` | the CA that signed the gateways' certificates: what HTTPS clients trust (its key is not kept) |
+//! | `tls/<gateway>.pem`, `tls/<gateway>.key` | a gateway's certificate chain (for the `--tls-host` names, `localhost` and `127.0.0.1` by default) and its key |
 //!
 //! Passwords are 32 random base64url characters (192 bits). The account and key files are
 //! written readable by their owner only (0600): they hold secrets.
@@ -38,6 +40,11 @@ pub fn example_agents() -> Vec<AgentSpec> {
             },
         })
         .collect()
+}
+
+/// The names of the gateways' certificates when none are given.
+pub fn default_tls_hosts() -> Vec<String> {
+    vec!["localhost".to_owned(), "127.0.0.1".to_owned()]
 }
 
 /// An agent of the profile.
@@ -82,6 +89,8 @@ pub struct ProfileSpec {
     pub agents: Vec<AgentSpec>,
     /// The gateway deployments (each one account, shared by its instances).
     pub gateways: Vec<String>,
+    /// The host names and addresses the gateways' certificates are for.
+    pub tls_hosts: Vec<String>,
 }
 
 /// The paths of a generated profile.
@@ -101,6 +110,20 @@ impl Profile {
     /// Whether a profile was generated there.
     pub fn exists(&self) -> bool {
         self.password_file().exists()
+    }
+
+    /// The CA HTTPS clients of the gateways trust.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("tls").join("ca.pem")
+    }
+
+    /// Gateway `name`'s certificate chain and key.
+    pub fn gateway_tls(&self, name: &str) -> mesh_gateway::TlsFiles {
+        let tls = self.dir.join("tls");
+        mesh_gateway::TlsFiles {
+            cert_file: tls.join(format!("{name}.pem")),
+            key_file: tls.join(format!("{name}.key")),
+        }
     }
 
     /// Mosquitto's `password_file`, read by the embedded broker too.
@@ -234,7 +257,8 @@ pub fn generate(spec: &ProfileSpec, dir: &Path, force: bool) -> Result<Profile, 
 
     let broker_dir = dir.join("broker");
     let accounts_dir = dir.join("accounts");
-    for d in [&broker_dir, &accounts_dir] {
+    let tls_dir = dir.join("tls");
+    for d in [&broker_dir, &accounts_dir, &tls_dir] {
         std::fs::create_dir_all(d).map_err(|e| Failure::Usage(format!("{}: {e}", d.display())))?;
     }
     write_file(&profile.password_file(), &passwords, true)?;
@@ -255,10 +279,75 @@ pub fn generate(spec: &ProfileSpec, dir: &Path, force: bool) -> Result<Profile, 
         ),
         false,
     )?;
-    for (name, config) in configs {
+    let tls = Certificates::generate(&spec.tls_hosts, &spec.gateways)?;
+    write_file(&profile.ca_file(), &tls.ca_pem, false)?;
+    for (name, mut config) in configs {
+        if let Some((chain, key)) = tls
+            .gateways
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|(_, c, k)| (c, k))
+        {
+            let mesh_gateway::TlsFiles {
+                cert_file,
+                key_file,
+            } = profile.gateway_tls(&name);
+            write_file(&cert_file, chain, false)?;
+            write_file(&key_file, key, true)?;
+            let _ = writeln!(
+                config,
+                "tls_cert = {}\ntls_key = {}",
+                quote(&absolute(&cert_file).display().to_string()),
+                quote(&absolute(&key_file).display().to_string())
+            );
+        }
         write_file(&profile.account_config(&name), &config, true)?;
     }
     Ok(profile)
+}
+
+/// The CA (as PEM) and each gateway's certificate chain and key (as PEM).
+struct Certificates {
+    ca_pem: String,
+    gateways: Vec<(String, String, String)>,
+}
+
+impl Certificates {
+    fn generate(hosts: &[String], gateways: &[String]) -> Result<Certificates, Failure> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+            IsCa, KeyPair, KeyUsagePurpose,
+        };
+        let failed = |e: rcgen::Error| Failure::Other(format!("cannot make the certificates: {e}"));
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "mesh secure profile CA");
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().map_err(failed)?)
+            .map_err(failed)?;
+        let mut certificates = Certificates {
+            ca_pem: ca.pem(),
+            gateways: Vec::new(),
+        };
+        for gateway in gateways {
+            let mut params = CertificateParams::new(hosts.to_vec())
+                .map_err(|e| Failure::Usage(format!("{e} (--tls-host)")))?;
+            params
+                .distinguished_name
+                .push(DnType::CommonName, gateway.as_str());
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+            let key = KeyPair::generate().map_err(failed)?;
+            let certificate = params.signed_by(&key, &ca).map_err(failed)?;
+            certificates.gateways.push((
+                gateway.clone(),
+                format!("{}{}", certificate.pem(), certificates.ca_pem),
+                key.serialize_pem(),
+            ));
+        }
+        Ok(certificates)
+    }
 }
 
 fn write_acl(acl: &mut String, user: &str, grants: &[Grant]) {
@@ -389,6 +478,7 @@ mod tests {
         let spec = |agents: Vec<AgentSpec>, gateways: &[&str]| ProfileSpec {
             namespace: "mesh".into(),
             broker_url: "mqtt://127.0.0.1:1884".into(),
+            tls_hosts: vec!["localhost".into()],
             agents,
             gateways: gateways.iter().map(|g| g.to_string()).collect(),
         };

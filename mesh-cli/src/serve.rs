@@ -152,11 +152,16 @@ fn secure_profile(settings: &mut Settings, dir: &Path) -> Result<Profile, Failur
             broker_url: settings.broker_url_or_default(),
             agents: example_agents(),
             gateways: vec![settings.gateway_name.clone()],
+            tls_hosts: secure::default_tls_hosts(),
         };
         secure::generate(&spec, dir, false)?;
         eprintln!("mesh: wrote a secure profile to {}", dir.display());
     }
     settings.broker_access = Some((profile.password_file(), profile.acl_file()));
+    let tls = profile.gateway_tls(&settings.gateway_name);
+    if tls.cert_file.exists() {
+        settings.tls.get_or_insert(tls);
+    }
     Ok(profile)
 }
 

@@ -198,8 +198,14 @@ async fn the_generated_profile_holds(kind: Broker) {
         .find(|w| w.starts_with("http"))
         .unwrap()
         .to_owned();
+    // The gateway serves HTTPS only, with the certificate the profile made for it.
+    assert!(url.starts_with("https://"), "{line}");
     mesh_core::tls::install_crypto_provider();
-    let http = reqwest::Client::new();
+    let ca = std::fs::read(dir.join("tls").join("ca.pem")).unwrap();
+    let http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .build()
+        .unwrap();
     let answer: Value = http
         .post(format!("{url}/agents/orchestrator"))
         .json(
@@ -370,6 +376,10 @@ async fn the_generated_profile_holds(kind: Broker) {
         .await
         .unwrap();
     assert!(!served.to_string().contains("FORGED"), "{served}");
+    assert!(
+        served["url"].as_str().unwrap().starts_with("https://"),
+        "{served}"
+    );
 
     // A forged final event to the gateway fails, even from an account that learned the
     // request (here flight-booker's own account plays the agent, to hold the request open):
