@@ -97,6 +97,10 @@ enum Command {
         /// [default: the --gateway-name, `gateway`].
         #[arg(long = "gateway", value_name = "NAME")]
         gateways: Vec<String>,
+        /// A client (principal) that gets an API key of the gateways, in DIR/clients/NAME.key
+        /// (repeatable) [default: client].
+        #[arg(long = "client", value_name = "NAME")]
+        clients: Vec<String>,
         /// A host name or address HTTPS clients reach the gateways at, for their certificates
         /// (repeatable) [default: localhost and 127.0.0.1].
         #[arg(long = "tls-host", value_name = "HOST")]
@@ -187,9 +191,12 @@ fn main() {
                 dir,
                 agents,
                 gateways,
+                clients,
                 tls_hosts,
                 force,
-            } => secure_command(&settings, &dir, &agents, gateways, tls_hosts, force),
+            } => secure_command(
+                &settings, &dir, &agents, gateways, clients, tls_hosts, force,
+            ),
         }
     });
     if let Err(failure) = result {
@@ -203,6 +210,7 @@ fn secure_command(
     dir: &std::path::Path,
     agents: &[String],
     mut gateways: Vec<String>,
+    clients: Vec<String>,
     tls_hosts: Vec<String>,
     force: bool,
 ) -> exit::Outcome {
@@ -223,6 +231,11 @@ fn secure_command(
         broker_url: settings.broker_url_or_default(),
         agents,
         gateways,
+        clients: if clients.is_empty() {
+            vec![secure::DEFAULT_CLIENT.to_owned()]
+        } else {
+            clients
+        },
         tls_hosts: if tls_hosts.is_empty() {
             secure::default_tls_hosts()
         } else {
@@ -250,8 +263,10 @@ fn secure_command(
         );
     }
     println!(
-        "  HTTPS clients trust {} (e.g. curl --cacert)",
-        profile.ca_file().display()
+        "  HTTPS clients trust {} (e.g. curl --cacert) and send a key of {} \
+         (Authorization: Bearer <key>)",
+        profile.ca_file().display(),
+        dir.join("clients").display()
     );
     println!("The account and key files hold secrets: they are readable by their owner only.");
     Ok(())

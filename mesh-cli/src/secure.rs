@@ -9,6 +9,7 @@
 //! | `broker/mosquitto.conf` | a Mosquitto listener that uses both, with anonymous clients refused |
 //! | `broker.toml` | a `mesh broker --config` / `mesh up --config` file that uses both |
 //! | `accounts/<name>.toml` | a `mesh agent <name> --config` / `mesh gateway --config` file: the namespace and the broker URL with that account's password (and for a gateway, its TLS files) |
+//! | `clients/<client>.key` | an API key of the gateways (`Authorization: Bearer <key>`), one per `--client` (`client` by default) |
 //! | `tls/ca.pem` | the CA that signed the gateways' certificates: what HTTPS clients trust (its key is not kept) |
 //! | `tls/<gateway>.pem`, `tls/<gateway>.key` | a gateway's certificate chain (for the `--tls-host` names, `localhost` and `127.0.0.1` by default) and its key |
 //!
@@ -41,6 +42,9 @@ pub fn example_agents() -> Vec<AgentSpec> {
         })
         .collect()
 }
+
+/// The client that gets an API key when none is named.
+pub const DEFAULT_CLIENT: &str = "client";
 
 /// The names of the gateways' certificates when none are given.
 pub fn default_tls_hosts() -> Vec<String> {
@@ -91,6 +95,8 @@ pub struct ProfileSpec {
     pub gateways: Vec<String>,
     /// The host names and addresses the gateways' certificates are for.
     pub tls_hosts: Vec<String>,
+    /// The principals that get an API key of the gateways.
+    pub clients: Vec<String>,
 }
 
 /// The paths of a generated profile.
@@ -110,6 +116,28 @@ impl Profile {
     /// Whether a profile was generated there.
     pub fn exists(&self) -> bool {
         self.password_file().exists()
+    }
+
+    /// The API key of client `name`.
+    pub fn client_key(&self, name: &str) -> PathBuf {
+        self.dir.join("clients").join(format!("{name}.key"))
+    }
+
+    /// The gateway's API keys (`principal=key`), from gateway `name`'s config file.
+    pub fn api_keys(&self, name: &str) -> Result<Vec<String>, Failure> {
+        let path = self.account_config(name);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
+        let table: toml::Table = toml::from_str(&text)
+            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
+        Ok(table
+            .get("api_keys")
+            .and_then(toml::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(toml::Value::as_str)
+            .map(str::to_owned)
+            .collect())
     }
 
     /// The CA HTTPS clients of the gateways trust.
@@ -258,7 +286,8 @@ pub fn generate(spec: &ProfileSpec, dir: &Path, force: bool) -> Result<Profile, 
     let broker_dir = dir.join("broker");
     let accounts_dir = dir.join("accounts");
     let tls_dir = dir.join("tls");
-    for d in [&broker_dir, &accounts_dir, &tls_dir] {
+    let clients_dir = dir.join("clients");
+    for d in [&broker_dir, &accounts_dir, &tls_dir, &clients_dir] {
         std::fs::create_dir_all(d).map_err(|e| Failure::Usage(format!("{}: {e}", d.display())))?;
     }
     write_file(&profile.password_file(), &passwords, true)?;
@@ -279,9 +308,23 @@ pub fn generate(spec: &ProfileSpec, dir: &Path, force: bool) -> Result<Profile, 
         ),
         false,
     )?;
+    let mut api_keys = Vec::new();
+    for client in &spec.clients {
+        if !is_safe_segment(client) {
+            return Err(Failure::Usage(format!(
+                "{client:?} cannot name a client (--client)"
+            )));
+        }
+        let key = mesh_broker::random_password();
+        write_file(&profile.client_key(client), &format!("{key}\n"), true)?;
+        api_keys.push(quote(&format!("{client}={key}")));
+    }
     let tls = Certificates::generate(&spec.tls_hosts, &spec.gateways)?;
     write_file(&profile.ca_file(), &tls.ca_pem, false)?;
     for (name, mut config) in configs {
+        if spec.gateways.contains(&name) && !api_keys.is_empty() {
+            let _ = writeln!(config, "api_keys = [{}]", api_keys.join(", "));
+        }
         if let Some((chain, key)) = tls
             .gateways
             .iter()
@@ -479,6 +522,7 @@ mod tests {
             namespace: "mesh".into(),
             broker_url: "mqtt://127.0.0.1:1884".into(),
             tls_hosts: vec!["localhost".into()],
+            clients: vec!["client".into()],
             agents,
             gateways: gateways.iter().map(|g| g.to_string()).collect(),
         };

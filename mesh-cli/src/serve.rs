@@ -153,11 +153,23 @@ fn secure_profile(settings: &mut Settings, dir: &Path) -> Result<Profile, Failur
             agents: example_agents(),
             gateways: vec![settings.gateway_name.clone()],
             tls_hosts: secure::default_tls_hosts(),
+            clients: vec![secure::DEFAULT_CLIENT.to_owned()],
         };
         secure::generate(&spec, dir, false)?;
         eprintln!("mesh: wrote a secure profile to {}", dir.display());
     }
     settings.broker_access = Some((profile.password_file(), profile.acl_file()));
+    if settings.api_keys.is_empty() {
+        for (index, key) in profile.api_keys(&settings.gateway_name)?.iter().enumerate() {
+            let key = mesh_gateway::ApiKey::parse(key, index + 1).map_err(|e| {
+                Failure::Usage(format!(
+                    "{e} ({})",
+                    profile.account_config(&settings.gateway_name).display()
+                ))
+            })?;
+            settings.api_keys.push(key);
+        }
+    }
     let tls = profile.gateway_tls(&settings.gateway_name);
     if tls.cert_file.exists() {
         settings.tls.get_or_insert(tls);
