@@ -1,7 +1,7 @@
 //! The gateway's settings: where it listens, how it names itself on the bus and in agent
 //! cards, which agent `POST /` reaches, the limits that keep every request bounded, where
-//! its tasks are kept (memory, or SQLite in a data directory), API keys, CORS origins and
-//! webhook delivery.
+//! its tasks are kept (memory, or SQLite in a data directory), API keys, CORS origins,
+//! webhook delivery, and signed agent cards (a trust store, a signing key).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +9,7 @@ use std::time::Duration;
 
 pub use crate::auth::ApiKey;
 use crate::store::StoreLimits;
+use mesh_core::card_signing::{SigningKey, TrustedKeys};
 
 /// The room a request body needs on the bus besides itself: the JSON-RPC frame and the
 /// `_mesh` envelope the gateway adds (a follow-up message also carries the task's snapshot,
@@ -97,6 +98,13 @@ pub struct GatewayConfig {
     /// A PEM file of CAs that https webhooks' certificates may also chain to, besides the
     /// system's roots (`--webhook-ca`). A file that cannot be read stops the start.
     pub webhook_ca_file: Option<PathBuf>,
+    /// The keys agents' cards must be signed with (`--trusted-keys`, a JWKS file). A card
+    /// that does not verify is refused: not served, counted, its agent shown untrusted.
+    /// `None`: every card is served, signed or not.
+    pub trusted_keys: Option<TrustedKeys>,
+    /// The key the gateway signs the cards it serves with (`--signing-key`); its public key
+    /// set is served at `/.well-known/jwks.json`. `None`: served cards carry no signature.
+    pub signing_key: Option<SigningKey>,
 }
 
 impl GatewayConfig {
@@ -141,6 +149,8 @@ impl Default for GatewayConfig {
             webhook_backoff: Duration::from_millis(250),
             webhook_queue: 10_000,
             webhook_ca_file: None,
+            trusted_keys: None,
+            signing_key: None,
         }
     }
 }
