@@ -7,6 +7,7 @@ use crate::settings::Settings;
 use mesh_agent::{AgentConfig, AgentError, RunningAgent};
 use mesh_broker::{Broker, BrokerConfig, BrokerError};
 use mesh_core::bus::{Bus, BusConfig, BusError};
+use mesh_core::card_signing::{SigningKey, TrustedKeys};
 use mesh_gateway::{Gateway, GatewayConfig, GatewayError, RunningGateway};
 use std::time::Instant;
 
@@ -137,6 +138,7 @@ async fn start_agent(settings: &Settings, url: &str, name: &str) -> Result<Runni
     };
     let config = AgentConfig {
         namespace: settings.namespace.clone(),
+        signing_key: signing_key(settings.signing_key.as_deref(), "--signing-key")?,
         ..AgentConfig::default()
     };
     agent
@@ -157,23 +159,33 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
     )
     .await
     .map_err(|e| unreachable_broker(url, e))?;
-    Gateway::start(gateway_config(settings), bus)
-        .await
-        .map_err(|e| match e {
-            GatewayError::Bind { addr, source } => Failure::Unreachable(format!(
-                "cannot listen on {addr}: {source}; choose another address with --http-addr"
-            )),
-            GatewayError::Bus(bus) => unreachable_broker(url, bus),
-            GatewayError::Store(e) => {
-                Failure::Usage(format!("{e} (--data-dir, or --memory-store)"))
-            }
-            GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
-            GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
-            other => Failure::Other(other.to_string()),
-        })
+    let mut config = gateway_config(settings);
+    config.signing_key = signing_key(settings.gateway_signing_key.as_deref(), "--signing-key")?;
+    config.trusted_keys = match &settings.trusted_keys {
+        Some(path) => Some(
+            TrustedKeys::load(path).map_err(|e| Failure::Usage(format!("{e} (--trusted-keys)")))?,
+        ),
+        None => None,
+    };
+    Gateway::start(config, bus).await.map_err(|e| match e {
+        GatewayError::Bind { addr, source } => Failure::Unreachable(format!(
+            "cannot listen on {addr}: {source}; choose another address with --http-addr"
+        )),
+        GatewayError::Bus(bus) => unreachable_broker(url, bus),
+        GatewayError::Store(e) => Failure::Usage(format!("{e} (--data-dir, or --memory-store)")),
+        GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
+        GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
+        other => Failure::Other(other.to_string()),
+    })
 }
 
-/// The gateway's configuration from the settings.
+/// The signing key in `path`, when one is given; a file that is not one stops the start.
+fn signing_key(path: Option<&std::path::Path>, flag: &str) -> Result<Option<SigningKey>, Failure> {
+    path.map(|path| SigningKey::load(path).map_err(|e| Failure::Usage(format!("{e} ({flag})"))))
+        .transpose()
+}
+
+/// The gateway's configuration from the settings (the keys are read by `start_gateway`).
 fn gateway_config(settings: &Settings) -> GatewayConfig {
     GatewayConfig {
         listen: settings.http_addr,
