@@ -71,25 +71,6 @@ pub const TOPICS: [&str; 2] = [
     "mesh/a2a/v1/gateway/response/gw-5b1f0c7e9a3d4e2f8c6b1a0d9e8f7a6b/0190f3a4-7d2e-7c61-9a43-1f2b3c4d5e6f",
 ];
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_sample_round_trips() {
-        for d in DIALECTS {
-            let req = decoded_request(d);
-            assert_eq!(req.dialect, d);
-            codec::decode_request(&codec::encode_request(&req)).unwrap();
-            let (_, reply) = codec::decode_reply(&reply_bytes(d), d).unwrap();
-            reply.unwrap();
-        }
-        for t in TOPICS {
-            assert!(mesh_core::topic::Topics::parse(t).is_some(), "{t}");
-        }
-    }
-}
-
 /// `count` agent cards as agents publish them (the combined 1.0 + 0.3 shape of a card with a
 /// provider, two skills and the gateway's security schemes), each different and signed by
 /// one of eight agent keys, and the trust store of those keys. For `benches/cards.rs`.
@@ -134,4 +115,23 @@ pub fn signed_cards(
         .collect();
     let refs: Vec<&SigningKey> = keys.iter().collect();
     (TrustedKeys::of(&refs), cards)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_sample_round_trips() {
+        for d in DIALECTS {
+            let req = decoded_request(d);
+            assert_eq!(req.dialect, d);
+            codec::decode_request(&codec::encode_request(&req)).unwrap();
+            let (_, reply) = codec::decode_reply(&reply_bytes(d), d).unwrap();
+            reply.unwrap();
+        }
+        for t in TOPICS {
+            assert!(mesh_core::topic::Topics::parse(t).is_some(), "{t}");
+        }
+    }
 }

@@ -290,7 +290,8 @@ mod tests {
         for (value, expected) in [
             (0.5, "0.5"),
             (2.5, "2.5"),
-            (1424953923781206.25, "1424953923781206.2"),
+            // 1424953923781206.25, exactly halfway between …06.2 and …06.3.
+            (f64::from_bits(0x43143ff3c1cb0959), "1424953923781206.2"),
         ] {
             out.clear();
             write_number(&mut out, value);

@@ -98,7 +98,8 @@ fn tampering_with_any_covered_member_fails() {
     let key = SigningKey::generate().unwrap();
     let trusted = TrustedKeys::of(&[&key]);
     let original = signed(&key);
-    let changes: Vec<(&str, fn(&mut Value))> = vec![
+    type Change = (&'static str, fn(&mut Value));
+    let changes: Vec<Change> = vec![
         ("name", |c| c["name"] = json!("evil")),
         ("description", |c| c["description"] = json!("")),
         ("version", |c| c["version"] = json!("9")),
