@@ -14,9 +14,9 @@
 //! - **the presence** is fine when it says this instance is online; not when it says offline,
 //!   is erased or is anything else.
 //!
-//! Re-assertion is rate-limited per topic: at most once per heartbeat (a publish of the
-//! instance's own card or presence counts). A verdict that is not fine while the limit holds
-//! waits for the end of the interval, and is dropped when a fine message arrives meanwhile.
+//! Re-assertion is rate-limited per topic: at most once per heartbeat (the first one may
+//! come at once). A verdict that is not fine while the limit holds waits for the end of the
+//! interval, and is dropped when a fine message arrives meanwhile.
 //! Its own re-publish comes back fine, so an instance never reacts to itself, and two
 //! instances of one agent with the same card (or key) never trigger each other.
 
@@ -98,14 +98,16 @@ impl Topic {
 
 /// Watches until `stop`, re-asserting as the module docs say.
 pub(crate) async fn run(guarded: Guarded, mut watches: Watches, bus: Bus, stop: CancellationToken) {
-    let started = Instant::now();
+    // The first re-assertion may come at once (the instance's start is not counted).
+    let now = Instant::now();
+    let long_ago = now.checked_sub(guarded.interval).unwrap_or(now);
     let mut card = Topic {
         pending: None,
-        last_assert: started,
+        last_assert: long_ago,
     };
     let mut presence = Topic {
         pending: None,
-        last_assert: started,
+        last_assert: long_ago,
     };
     loop {
         let next_due = [card.due(guarded.interval), presence.due(guarded.interval)]

@@ -153,12 +153,7 @@ async fn start_agent(settings: &Settings, url: &str, name: &str) -> Result<Runni
 }
 
 async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway, Failure> {
-    let bus = Bus::connect(
-        bus_config(settings, url)?
-            .with_client_id(format!("mesh-gateway-{}", uuid::Uuid::new_v4().simple())),
-    )
-    .await
-    .map_err(|e| unreachable_broker(url, e))?;
+    // The key files first: a bad one is a usage error whether or not the broker answers.
     let mut config = gateway_config(settings);
     config.signing_key = signing_key(settings.gateway_signing_key.as_deref(), "--signing-key")?;
     config.trusted_keys = match &settings.trusted_keys {
@@ -167,6 +162,12 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
         ),
         None => None,
     };
+    let bus = Bus::connect(
+        bus_config(settings, url)?
+            .with_client_id(format!("mesh-gateway-{}", uuid::Uuid::new_v4().simple())),
+    )
+    .await
+    .map_err(|e| unreachable_broker(url, e))?;
     Gateway::start(config, bus).await.map_err(|e| match e {
         GatewayError::Bind { addr, source } => Failure::Unreachable(format!(
             "cannot listen on {addr}: {source}; choose another address with --http-addr"
@@ -298,5 +299,39 @@ mod tests {
         assert_eq!(config.data_dir, None);
         assert_eq!(config.store_max_bytes, 4 << 20);
         assert_eq!(config.store_max_task_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn key_files_are_read_and_a_bad_one_stops_the_start() {
+        let dir = std::env::temp_dir().join(format!("mesh-serve-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (pem, jwks) = (dir.join("agent.pem"), dir.join("trusted.json"));
+        let key = SigningKey::generate().unwrap();
+        std::fs::write(&pem, key.to_pem()).unwrap();
+        std::fs::write(&jwks, TrustedKeys::of(&[&key]).to_jwks().to_string()).unwrap();
+        std::fs::write(
+            dir.join("mesh.toml"),
+            format!(
+                "memory_store = true\nsigning_key = {pem:?}\ntrusted_keys = {jwks:?}\ngateway_signing_key = {pem:?}\n"
+            ),
+        )
+        .unwrap();
+        let common = Common {
+            config: Some(dir.join("mesh.toml")),
+            ..Common::default()
+        };
+        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        let read = signing_key(settings.signing_key.as_deref(), "--signing-key").unwrap();
+        assert_eq!(read.unwrap().kid(), key.kid());
+        assert_eq!(settings.gateway_signing_key.as_deref(), Some(pem.as_path()));
+        let trusted = TrustedKeys::load(settings.trusted_keys.as_deref().unwrap()).unwrap();
+        assert_eq!(trusted.len(), 1);
+        assert!(signing_key(None, "--signing-key").unwrap().is_none());
+        let refused = signing_key(Some(&jwks), "--signing-key").unwrap_err();
+        assert!(
+            matches!(&refused, Failure::Usage(why) if why.contains("PRIVATE KEY") && why.ends_with("(--signing-key)")),
+            "{refused:?}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }
