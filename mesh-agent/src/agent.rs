@@ -9,11 +9,17 @@
 //! (past the bound the subscription stops being read: backpressure reaches the broker), and
 //! each runs in its own task (see [`runner`](crate::runner)). Shutdown stops taking requests,
 //! lets running tasks finish for a grace period, cancels the rest, says offline and leaves.
+//!
+//! With a signing key ([`AgentConfig::signing_key`]) the published card carries the agent's
+//! signature (A2A §8.4). While it runs, an instance re-asserts its card and its presence
+//! when the retained ones are replaced by something else ([`guard`](crate::guard)).
 
+use crate::guard::{self, Guarded, OwnCard, Watches};
 use crate::handler::Handler;
 use crate::runner::{self, Running, SendRequest};
 use foldhash::{HashMap, HashSet};
 use mesh_core::bus::{Bus, BusConfig, BusError, DropReason, Dropped, LastWill, QoS};
+use mesh_core::card_signing::{SigningKey, TrustedKeys};
 use mesh_core::codec;
 use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
@@ -57,6 +63,12 @@ pub struct AgentConfig {
     pub max_call_depth: u32,
     /// How long shutdown lets running tasks finish before canceling them.
     pub shutdown_grace: Duration,
+    /// The key the agent signs its card with (`mesh agent --signing-key`); `None`: the card
+    /// is published unsigned.
+    pub signing_key: Option<SigningKey>,
+    /// The keys peers' cards must be signed with for this instance's registry to keep them;
+    /// `None`: every readable card is kept.
+    pub trusted_keys: Option<TrustedKeys>,
 }
 
 impl Default for AgentConfig {
@@ -71,6 +83,8 @@ impl Default for AgentConfig {
             max_timeout: Duration::from_secs(3600),
             max_call_depth: 8,
             shutdown_grace: Duration::from_secs(5),
+            signing_key: None,
+            trusted_keys: None,
         }
     }
 }
@@ -226,7 +240,9 @@ impl Agent {
             retain: true,
         });
         let bus = Bus::connect(bus_config).await?;
-        let registry = Registry::start(&bus, &topics, &name).await?;
+        let registry =
+            Registry::start_with(&bus, &topics, &name, self.config.trusted_keys.clone()).await?;
+        let watches = Watches::new(&registry, &card_topic, &presence_topic);
         let requester = Requester::start(
             bus.clone(),
             topics.clone(),
@@ -240,7 +256,15 @@ impl Agent {
         let mut requests = bus.subscribe(&request_filter, QoS::AtLeastOnce).await?;
         let mut cancels = bus.subscribe(&cancel_filter, QoS::AtLeastOnce).await?;
 
-        let card_json = card_payload(&self.card);
+        let own_card = Arc::new(Mutex::new(OwnCard::new(
+            codec::card::write_card_combined(&self.card),
+            self.config.signing_key.as_ref(),
+        )));
+        let card_json = own_card
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .payload
+            .clone();
         bus.publish(&card_topic, card_json, QoS::AtLeastOnce, true)
             .await?;
         let since = chrono::Utc::now().to_rfc3339();
@@ -265,6 +289,7 @@ impl Agent {
             running: Mutex::default(),
             dedup: Mutex::new(Dedup::default()),
             topics: topics.clone(),
+            own_card: own_card.clone(),
         });
 
         let stop = CancellationToken::new();
@@ -326,6 +351,25 @@ impl Agent {
                 }
             })
         };
+        let guard_loop = tokio::spawn(guard::run(
+            Guarded {
+                name: name.clone(),
+                instance: instance.clone(),
+                card_topic: card_topic.clone(),
+                presence_topic: presence_topic.clone(),
+                card: own_card,
+                online: online.clone(),
+                own_key: self
+                    .config
+                    .signing_key
+                    .as_ref()
+                    .map(|key| TrustedKeys::of(&[key])),
+                interval: self.config.heartbeat,
+            },
+            watches,
+            bus.clone(),
+            stop.clone(),
+        ));
         let heartbeat_loop = {
             let bus = bus.clone();
             let stop = stop.clone();
@@ -350,7 +394,13 @@ impl Agent {
         let running = RunningAgent {
             shared,
             stop,
-            loops: vec![request_loop, cancel_loop, oversized_loop, heartbeat_loop],
+            loops: vec![
+                request_loop,
+                cancel_loop,
+                oversized_loop,
+                heartbeat_loop,
+                guard_loop,
+            ],
             presence_topic,
             card_topic,
         };
@@ -387,6 +437,8 @@ pub(crate) struct Shared {
     dedup: Mutex<Dedup>,
     /// The namespace's topics: a reply goes only to one of its response topics.
     topics: Topics,
+    /// The card as this instance publishes it (and re-asserts it).
+    own_card: Arc<Mutex<OwnCard>>,
 }
 
 impl Shared {
@@ -425,9 +477,19 @@ impl RunningAgent {
         self.shared.lock_running().len()
     }
 
-    /// Publishes a new card (retained) for the agent.
+    /// Publishes a new card (retained) for the agent, signed when the agent has a key; the
+    /// instance re-asserts this one from now on.
     pub async fn update_card(&self, card: &AgentCard) -> Result<(), BusError> {
-        let json = card_payload(card);
+        let own = OwnCard::new(
+            codec::card::write_card_combined(card),
+            self.shared.config.signing_key.as_ref(),
+        );
+        let json = own.payload.clone();
+        *self
+            .shared
+            .own_card
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = own;
         self.shared
             .bus
             .publish(&self.card_topic, json, QoS::AtLeastOnce, true)
@@ -724,11 +786,6 @@ impl Dedup {
         self.order.push_back(id.to_owned());
         true
     }
-}
-
-/// The card as published on the bus: the combined 1.0 + 0.3 shape.
-fn card_payload(card: &AgentCard) -> Vec<u8> {
-    serde_json::to_vec(&codec::card::write_card_combined(card)).unwrap_or_default()
 }
 
 fn presence_payload(

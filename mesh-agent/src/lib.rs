@@ -34,6 +34,7 @@
 mod agent;
 mod context;
 mod emitter;
+mod guard;
 mod handler;
 mod peer;
 mod runner;

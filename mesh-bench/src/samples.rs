@@ -1,7 +1,8 @@
 //! The messages the codec benchmarks parse and write: a `SendMessage` request and a completed
 //! task with one artifact (the echo agent's answer), each written in every dialect (0.1, 0.3,
 //! 1.0), and the topics of a request and of its reply. Shared by the `mesh-bench` binary
-//! (its codec rows) and the criterion bench `benches/codecs.rs`.
+//! (its codec rows) and the criterion bench `benches/codecs.rs`; and signed agent cards, for
+//! `benches/cards.rs`.
 
 use mesh_core::codec;
 use mesh_core::dialect::Dialect;
@@ -69,6 +70,52 @@ pub const TOPICS: [&str; 2] = [
     "mesh/a2a/v1/agent/request/echo/0190f3a4-7d2e-7c61-9a43-1f2b3c4d5e6f",
     "mesh/a2a/v1/gateway/response/gateway/gw-5b1f0c7e9a3d4e2f8c6b1a0d9e8f7a6b/echo/0190f3a4-7d2e-7c61-9a43-1f2b3c4d5e6f",
 ];
+
+/// `count` agent cards as agents publish them (the combined 1.0 + 0.3 shape of a card with a
+/// provider, two skills and the gateway's security schemes), each different and signed by
+/// one of eight agent keys, and the trust store of those keys. For `benches/cards.rs`.
+pub fn signed_cards(
+    count: usize,
+) -> (mesh_core::card_signing::TrustedKeys, Vec<serde_json::Value>) {
+    use mesh_core::card_signing::{SigningKey, TrustedKeys, sign_card};
+    let keys: Vec<SigningKey> = (0..8)
+        .map(|_| SigningKey::generate().expect("a key"))
+        .collect();
+    let cards = (0..count)
+        .map(|i| {
+            let mut card = serde_json::json!({
+                "name": format!("agent-{i}"),
+                "description": "Writes a short piece on any topic, streamed paragraph by paragraph",
+                "version": "0.1.0",
+                "supportedInterfaces": [
+                    {"url": format!("http://127.0.0.1:8080/agents/agent-{i}"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                    {"url": format!("http://127.0.0.1:8080/agents/agent-{i}"), "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}
+                ],
+                "provider": {"url": "https://example.com", "organization": "Example"},
+                "capabilities": {"streaming": true, "pushNotifications": true, "extendedAgentCard": true},
+                "securitySchemes": {
+                    "bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}},
+                    "apiKey": {"apiKeySecurityScheme": {"location": "header", "name": "X-API-Key"}}
+                },
+                "securityRequirements": [{"schemes": {"bearer": {"list": []}}}, {"schemes": {"apiKey": {"list": []}}}],
+                "defaultInputModes": ["text/plain"],
+                "defaultOutputModes": ["text/plain"],
+                "skills": [
+                    {"id": "write", "name": "Write", "description": "Streams a text artifact in chunks", "tags": ["writing"]},
+                    {"id": "outline", "name": "Outline", "description": "Answers with an outline", "tags": ["writing", "plan"],
+                     "examples": ["an outline of message brokers"]}
+                ],
+                "url": format!("http://127.0.0.1:8080/agents/agent-{i}"),
+                "preferredTransport": "JSONRPC",
+                "protocolVersion": "0.3.0"
+            });
+            sign_card(&keys[i % keys.len()], &mut card, None).expect("a card signs");
+            card
+        })
+        .collect();
+    let refs: Vec<&SigningKey> = keys.iter().collect();
+    (TrustedKeys::of(&refs), cards)
+}
 
 #[cfg(test)]
 mod tests {

@@ -13,7 +13,7 @@ mod tail;
 
 use clap::{Parser, Subcommand};
 use exit::Failure;
-use settings::{Common, LogFormat, Serve, Settings};
+use settings::{AgentArgs, Common, LogFormat, Serve, Settings};
 use std::path::PathBuf;
 
 /// Agent meshes over MQTT: A2A agents on a broker, an HTTP gateway in front of them.
@@ -52,6 +52,8 @@ enum Command {
     Agent {
         /// echo, writer, flight-booker, files or orchestrator.
         name: String,
+        #[command(flatten)]
+        agent: AgentArgs,
     },
     /// The live list of agents.
     Agents,
@@ -140,10 +142,15 @@ fn main() {
         }
         _ => Serve::default(),
     };
-    let settings = match Settings::resolve(&cli.common, &serve) {
+    let mut settings = match Settings::resolve(&cli.common, &serve) {
         Ok(settings) => settings,
         Err(reason) => Failure::Usage(reason).exit(),
     };
+    if let Command::Agent { agent, .. } = &cli.command {
+        if let Some(key) = &agent.signing_key {
+            settings.signing_key = Some(key.clone());
+        }
+    }
     let serving = matches!(
         cli.command,
         Command::Up { .. }
@@ -175,7 +182,7 @@ fn main() {
             Command::Up { secure, .. } => serve::up(&settings, secure.as_deref()).await,
             Command::Broker { .. } => serve::broker(&settings).await,
             Command::Gateway { .. } => serve::gateway(&settings).await,
-            Command::Agent { name } => serve::agent(&settings, &name).await,
+            Command::Agent { name, .. } => serve::agent(&settings, &name).await,
             Command::Agents => client::agents(&settings).await,
             Command::Card { agent } => client::card(&settings, &agent).await,
             Command::Send {

@@ -10,6 +10,7 @@ use crate::settings::Settings;
 use mesh_agent::{AgentConfig, AgentError, RunningAgent};
 use mesh_broker::{Access, Broker, BrokerConfig, BrokerError};
 use mesh_core::bus::{Bus, BusConfig, BusError, redact_url};
+use mesh_core::card_signing::{SigningKey, TrustedKeys};
 use mesh_gateway::{Gateway, GatewayConfig, GatewayError, RunningGateway};
 use std::path::Path;
 use std::time::Instant;
@@ -217,6 +218,7 @@ async fn start_agent(settings: &Settings, url: &str, name: &str) -> Result<Runni
     };
     let config = AgentConfig {
         namespace: settings.namespace.clone(),
+        signing_key: signing_key(settings.signing_key.as_deref(), "--signing-key")?,
         ..AgentConfig::default()
     };
     agent
@@ -231,30 +233,41 @@ async fn start_agent(settings: &Settings, url: &str, name: &str) -> Result<Runni
 }
 
 async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway, Failure> {
+    // The key files first: a bad one is a usage error whether or not the broker answers.
+    let mut config = gateway_config(settings);
+    config.signing_key = signing_key(settings.gateway_signing_key.as_deref(), "--signing-key")?;
+    config.trusted_keys = match &settings.trusted_keys {
+        Some(path) => Some(
+            TrustedKeys::load(path).map_err(|e| Failure::Usage(format!("{e} (--trusted-keys)")))?,
+        ),
+        None => None,
+    };
     let bus = Bus::connect(
         bus_config(settings, url)?
             .with_client_id(format!("mesh-gateway-{}", uuid::Uuid::new_v4().simple())),
     )
     .await
     .map_err(|e| unreachable_broker(url, e))?;
-    Gateway::start(gateway_config(settings), bus)
-        .await
-        .map_err(|e| match e {
-            GatewayError::Bind { addr, source } => Failure::Unreachable(format!(
-                "cannot listen on {addr}: {source}; choose another address with --http-addr"
-            )),
-            GatewayError::Bus(bus) => unreachable_broker(url, bus),
-            GatewayError::Store(e) => {
-                Failure::Usage(format!("{e} (--data-dir, or --memory-store)"))
-            }
-            GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
-            GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
-            GatewayError::Tls(e) => Failure::Usage(format!("{e} (--tls-cert, --tls-key)")),
-            other => Failure::Other(other.to_string()),
-        })
+    Gateway::start(config, bus).await.map_err(|e| match e {
+        GatewayError::Bind { addr, source } => Failure::Unreachable(format!(
+            "cannot listen on {addr}: {source}; choose another address with --http-addr"
+        )),
+        GatewayError::Bus(bus) => unreachable_broker(url, bus),
+        GatewayError::Store(e) => Failure::Usage(format!("{e} (--data-dir, or --memory-store)")),
+        GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
+        GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
+        GatewayError::Tls(e) => Failure::Usage(format!("{e} (--tls-cert, --tls-key)")),
+        other => Failure::Other(other.to_string()),
+    })
 }
 
-/// The gateway's configuration from the settings.
+/// The signing key in `path`, when one is given; a file that is not one stops the start.
+fn signing_key(path: Option<&std::path::Path>, flag: &str) -> Result<Option<SigningKey>, Failure> {
+    path.map(|path| SigningKey::load(path).map_err(|e| Failure::Usage(format!("{e} ({flag})"))))
+        .transpose()
+}
+
+/// The gateway's configuration from the settings (the keys are read by `start_gateway`).
 fn gateway_config(settings: &Settings) -> GatewayConfig {
     GatewayConfig {
         listen: settings.http_addr,
@@ -370,5 +383,39 @@ mod tests {
         assert_eq!(config.data_dir, None);
         assert_eq!(config.store_max_bytes, 4 << 20);
         assert_eq!(config.store_max_task_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn key_files_are_read_and_a_bad_one_stops_the_start() {
+        let dir = std::env::temp_dir().join(format!("mesh-serve-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (pem, jwks) = (dir.join("agent.pem"), dir.join("trusted.json"));
+        let key = SigningKey::generate().unwrap();
+        std::fs::write(&pem, key.to_pem()).unwrap();
+        std::fs::write(&jwks, TrustedKeys::of(&[&key]).to_jwks().to_string()).unwrap();
+        std::fs::write(
+            dir.join("mesh.toml"),
+            format!(
+                "memory_store = true\nsigning_key = {pem:?}\ntrusted_keys = {jwks:?}\ngateway_signing_key = {pem:?}\n"
+            ),
+        )
+        .unwrap();
+        let common = Common {
+            config: Some(dir.join("mesh.toml")),
+            ..Common::default()
+        };
+        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        let read = signing_key(settings.signing_key.as_deref(), "--signing-key").unwrap();
+        assert_eq!(read.unwrap().kid(), key.kid());
+        assert_eq!(settings.gateway_signing_key.as_deref(), Some(pem.as_path()));
+        let trusted = TrustedKeys::load(settings.trusted_keys.as_deref().unwrap()).unwrap();
+        assert_eq!(trusted.len(), 1);
+        assert!(signing_key(None, "--signing-key").unwrap().is_none());
+        let refused = signing_key(Some(&jwks), "--signing-key").unwrap_err();
+        assert!(
+            matches!(&refused, Failure::Usage(why) if why.contains("PRIVATE KEY") && why.ends_with("(--signing-key)")),
+            "{refused:?}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

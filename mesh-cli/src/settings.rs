@@ -30,6 +30,9 @@
 //! | most requests in one JSON-RPC batch | `--max-batch` | `MESH_MAX_BATCH` | 100 |
 //! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker`, `gateway` and `agent`, one per core otherwise |
 //! | the gateway's TLS certificate chain and private key (PEM; both or neither) | `--tls-cert`, `--tls-key` | `MESH_TLS_CERT`, `MESH_TLS_KEY` | none: plain HTTP |
+//! | the gateway's trust store of agent-card keys (JWKS) | `--trusted-keys` | `MESH_TRUSTED_KEYS` | none: cards are not checked |
+//! | the key the gateway signs served cards with (PKCS#8 PEM) | `gateway --signing-key` | `MESH_GATEWAY_SIGNING_KEY` | none: unsigned |
+//! | the key an agent signs its card with (PKCS#8 PEM) | `agent --signing-key` | `MESH_SIGNING_KEY` | none: unsigned |
 //!
 //! The TOML file uses the same names in snake case (`broker_url = "mqtt://…"`; the lists are
 //! `api_keys = […]` and `cors_origins = […]`; durations are strings such as `"10s"`, sizes
@@ -208,6 +211,27 @@ pub struct Serve {
     /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 RSA or SEC1 EC); needs --tls-cert.
     #[arg(long, env = "MESH_TLS_KEY", value_name = "PEM_FILE")]
     pub tls_key: Option<PathBuf>,
+    /// A JWKS file of the keys agents' cards must be signed with; a card that does not
+    /// verify is not served [default: none, every card is served].
+    #[arg(long, env = "MESH_TRUSTED_KEYS", value_name = "JWKS_FILE")]
+    pub trusted_keys: Option<PathBuf>,
+    /// A PKCS#8 PEM file of the key the gateway signs the cards it serves with (its public
+    /// key set is served at /.well-known/jwks.json) [default: none, cards are unsigned].
+    #[arg(
+        long = "signing-key",
+        env = "MESH_GATEWAY_SIGNING_KEY",
+        value_name = "PEM_FILE"
+    )]
+    pub gateway_signing_key: Option<PathBuf>,
+}
+
+/// Settings of `mesh agent`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct AgentArgs {
+    /// A PKCS#8 PEM file of the key the agent signs its card with [default: none, the card
+    /// is unsigned].
+    #[arg(long, env = "MESH_SIGNING_KEY", value_name = "PEM_FILE")]
+    pub signing_key: Option<PathBuf>,
 }
 
 /// How log lines look.
@@ -254,6 +278,9 @@ struct File {
     broker_acl_file: Option<PathBuf>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    trusted_keys: Option<PathBuf>,
+    gateway_signing_key: Option<PathBuf>,
+    signing_key: Option<PathBuf>,
 }
 
 /// Every setting, resolved.
@@ -294,6 +321,12 @@ pub struct Settings {
     pub broker_access: Option<(PathBuf, PathBuf)>,
     /// The gateway's certificate and key; `None`: plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// The gateway's trust store (a JWKS file); `None`: cards are not checked.
+    pub trusted_keys: Option<PathBuf>,
+    /// The gateway's card-signing key (a PEM file); `None`: served cards are unsigned.
+    pub gateway_signing_key: Option<PathBuf>,
+    /// An agent's card-signing key (a PEM file); `None`: its card is unsigned.
+    pub signing_key: Option<PathBuf>,
 }
 
 /// The default data directory: `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh`.
@@ -503,6 +536,13 @@ impl Settings {
         };
         Ok(Settings {
             broker_access,
+            trusted_keys: serve.trusted_keys.clone().or(file.trusted_keys),
+            gateway_signing_key: serve
+                .gateway_signing_key
+                .clone()
+                .or(file.gateway_signing_key),
+            // `mesh agent --signing-key` (the flag, then the environment) wins: main sets it.
+            signing_key: file.signing_key,
             data_dir,
             store_max_bytes,
             store_max_task_bytes,

@@ -15,9 +15,12 @@
 //! - [`registry`]: the live view of the mesh's agents, cards and instances;
 //! - [`requester`]: sending a request to an agent and receiving its replies;
 //! - [`tls`]: TLS for every client (the bus, webhooks, HTTP clients): one crypto provider,
-//!   one way to load trusted roots.
+//!   one way to load trusted roots;
+//! - [`card_signing`]: signed agent cards (A2A §8.4): ES256 keys, the canonical form, sign
+//!   and verify.
 
 pub mod bus;
+pub mod card_signing;
 pub mod codec;
 pub mod dialect;
 pub mod error;

@@ -12,13 +12,28 @@
 //! Every change is also a [`RegistryEvent`] on a broadcast stream. A retained "offline" that
 //! arrives when the registry subscribes is the last will of an instance that crashed earlier:
 //! the registry clears it, so that crashes leave no retained messages behind.
+//!
+//! **Signed cards.** A registry started with a trust store ([`Registry::start_with`]) keeps
+//! only the cards that verify ([`card_signing::verify_card`]) and name the agent of their
+//! topic, and reads each from its signed members only. Any other card is refused: the agent
+//! keeps no card ([`CardTrust::Refused`] says why), the refusal is logged once per card
+//! version (the reason and the key id, never a key) and counted
+//! ([`Registry::cards_refused`]). Without a trust store every readable card is kept, signed
+//! or not ([`CardTrust::Unchecked`]).
+//!
+//! **Taps.** [`Registry::watch_topic`] hands the latest message of one discovery topic to
+//! whoever watches it (an agent instance watches its own card and presence, to re-assert
+//! them), without a second subscription on the connection.
 
 use crate::bus::{Bus, BusError, BusMessage, QoS};
+use crate::card_signing::{self, TrustedKeys, VerifyError};
 use crate::codec::card;
 use crate::model::AgentCard;
 use crate::topic::{REGISTRY_MARKER_AGENT, TopicKind, Topics};
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 use tokio::sync::{broadcast, watch};
@@ -85,13 +100,46 @@ pub enum RegistryEvent {
     },
 }
 
+/// What a registry with a trust store made of an agent's card.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CardTrust {
+    /// No trust store, or no card yet: nothing was checked.
+    #[default]
+    Unchecked,
+    /// The card verified with the trusted key `kid`.
+    Verified {
+        /// The key that signed it.
+        kid: String,
+    },
+    /// The card was refused: the agent has no card.
+    Refused {
+        /// One of [`CARD_REFUSALS`].
+        reason: &'static str,
+        /// The key id the card's signature named, when it named one.
+        kid: Option<String>,
+    },
+}
+
+/// Why a registry with a trust store refuses a card, as [`Registry::cards_refused`] counts
+/// them: the [`VerifyError`] reasons, and `wrong_name` (a card whose `name` is not the agent
+/// of its topic).
+pub const CARD_REFUSALS: [&str; 5] = [
+    "unsigned",
+    "unknown_kid",
+    "bad_signature",
+    "malformed",
+    "wrong_name",
+];
+
 /// One agent as the registry sees it.
 #[derive(Debug, Clone)]
 pub struct AgentView {
     /// The agent's name (its topic segment).
     pub name: String,
-    /// Its card, once one was published.
+    /// Its card, once one was published (and, with a trust store, verified).
     pub card: Option<AgentCard>,
+    /// What the trust store made of its card.
+    pub trust: CardTrust,
     /// The ids of its live instances.
     pub instances: Vec<String>,
     /// When any instance of it was last heard from.
@@ -108,6 +156,9 @@ impl AgentView {
 #[derive(Default)]
 struct AgentEntry {
     card: Option<AgentCard>,
+    trust: CardTrust,
+    /// A digest of the last card refused, so that each version is logged and counted once.
+    refused: Option<u64>,
     instances: HashMap<String, InstanceEntry>,
     last_seen: Option<SystemTime>,
 }
@@ -121,7 +172,16 @@ struct Shared {
     agents: RwLock<HashMap<String, AgentEntry>>,
     events: broadcast::Sender<RegistryEvent>,
     loaded: watch::Sender<bool>,
+    /// The keys cards must be signed with; `None`: cards are not checked.
+    trusted: Option<TrustedKeys>,
+    /// Refused card versions, by [`CARD_REFUSALS`] index.
+    refused: [AtomicU64; CARD_REFUSALS.len()],
+    /// The watched topics and their latest message ([`Registry::watch_topic`]).
+    taps: RwLock<Vec<(String, watch::Sender<Option<BusMessage>>)>>,
 }
+
+/// The most topics watched at once through [`Registry::watch_topic`].
+pub const MAX_TAPS: usize = 16;
 
 /// The live view of the agents of one namespace. Cheap to clone.
 #[derive(Clone)]
@@ -133,11 +193,25 @@ impl Registry {
     /// Subscribes to the namespace's cards and presence and starts keeping the view. `owner`
     /// (the gateway's or agent's name) names the topic of its load marker.
     pub async fn start(bus: &Bus, topics: &Topics, owner: &str) -> Result<Registry, BusError> {
+        Registry::start_with(bus, topics, owner, None).await
+    }
+
+    /// [`Registry::start`], keeping only the cards signed by a key of `trusted` when it is
+    /// given (see the module docs).
+    pub async fn start_with(
+        bus: &Bus,
+        topics: &Topics,
+        owner: &str,
+        trusted: Option<TrustedKeys>,
+    ) -> Result<Registry, BusError> {
         let (events, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
             agents: RwLock::default(),
             events,
             loaded: watch::channel(false).0,
+            trusted,
+            refused: Default::default(),
+            taps: RwLock::default(),
         });
         // One subscription for cards and presence: their retained messages and the load
         // marker then arrive on one channel in the broker's order, and a newcomer among
@@ -174,6 +248,7 @@ impl Registry {
                     worker.shared.loaded.send_replace(true);
                     return;
                 }
+                worker.tap(&message);
                 let stale = match topics.parse_own(&message.topic) {
                     Some(TopicKind::AgentCard { agent, .. }) => {
                         worker.on_card(agent, &message.payload);
@@ -223,12 +298,16 @@ impl Registry {
         *self.shared.loaded.borrow()
     }
 
-    /// Every known agent (with a card or a live instance), sorted by name.
+    /// Every known agent (with a card, a refused card, or a live instance), sorted by name.
     pub fn agents(&self) -> Vec<AgentView> {
         let agents = self.read();
         let mut views: Vec<AgentView> = agents
             .iter()
-            .filter(|(_, entry)| entry.card.is_some() || !entry.instances.is_empty())
+            .filter(|(_, entry)| {
+                entry.card.is_some()
+                    || !entry.instances.is_empty()
+                    || matches!(entry.trust, CardTrust::Refused { .. })
+            })
             .map(|(name, entry)| view(name, entry))
             .collect();
         views.sort_by(|a, b| a.name.cmp(&b.name));
@@ -250,6 +329,50 @@ impl Registry {
     /// The stream of changes from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<RegistryEvent> {
         self.shared.events.subscribe()
+    }
+
+    /// True when cards are checked against a trust store.
+    pub fn verifies_cards(&self) -> bool {
+        self.shared.trusted.is_some()
+    }
+
+    /// How many card versions were refused, by reason ([`CARD_REFUSALS`]), since the start.
+    pub fn cards_refused(&self) -> [(&'static str, u64); CARD_REFUSALS.len()] {
+        std::array::from_fn(|i| (CARD_REFUSALS[i], self.shared.refused[i].load(Relaxed)))
+    }
+
+    /// The latest message on `topic` (a card or presence topic of the namespace), from now
+    /// on: `None` until one arrives. Messages are not queued: a watcher sees the latest. At
+    /// most [`MAX_TAPS`] topics are watched at once (watchers that are gone make room);
+    /// past it the receiver never sees a message.
+    pub fn watch_topic(&self, topic: &str) -> watch::Receiver<Option<BusMessage>> {
+        let (sender, receiver) = watch::channel(None);
+        let mut taps = self
+            .shared
+            .taps
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        taps.retain(|(_, sender)| !sender.is_closed());
+        if taps.len() < MAX_TAPS {
+            taps.push((topic.to_owned(), sender));
+        } else {
+            tracing::warn!(%topic, "too many watched discovery topics: this one is not watched");
+        }
+        receiver
+    }
+
+    /// Hands `message` to the watchers of its topic.
+    fn tap(&self, message: &BusMessage) {
+        let taps = self
+            .shared
+            .taps
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (topic, sender) in taps.iter() {
+            if *topic == message.topic {
+                sender.send_replace(Some(message.clone()));
+            }
+        }
     }
 
     /// Waits until the agent is online; false if `timeout` passes first.
@@ -312,20 +435,93 @@ impl Registry {
             // A cleared card: the agent is gone for good.
             if let Some(entry) = self.write().get_mut(&agent) {
                 entry.card = None;
+                entry.trust = CardTrust::Unchecked;
             }
             self.emit(RegistryEvent::CardChanged { agent });
             return;
         }
-        let decoded = serde_json::from_slice(payload)
-            .map_err(|e| e.to_string())
-            .and_then(|value| card::read_card(value).map_err(|e| e.to_string()));
-        match decoded {
+        let value: serde_json::Value = match serde_json::from_slice(payload) {
+            Ok(value) => value,
+            Err(error) if self.shared.trusted.is_some() => {
+                let refusal = VerifyError::Malformed(format!("not JSON: {error}"));
+                return self.refuse(agent, payload, refusal.reason(), None, &refusal);
+            }
+            Err(error) => {
+                tracing::warn!(%agent, %error, "unreadable agent card ignored");
+                return;
+            }
+        };
+        let (value, trust) = match &self.shared.trusted {
+            None => (value, CardTrust::Unchecked),
+            Some(trusted) => match card_signing::verify_card(trusted, &value) {
+                Ok(kid)
+                    if value.get("name").and_then(serde_json::Value::as_str) != Some(&agent) =>
+                {
+                    let error = "the card's name is not the agent of its topic";
+                    return self.refuse(agent, payload, "wrong_name", Some(kid), &error);
+                }
+                Ok(kid) => (
+                    card_signing::signed_members(&value),
+                    CardTrust::Verified { kid },
+                ),
+                Err(refusal) => {
+                    let kid = refusal.kid().map(str::to_owned);
+                    return self.refuse(agent, payload, refusal.reason(), kid, &refusal);
+                }
+            },
+        };
+        match card::read_card(value) {
             Ok(card) => {
-                self.write().entry(agent.clone()).or_default().card = Some(card);
+                {
+                    let mut agents = self.write();
+                    let entry = agents.entry(agent.clone()).or_default();
+                    entry.card = Some(card);
+                    entry.trust = trust;
+                    entry.refused = None;
+                }
                 self.emit(RegistryEvent::CardChanged { agent });
+            }
+            Err(error) if self.shared.trusted.is_some() => {
+                let refusal =
+                    VerifyError::Malformed(format!("not an agent card: {}", error.message));
+                self.refuse(agent, payload, refusal.reason(), None, &refusal);
             }
             Err(error) => tracing::warn!(%agent, %error, "unreadable agent card ignored"),
         }
+    }
+
+    /// Refuses a card published for `agent`: the agent keeps no card; each version is
+    /// logged and counted once.
+    fn refuse(
+        &self,
+        agent: String,
+        payload: &[u8],
+        reason: &'static str,
+        kid: Option<String>,
+        why: &dyn std::fmt::Display,
+    ) {
+        let digest = {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            payload.hash(&mut hasher);
+            hasher.finish()
+        };
+        let first_time = {
+            let mut agents = self.write();
+            let entry = agents.entry(agent.clone()).or_default();
+            entry.card = None;
+            entry.trust = CardTrust::Refused {
+                reason,
+                kid: kid.clone(),
+            };
+            entry.refused.replace(digest) != Some(digest)
+        };
+        if first_time {
+            if let Some(slot) = CARD_REFUSALS.iter().position(|r| *r == reason) {
+                self.shared.refused[slot].fetch_add(1, Relaxed);
+            }
+            tracing::warn!(%agent, reason, kid = ?kid, %why, "agent card refused: it is not served");
+        }
+        self.emit(RegistryEvent::CardChanged { agent });
     }
 
     /// Applies a presence message of `agent`'s `instance`; true when it is a stale
@@ -440,6 +636,7 @@ fn view(name: &str, entry: &AgentEntry) -> AgentView {
     AgentView {
         name: name.to_owned(),
         card: entry.card.clone(),
+        trust: entry.trust.clone(),
         instances,
         last_seen: entry.last_seen,
     }
@@ -471,6 +668,9 @@ mod tests {
                 agents: RwLock::default(),
                 events: broadcast::channel(16).0,
                 loaded: watch::channel(true).0,
+                trusted: None,
+                refused: Default::default(),
+                taps: RwLock::default(),
             }),
         };
         let mut entry = AgentEntry::default();

@@ -1,7 +1,8 @@
 //! Optional authentication: API keys or bearer tokens, each naming a principal.
 //!
 //! With no keys configured every route is open (as before). With keys, every route but the
-//! agent cards, `/healthz` and `/readyz` (and CORS preflights, answered before this layer)
+//! agent cards, the key set of their signatures, `/healthz` and `/readyz` (and CORS
+//! preflights, answered before this layer)
 //! needs `Authorization: Bearer <key>` or `X-API-Key: <key>`; anything else gets `401` with
 //! `WWW-Authenticate: Bearer` and a JSON-RPC error body SDK clients can read. The caller's
 //! principal rides along in the request's extensions ([`Caller`]), is forwarded to agents
@@ -164,6 +165,7 @@ fn is_public(path: &str) -> bool {
             | "/readyz"
             | "/.well-known/agent-card.json"
             | "/.well-known/agent.json"
+            | "/.well-known/jwks.json"
             | "/agentCard"
     ) || (path.starts_with("/agents/")
         && (path.ends_with("/.well-known/agent-card.json")
@@ -274,6 +276,7 @@ mod tests {
             "/.well-known/agent-card.json",
             "/agents/echo/.well-known/agent-card.json",
             "/agents/echo/agentCard",
+            "/.well-known/jwks.json",
         ] {
             assert!(is_public(p), "{p}");
         }

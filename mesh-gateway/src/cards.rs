@@ -12,6 +12,13 @@
 //! extended card ([`extended_card`], `GET /agents/{name}/extendedAgentCard` and the
 //! JSON-RPC methods) is that card plus an extension naming the caller's principal; it is
 //! served to authenticated callers only.
+//!
+//! Signatures: the agent's own signature does not cover the card the gateway rewrote, so it
+//! is never served. With a signing key every served card (public and extended; over
+//! JSON-RPC, the 1.0 answer) carries the gateway's signature ([`card_signer`]). With a trust
+//! store, an agent whose card was refused has no card to serve: 404 saying why.
+//!
+//! [`card_signer`]: crate::card_signer
 
 use crate::auth::{API_KEY_SCHEME, BEARER_SCHEME, Caller};
 use crate::server::{Shared, json_status};
@@ -21,9 +28,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mesh_core::codec;
+use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
 use mesh_core::model::{AgentCard, AgentExtension, AgentInterface, TRANSPORT_PROTOCOL_JSONRPC};
-use serde_json::json;
+use mesh_core::registry::CardTrust;
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -86,9 +95,15 @@ pub(crate) fn gateway_card(gw: &Shared, agent: &str, url: &str) -> Result<AgentC
     let Some(view) = gw.registry.agent(agent) else {
         return Err(format!("no agent named {agent:?} on the mesh"));
     };
+    if let CardTrust::Refused { reason, .. } = view.trust {
+        return Err(format!(
+            "agent {agent:?} has no trusted card: the card on the bus was refused ({reason})"
+        ));
+    }
     let Some(mut card) = view.card else {
         return Err(format!("agent {agent:?} has not published a card yet"));
     };
+    card.signatures = None;
     card.supported_interfaces = vec![AgentInterface::new(
         url.to_owned(),
         TRANSPORT_PROTOCOL_JSONRPC,
@@ -109,6 +124,29 @@ pub(crate) fn gateway_card(gw: &Shared, agent: &str, url: &str) -> Result<AgentC
         card.capabilities.extended_agent_card = None;
     }
     Ok(card)
+}
+
+/// A card as served over HTTP: the combined shape, signed when the gateway signs.
+fn served_json(gw: &Shared, card: &AgentCard) -> Value {
+    let mut value = codec::card::write_card_combined(card);
+    if let Some(signer) = &gw.signer {
+        signer.sign(&mut value);
+    }
+    value
+}
+
+/// A card as a JSON-RPC answer in `dialect` carries it: in 1.0 signed when the gateway
+/// signs; the 0.x shape carries no signature (the 1.0 signing rules do not cover it).
+pub(crate) fn signed_for(gw: &Shared, mut card: AgentCard, dialect: Dialect) -> AgentCard {
+    card.signatures = None;
+    if let (Some(signer), Dialect::V1_0) = (&gw.signer, dialect) {
+        let mut value = codec::card::write_card_v1(&card);
+        signer.sign(&mut value);
+        card.signatures = value
+            .get("signatures")
+            .and_then(|s| serde_json::from_value(s.clone()).ok());
+    }
+    card
 }
 
 /// The URL of `agent` at this gateway.
@@ -152,7 +190,7 @@ pub(crate) async fn extended_card_http(
     caller: Option<Extension<Caller>>,
 ) -> Response {
     match extended_card(&gw, &name, caller.as_ref().map(|c| &c.0)) {
-        Ok(card) => json_status(StatusCode::OK, codec::card::write_card_combined(&card)),
+        Ok(card) => json_status(StatusCode::OK, served_json(&gw, &card)),
         Err(e) => json_status(
             StatusCode::NOT_FOUND,
             json!({"error": e.message, "code": e.code()}),
@@ -171,7 +209,7 @@ fn serve_card(gw: &Shared, agent: &str, url: &str, headers: &HeaderMap) -> Respo
             );
         }
     };
-    let body = serde_json::to_vec(&codec::card::write_card_combined(&card)).unwrap_or_default();
+    let body = serde_json::to_vec(&served_json(gw, &card)).unwrap_or_default();
     let etag = {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         body.hash(&mut hasher);

@@ -1,7 +1,7 @@
 //! The gateway's settings: where it listens, how it names itself on the bus and in agent
 //! cards, which agent `POST /` reaches, the limits that keep every request bounded, where
 //! its tasks are kept (memory, or SQLite in a data directory), API keys, CORS origins,
-//! webhook delivery and TLS.
+//! webhook delivery, TLS, and signed agent cards (a trust store, a signing key).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use std::time::Duration;
 pub use crate::auth::ApiKey;
 use crate::store::StoreLimits;
 pub use crate::tls::TlsFiles;
+use mesh_core::card_signing::{SigningKey, TrustedKeys};
 
 /// The room a request body needs on the bus besides itself: the JSON-RPC frame and the
 /// `_mesh` envelope the gateway adds (a follow-up message also carries the task's snapshot,
@@ -110,6 +111,13 @@ pub struct GatewayConfig {
     /// match the certificate, stops the start ([`GatewayError::Tls`](crate::GatewayError)).
     /// `None`: plain HTTP.
     pub tls: Option<TlsFiles>,
+    /// The keys agents' cards must be signed with (`--trusted-keys`, a JWKS file). A card
+    /// that does not verify is refused: not served, counted, its agent shown untrusted.
+    /// `None`: every card is served, signed or not.
+    pub trusted_keys: Option<TrustedKeys>,
+    /// The key the gateway signs the cards it serves with (`--signing-key`); its public key
+    /// set is served at `/.well-known/jwks.json`. `None`: served cards carry no signature.
+    pub signing_key: Option<SigningKey>,
 }
 
 impl GatewayConfig {
@@ -156,6 +164,8 @@ impl Default for GatewayConfig {
             webhook_queue: 10_000,
             webhook_ca_file: None,
             tls: None,
+            trusted_keys: None,
+            signing_key: None,
         }
     }
 }

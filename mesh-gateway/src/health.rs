@@ -1,11 +1,13 @@
 //! Health and discovery endpoints: `GET /healthz` (the process serves), `GET /readyz` (the
 //! bus is connected and the registry has loaded the mesh's retained state: 200, else 503),
-//! and `GET /agents` (every agent of the mesh, online or not, with its skills).
+//! and `GET /agents` (every agent of the mesh, online or not, with its skills; with a trust
+//! store, whether its card is trusted, and why not).
 
 use crate::server::{Shared, json_status};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
+use mesh_core::registry::CardTrust;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -48,14 +50,25 @@ pub(crate) async fn agents(State(gw): State<Arc<Shared>>) -> Response {
             let last_seen = agent
                 .last_seen
                 .map(|t| chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339());
-            json!({
+            let mut entry = json!({
                 "name": agent.name,
                 "online": agent.online(),
                 "instances": agent.instances.len(),
                 "description": agent.card.as_ref().map(|c| c.description.clone()),
                 "skills": skills,
                 "lastSeen": last_seen,
-            })
+            });
+            if gw.registry.verifies_cards() {
+                entry["trusted"] = json!(matches!(agent.trust, CardTrust::Verified { .. }));
+                match &agent.trust {
+                    CardTrust::Verified { kid } => entry["kid"] = json!(kid),
+                    CardTrust::Refused { reason, kid } => {
+                        entry["refused"] = json!({"reason": reason, "kid": kid});
+                    }
+                    CardTrust::Unchecked => {}
+                }
+            }
+            entry
         })
         .collect();
     json_status(StatusCode::OK, json!({ "agents": agents }))

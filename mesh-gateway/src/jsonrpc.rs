@@ -380,6 +380,7 @@ fn dispatch<'a>(
                 delete_push_config(gw, agent, http, dialect, shared, &id, params)
             }
             Call::GetExtendedCard => crate::cards::extended_card(gw, agent, http.caller.as_ref())
+                .map(|card| crate::cards::signed_for(gw, card, dialect))
                 .map(|card| Answer::Json(codec::encode_reply(dialect, &id, &Reply::Card(card))))
                 .map_err(|e| (dialect, e)),
         };

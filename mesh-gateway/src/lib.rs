@@ -24,12 +24,14 @@
 //! Modules: [`config`] (settings), [`server`] (router, start, shutdown), `jsonrpc` (the POST
 //! dispatch), `bridge` (the pump from the bus to the store and the live subscribers),
 //! [`task_events`] (how an event changes a task, and its stored encoding), `sse`,
-//! `cards`, `health`, [`auth`] (API keys), [`push`] (webhook checks and delivery),
-//! [`metrics`] (`GET /metrics`), [`tls`] (HTTPS on the listener), and [`store`] (the [`TaskStore`] trait, the in-memory store
+//! `cards` (and `card_signer`, the gateway's signature on them), `health`, [`auth`] (API
+//! keys), [`push`] (webhook checks and delivery), [`metrics`] (`GET /metrics`), [`tls`]
+//! (HTTPS on the listener), and [`store`] (the [`TaskStore`] trait, the in-memory store
 //! and the durable SQLite store).
 
 pub mod auth;
 mod bridge;
+mod card_signer;
 mod cards;
 pub mod config;
 mod health;

@@ -18,6 +18,7 @@
 //! | `mesh_gateway_webhook_failures_total` | counter | `reason` (`retry`, `given_up`, `dropped`) |
 //! | `mesh_gateway_store_pending_writes` | gauge | (changes not yet written to disk) |
 //! | `mesh_gateway_store_bytes` | gauge | (what the task store counts against its byte budget) |
+//! | `mesh_gateway_cards_refused_total` | counter | `reason` (`unsigned`, `unknown_kid`, `bad_signature`, `malformed`, `wrong_name`: card versions the trust store refused) |
 
 use crate::server::Shared;
 use crate::store::TaskStore;
@@ -26,6 +27,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use mesh_core::dialect::Method;
+use mesh_core::registry::CARD_REFUSALS;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -60,6 +62,8 @@ pub(crate) struct Metrics {
     bus_oversized: AtomicU64,
     bus_given_up: AtomicU64,
     unexpected_events: AtomicU64,
+    /// Card versions the registry's trust store refused, by reason: copied in at scrape time.
+    cards_refused: [AtomicU64; CARD_REFUSALS.len()],
     /// The store whose tasks are counted at scrape time.
     store: OnceLock<Weak<dyn TaskStore>>,
 }
@@ -118,6 +122,7 @@ impl Metrics {
             bus_oversized: AtomicU64::new(0),
             bus_given_up: AtomicU64::new(0),
             unexpected_events: AtomicU64::new(0),
+            cards_refused: Default::default(),
             store: OnceLock::new(),
         }
     }
@@ -157,6 +162,13 @@ impl Metrics {
         self.bus_oversized.store(stats.oversized_dropped, Relaxed);
         self.bus_given_up.store(stats.publishes_given_up, Relaxed);
         self.unexpected_events.store(unexpected_events, Relaxed);
+    }
+
+    /// Takes the registry's counts of refused cards in (before a scrape).
+    pub(crate) fn cards_refused(&self, counts: [(&'static str, u64); CARD_REFUSALS.len()]) {
+        for (slot, (_, count)) in self.cards_refused.iter().zip(counts) {
+            slot.store(count, Relaxed);
+        }
     }
 
     pub(crate) fn webhook_delivered(&self) {
@@ -301,6 +313,20 @@ impl Collector for Scrape {
                     .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
             }
         }
+        {
+            let mut family = encoder.encode_descriptor(
+                "mesh_gateway_cards_refused",
+                "Agent card versions refused because they do not verify with the trust store (--trusted-keys)",
+                None,
+                MetricType::Counter,
+            )?;
+            for (reason, value) in CARD_REFUSALS.iter().zip(&m.cards_refused) {
+                let labels = [("reason", *reason)];
+                family
+                    .encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(&value.load(Relaxed), None)?;
+            }
+        }
         counter(
             &mut encoder,
             "mesh_gateway_webhook_deliveries",
@@ -338,6 +364,7 @@ pub(crate) fn registry(metrics: &Arc<Metrics>) -> Registry {
 pub(crate) async fn serve(State(gw): State<Arc<Shared>>) -> Response {
     gw.metrics
         .bus_dropped(gw.bus.stats(), gw.requester.unexpected_events());
+    gw.metrics.cards_refused(gw.registry.cards_refused());
     let mut text = String::new();
     if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &gw.metrics_registry) {
         tracing::warn!(%error, "could not write the metrics");

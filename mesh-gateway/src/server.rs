@@ -13,6 +13,7 @@
 //! | `GET /agents/{name}/.well-known/agent-card.json` (and the other two) | that agent's card |
 //! | `GET /agents` | the agents of the mesh |
 //! | `GET /agents/{name}/extendedAgentCard` | that agent's extended card (authenticated callers) |
+//! | `GET /.well-known/jwks.json` | the key set of the gateway's card signatures (when it signs) |
 //! | `GET /healthz`, `GET /readyz` | liveness, readiness |
 //! | `GET /metrics` | Prometheus metrics ([`metrics`](crate::metrics)) |
 //!
@@ -25,6 +26,7 @@
 
 use crate::auth::Keys;
 use crate::bridge::Bridge;
+use crate::card_signer::CardSigner;
 use crate::cards::CardCache;
 use crate::config::{ENVELOPE_ROOM, GATEWAY_ID_FILE, GatewayConfig};
 use crate::metrics::Metrics;
@@ -98,6 +100,8 @@ pub(crate) struct Shared {
     pub metrics_registry: prometheus_client::registry::Registry,
     /// The webhook delivery queue; `None` when push notifications are off.
     pub pusher: Option<Arc<Pusher>>,
+    /// The signer of served cards; `None` without a signing key.
+    pub signer: Option<CardSigner>,
 }
 
 impl Shared {
@@ -163,7 +167,8 @@ impl Gateway {
         } else {
             None
         };
-        let registry = Registry::start(&bus, &topics, &config.name).await?;
+        let registry =
+            Registry::start_with(&bus, &topics, &config.name, config.trusted_keys.clone()).await?;
         let requester = Requester::start(
             bus.clone(),
             topics,
@@ -221,7 +226,12 @@ impl Gateway {
             pusher.clone(),
             Some((requester.clone(), config.cancel_wait)),
         ));
+        let signer = config
+            .signing_key
+            .clone()
+            .map(|key| CardSigner::new(key, &base_url));
         let shared = Arc::new(Shared {
+            signer,
             keys: Keys::new(config.api_keys.clone()),
             config,
             bus,
@@ -353,6 +363,7 @@ fn router(shared: Arc<Shared>) -> Router {
             get(cards::agent_card),
         )
         .route("/agents/{name}/agentCard", get(cards::agent_card))
+        .route(crate::card_signer::JWKS_PATH, get(crate::card_signer::jwks))
         .route("/agents", get(health::agents))
         .route("/agents/", get(health::agents))
         .route(

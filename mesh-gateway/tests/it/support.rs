@@ -91,8 +91,13 @@ impl Mesh {
     }
 
     pub async fn start_agent(&self, agent: Agent) -> RunningAgent {
+        self.start_agent_with(agent, self.agent_config()).await
+    }
+
+    /// Starts an agent with `config` and waits until the gateway sees it online.
+    pub async fn start_agent_with(&self, agent: Agent, config: AgentConfig) -> RunningAgent {
         let running = agent
-            .config(self.agent_config())
+            .config(config)
             .start(bus_config(&self.broker))
             .await
             .expect("agent starts");
