@@ -9,6 +9,9 @@
 //! | `broker/mosquitto.conf` | a Mosquitto listener that uses both, with anonymous clients refused |
 //! | `broker.toml` | a `mesh broker --config` / `mesh up --config` file that uses both |
 //! | `accounts/<name>.toml` | a `mesh agent <name> --config` / `mesh gateway --config` file: the namespace and the broker URL with that account's password (and for a gateway, its TLS files) |
+//! | `keys/<account>.pem` | each agent's and gateway's card-signing key (ES256, PKCS#8 PEM), in its account file |
+//! | `keys/agents.jwks.json` | every agent's public key: the gateways' trust store (a card that does not verify is not served) |
+//! | `keys/<gateway>.jwks.json` | a gateway's public key, for clients to pin (it also serves it at `/.well-known/jwks.json`) |
 //! | `clients/<client>.key` | an API key of the gateways (`Authorization: Bearer <key>`), one per `--client` (`client` by default) |
 //! | `tls/ca.pem` | the CA that signed the gateways' certificates: what HTTPS clients trust (its key is not kept) |
 //! | `tls/<gateway>.pem`, `tls/<gateway>.key` | a gateway's certificate chain (for the `--tls-host` names, `localhost` and `127.0.0.1` by default) and its key |
@@ -18,6 +21,7 @@
 
 use crate::exit::Failure;
 use mesh_core::bus::BrokerUrl;
+use mesh_core::card_signing::{self, SigningKey};
 use mesh_core::grants::{self, Grant};
 use mesh_core::topic::{Topics, is_safe_segment};
 use std::fmt::Write as _;
@@ -116,6 +120,16 @@ impl Profile {
     /// Whether a profile was generated there.
     pub fn exists(&self) -> bool {
         self.password_file().exists()
+    }
+
+    /// The card-signing key of account `name`.
+    pub fn signing_key(&self, name: &str) -> PathBuf {
+        self.dir.join("keys").join(format!("{name}.pem"))
+    }
+
+    /// Every agent's public key: the gateways' trust store.
+    pub fn agent_keys(&self) -> PathBuf {
+        self.dir.join("keys").join("agents.jwks.json")
     }
 
     /// The API key of client `name`.
@@ -287,7 +301,14 @@ pub fn generate(spec: &ProfileSpec, dir: &Path, force: bool) -> Result<Profile, 
     let accounts_dir = dir.join("accounts");
     let tls_dir = dir.join("tls");
     let clients_dir = dir.join("clients");
-    for d in [&broker_dir, &accounts_dir, &tls_dir, &clients_dir] {
+    let keys_dir = dir.join("keys");
+    for d in [
+        &broker_dir,
+        &accounts_dir,
+        &tls_dir,
+        &clients_dir,
+        &keys_dir,
+    ] {
         std::fs::create_dir_all(d).map_err(|e| Failure::Usage(format!("{}: {e}", d.display())))?;
     }
     write_file(&profile.password_file(), &passwords, true)?;
@@ -319,11 +340,43 @@ pub fn generate(spec: &ProfileSpec, dir: &Path, force: bool) -> Result<Profile, 
         write_file(&profile.client_key(client), &format!("{key}\n"), true)?;
         api_keys.push(quote(&format!("{client}={key}")));
     }
+    // Each account's card-signing key; the agents' public keys are the gateways' trust store.
+    let mut agent_jwks = Vec::new();
+    for (name, _) in &configs {
+        let key = SigningKey::generate()
+            .map_err(|e| Failure::Other(format!("cannot make a signing key: {e}")))?;
+        write_file(&profile.signing_key(name), &key.to_pem(), true)?;
+        if spec.gateways.contains(name) {
+            let jwks = card_signing::jwks([key.public_jwk()]);
+            write_file(
+                &keys_dir.join(format!("{name}.jwks.json")),
+                &format!("{jwks:#}\n"),
+                false,
+            )?;
+        } else {
+            agent_jwks.push(key.public_jwk());
+        }
+    }
+    write_file(
+        &profile.agent_keys(),
+        &format!("{:#}\n", card_signing::jwks(agent_jwks)),
+        false,
+    )?;
     let tls = Certificates::generate(&spec.tls_hosts, &spec.gateways)?;
     write_file(&profile.ca_file(), &tls.ca_pem, false)?;
     for (name, mut config) in configs {
-        if spec.gateways.contains(&name) && !api_keys.is_empty() {
-            let _ = writeln!(config, "api_keys = [{}]", api_keys.join(", "));
+        let key_file = quote(&absolute(&profile.signing_key(&name)).display().to_string());
+        if spec.gateways.contains(&name) {
+            let _ = writeln!(
+                config,
+                "gateway_signing_key = {key_file}\ntrusted_keys = {}",
+                quote(&absolute(&profile.agent_keys()).display().to_string())
+            );
+            if !api_keys.is_empty() {
+                let _ = writeln!(config, "api_keys = [{}]", api_keys.join(", "));
+            }
+        } else {
+            let _ = writeln!(config, "signing_key = {key_file}");
         }
         if let Some((chain, key)) = tls
             .gateways

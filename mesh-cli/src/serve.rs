@@ -42,14 +42,19 @@ pub async fn up(settings: &Settings, secure: Option<&Path>) -> Outcome {
             None => Ok(url.clone()),
         }
     };
-    let mut urls = Vec::new();
+    // And its signing key: with a profile, its own.
+    let key_of = |account: &str| match &profile {
+        Some(profile) => Some(profile.signing_key(account)),
+        None => settings.signing_key.clone(),
+    };
+    let mut parts = Vec::new();
     for name in mesh_examples::NAMES {
-        urls.push((*name, url_of(name)?));
+        parts.push((*name, url_of(name)?, key_of(name)));
     }
     let gateway_url = url_of(&settings.gateway_name)?;
-    let starts = urls
+    let starts = parts
         .iter()
-        .map(|(name, url)| start_agent(settings, url, name));
+        .map(|(name, url, key)| start_agent(settings, url, name, key.as_deref()));
     let mut agents = Vec::new();
     let mut failure = None;
     for result in futures_util::future::join_all(starts).await {
@@ -132,7 +137,7 @@ pub async fn gateway(settings: &Settings) -> Outcome {
 /// `mesh agent <name>`: one example agent, on --broker-url.
 pub async fn agent(settings: &Settings, name: &str) -> Outcome {
     let url = settings.broker_url_or_default();
-    let agent = start_agent(settings, &url, name).await?;
+    let agent = start_agent(settings, &url, name, settings.signing_key.as_deref()).await?;
     println!(
         "agent {name} online (instance {}, broker {})",
         agent.instance_id(),
@@ -171,6 +176,12 @@ fn secure_profile(settings: &mut Settings, dir: &Path) -> Result<Profile, Failur
             settings.api_keys.push(key);
         }
     }
+    settings
+        .trusted_keys
+        .get_or_insert_with(|| profile.agent_keys());
+    settings
+        .gateway_signing_key
+        .get_or_insert_with(|| profile.signing_key(&settings.gateway_name));
     let tls = profile.gateway_tls(&settings.gateway_name);
     if tls.cert_file.exists() {
         settings.tls.get_or_insert(tls);
@@ -209,7 +220,12 @@ async fn start_broker(settings: &Settings) -> Result<Broker, Failure> {
     })
 }
 
-async fn start_agent(settings: &Settings, url: &str, name: &str) -> Result<RunningAgent, Failure> {
+async fn start_agent(
+    settings: &Settings,
+    url: &str,
+    name: &str,
+    key: Option<&Path>,
+) -> Result<RunningAgent, Failure> {
     let Some(agent) = mesh_examples::by_name(name) else {
         return Err(Failure::UnknownAgent(format!(
             "no example agent named {name:?}; there are: {}",
@@ -218,7 +234,7 @@ async fn start_agent(settings: &Settings, url: &str, name: &str) -> Result<Runni
     };
     let config = AgentConfig {
         namespace: settings.namespace.clone(),
-        signing_key: signing_key(settings.signing_key.as_deref(), "--signing-key")?,
+        signing_key: signing_key(key, "--signing-key")?,
         ..AgentConfig::default()
     };
     agent

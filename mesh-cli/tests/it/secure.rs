@@ -3,7 +3,9 @@
 //! `mesh gateway` with their generated account files): anonymous clients and wrong passwords
 //! are refused, each agent account is limited to its own topics, the forgeries an open bus
 //! allowed fail (a forged reply to the gateway, another agent forging a peer call's answer, a
-//! forged retained card), and the mesh works, peer calls included.
+//! forged retained card), and the mesh works, peer calls included, over HTTPS for clients with
+//! the profile's API key, each card checked against the profile's trust store and served
+//! signed by the gateway's key.
 
 use mesh_core::bus::{Bus, BusConfig, BusError, QoS};
 use mesh_core::dialect::Method;
@@ -206,8 +208,18 @@ async fn the_generated_profile_holds(kind: Broker) {
         .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
         .build()
         .unwrap();
+    // Only clients with the profile's API key get in.
+    let key = std::fs::read_to_string(dir.join("clients").join("client.key")).unwrap();
+    let unauthenticated = http
+        .post(format!("{url}/agents/echo"))
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthenticated.status(), 401);
     let answer: Value = http
         .post(format!("{url}/agents/orchestrator"))
+        .bearer_auth(key.trim())
         .json(
             &json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": {
             "kind": "message", "role": "user", "messageId": "m-1",
@@ -380,6 +392,28 @@ async fn the_generated_profile_holds(kind: Broker) {
         served["url"].as_str().unwrap().starts_with("https://"),
         "{served}"
     );
+    // Signed by the gateway with the key the profile made for it, which a client can pin; the
+    // agent's own signature was checked against the profile's trust store first.
+    let pinned =
+        mesh_core::card_signing::TrustedKeys::load(&dir.join("keys").join("gateway.jwks.json"))
+            .unwrap();
+    mesh_core::card_signing::verify_card(&pinned, &served).expect("the served card verifies");
+    let listed: Value = http
+        .get(format!("{url}/agents"))
+        .bearer_auth(key.trim())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let writer_view = listed["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "writer")
+        .unwrap();
+    assert_eq!(writer_view["trusted"], true, "{writer_view}");
 
     // A forged final event to the gateway fails, even from an account that learned the
     // request (here flight-booker's own account plays the agent, to hold the request open):
