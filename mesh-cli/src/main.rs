@@ -6,14 +6,18 @@
 
 mod client;
 mod exit;
+mod options;
 mod secure;
 mod serve;
 mod settings;
 mod tail;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use exit::Failure;
-use settings::{AgentArgs, Common, LogFormat, Serve, Settings};
+use options::{
+    AgentOptions, BrokerOptions, BusOptions, ClientOptions, GatewayGroups, Global, PacketOptions,
+};
+use settings::{Common, LogFormat, Serve, Settings};
 use std::path::PathBuf;
 
 /// Agent meshes over MQTT: A2A agents on a broker, an HTTP gateway in front of them.
@@ -21,9 +25,27 @@ use std::path::PathBuf;
 #[command(name = "mesh", version, about, long_about = None)]
 struct Cli {
     #[command(flatten)]
-    common: Common,
+    global: Global,
     #[command(subcommand)]
     command: Command,
+}
+
+/// A bus client's options: the broker and the packet limit.
+#[derive(clap::Args, Debug, Clone, Default)]
+struct BusClient {
+    #[command(flatten)]
+    bus: BusOptions,
+    #[command(flatten)]
+    packet: PacketOptions,
+}
+
+/// A client's options: the bus, and the gateway it asks first.
+#[derive(clap::Args, Debug, Clone, Default)]
+struct Client {
+    #[command(flatten)]
+    bus: BusClient,
+    #[command(flatten)]
+    client: ClientOptions,
 }
 
 #[derive(Subcommand, Debug)]
@@ -31,7 +53,11 @@ enum Command {
     /// Embedded broker, gateway and the example agents in one process (Ctrl-C stops all).
     Up {
         #[command(flatten)]
-        serve: Serve,
+        bus: BusClient,
+        #[command(flatten)]
+        broker: BrokerOptions,
+        #[command(flatten)]
+        gateway: GatewayGroups,
         /// Run the secure profile in DIR (generated there for the example agents and a
         /// gateway when DIR has none): the embedded broker authenticates every account and
         /// enforces its ACL, and each agent and the gateway connect with their own account.
@@ -41,26 +67,37 @@ enum Command {
     /// The embedded MQTT broker alone.
     Broker {
         #[command(flatten)]
-        serve: Serve,
+        broker: BrokerOptions,
+        #[command(flatten)]
+        packet: PacketOptions,
     },
     /// The HTTP gateway alone, connected to --broker-url.
     Gateway {
         #[command(flatten)]
-        serve: Serve,
+        bus: BusClient,
+        #[command(flatten)]
+        gateway: GatewayGroups,
     },
     /// One example agent, connected to --broker-url.
     Agent {
         /// echo, writer, flight-booker, files or orchestrator.
         name: String,
         #[command(flatten)]
-        agent: AgentArgs,
+        bus: BusClient,
+        #[command(flatten)]
+        agent: AgentOptions,
     },
     /// The live list of agents.
-    Agents,
+    Agents {
+        #[command(flatten)]
+        client: Client,
+    },
     /// An agent's card.
     Card {
         /// The agent.
         agent: String,
+        #[command(flatten)]
+        client: Client,
     },
     /// Send a message to an agent and print its answer.
     Send {
@@ -77,6 +114,8 @@ enum Command {
         /// Attach a file (repeatable).
         #[arg(long, value_name = "PATH")]
         file: Vec<PathBuf>,
+        #[command(flatten)]
+        client: Client,
     },
     /// Exit 0 if the gateway is ready (its /readyz), or with --agent if that agent is online
     /// on the bus; for container healthchecks and scripts.
@@ -84,10 +123,12 @@ enum Command {
         /// Check that this agent has an online instance instead of checking the gateway.
         #[arg(long)]
         agent: Option<String>,
+        #[command(flatten)]
+        client: Client,
     },
     /// Generate a secure profile in DIR: an account and password per agent and gateway, the
-    /// broker's password file and ACL (for the embedded broker and for Mosquitto), and a
-    /// `--config` file per account.
+    /// broker's password file and ACL (for the embedded broker and for Mosquitto), signing
+    /// keys, TLS files, API keys, and a `--config` file per account.
     Secure {
         /// Where to write it.
         dir: PathBuf,
@@ -96,7 +137,7 @@ enum Command {
         #[arg(long = "agent", value_name = "NAME[=PEERS]")]
         agents: Vec<String>,
         /// A gateway deployment (one account for all its instances; repeatable)
-        /// [default: the --gateway-name, `gateway`].
+        /// [default: gateway].
         #[arg(long = "gateway", value_name = "NAME")]
         gateways: Vec<String>,
         /// A client (principal) that gets an API key of the gateways, in DIR/clients/NAME.key
@@ -110,6 +151,8 @@ enum Command {
         /// Replace a profile already in DIR (every password changes).
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        bus: BusOptions,
     },
     /// Watch the namespace's bus traffic, one line per message.
     Tail {
@@ -122,7 +165,67 @@ enum Command {
         /// Print each message as raw JSON: {"topic":…,"payload":…}.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        bus: BusClient,
     },
+    /// Print shell completions for `mesh` (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+impl BusClient {
+    fn fill(&self, common: &mut Common) {
+        self.bus.fill(common);
+        self.packet.fill(common);
+    }
+}
+
+impl Client {
+    fn fill(&self, common: &mut Common) {
+        self.bus.fill(common);
+        self.client.fill(common);
+    }
+}
+
+impl Command {
+    /// What the command's own options were given (the global ones aside).
+    fn given(&self) -> (Common, Serve) {
+        let (mut common, mut serve) = (Common::default(), Serve::default());
+        match self {
+            Command::Up {
+                bus,
+                broker,
+                gateway,
+                ..
+            } => {
+                bus.fill(&mut common);
+                broker.fill(&mut serve);
+                gateway.fill(&mut common, &mut serve);
+            }
+            Command::Broker { broker, packet } => {
+                broker.fill(&mut serve);
+                packet.fill(&mut common);
+            }
+            Command::Gateway { bus, gateway } => {
+                bus.fill(&mut common);
+                gateway.fill(&mut common, &mut serve);
+            }
+            Command::Agent { bus, agent, .. } => {
+                bus.fill(&mut common);
+                agent.fill(&mut serve);
+            }
+            Command::Agents { client }
+            | Command::Card { client, .. }
+            | Command::Send { client, .. }
+            | Command::Health { client, .. } => client.fill(&mut common),
+            Command::Secure { bus, .. } => bus.fill(&mut common),
+            Command::Tail { bus, .. } => bus.fill(&mut common),
+            Command::Completions { .. } => {}
+        }
+        (common, serve)
+    }
 }
 
 /// mimalloc instead of glibc's allocator: `scripts/bench-instructions` counts 13 % fewer
@@ -136,21 +239,17 @@ fn main() {
     // Before any HTTP client is built (reqwest's rustls has no provider of its own).
     mesh_core::tls::install_crypto_provider();
     let cli = Cli::parse();
-    let serve = match &cli.command {
-        Command::Up { serve, .. } | Command::Broker { serve } | Command::Gateway { serve } => {
-            serve.clone()
-        }
-        _ => Serve::default(),
-    };
-    let mut settings = match Settings::resolve(&cli.common, &serve) {
+    if let Command::Completions { shell } = cli.command {
+        let mut command = Cli::command();
+        clap_complete::generate(shell, &mut command, "mesh", &mut std::io::stdout());
+        return;
+    }
+    let (mut common, serve) = cli.command.given();
+    cli.global.fill(&mut common);
+    let settings = match Settings::resolve(&common, &serve) {
         Ok(settings) => settings,
         Err(reason) => Failure::Usage(reason).exit(),
     };
-    if let Command::Agent { agent, .. } = &cli.command {
-        if let Some(key) = &agent.signing_key {
-            settings.signing_key = Some(key.clone());
-        }
-    }
     let serving = matches!(
         cli.command,
         Command::Up { .. }
@@ -180,20 +279,24 @@ fn main() {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Up { secure, .. } => serve::up(&settings, secure.as_deref()).await,
+            Command::Completions { .. } => Ok(()),
             Command::Broker { .. } => serve::broker(&settings).await,
             Command::Gateway { .. } => serve::gateway(&settings).await,
             Command::Agent { name, .. } => serve::agent(&settings, &name).await,
-            Command::Agents => client::agents(&settings).await,
-            Command::Card { agent } => client::card(&settings, &agent).await,
+            Command::Agents { .. } => client::agents(&settings).await,
+            Command::Card { agent, .. } => client::card(&settings, &agent).await,
             Command::Send {
                 agent,
                 text,
                 stream,
                 task,
                 file,
+                ..
             } => client::send(&settings, &agent, &text, stream, task, &file).await,
-            Command::Health { agent } => client::health(&settings, agent.as_deref()).await,
-            Command::Tail { agent, task, json } => tail::tail(&settings, agent, task, json).await,
+            Command::Health { agent, .. } => client::health(&settings, agent.as_deref()).await,
+            Command::Tail {
+                agent, task, json, ..
+            } => tail::tail(&settings, agent, task, json).await,
             Command::Secure {
                 dir,
                 agents,
@@ -201,6 +304,7 @@ fn main() {
                 clients,
                 tls_hosts,
                 force,
+                ..
             } => secure_command(
                 &settings, &dir, &agents, gateways, clients, tls_hosts, force,
             ),

@@ -373,6 +373,16 @@ async fn wait_for_stop() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a command that starts a gateway and the embedded broker was given: nothing.
+    fn serving() -> Serve {
+        Serve {
+            starts_gateway: true,
+            starts_broker: true,
+            ..Serve::default()
+        }
+    }
+
     use crate::settings::{Common, Serve};
     use std::time::Duration;
 
@@ -387,7 +397,7 @@ mod tests {
             allow_private_webhooks: true,
             store_max_bytes: Some(4 << 20),
             store_max_task_bytes: Some(1 << 20),
-            ..Serve::default()
+            ..serving()
         };
         let settings = Settings::resolve(&Common::default(), &serve).unwrap();
         let config = gateway_config(&settings);
@@ -420,7 +430,7 @@ mod tests {
             config: Some(dir.join("mesh.toml")),
             ..Common::default()
         };
-        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        let settings = Settings::resolve(&common, &serving()).unwrap();
         let read = signing_key(settings.signing_key.as_deref(), "--signing-key").unwrap();
         assert_eq!(read.unwrap().kid(), key.kid());
         assert_eq!(settings.gateway_signing_key.as_deref(), Some(pem.as_path()));

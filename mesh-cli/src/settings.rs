@@ -1,5 +1,8 @@
 //! One set of names for configuration: flags, `MESH_*` environment variables, and an optional
-//! TOML file (`--config`, `MESH_CONFIG`), in that order of precedence, then the defaults.
+//! TOML file (`--config`, `MESH_CONFIG`), in that order of precedence, then the defaults. The
+//! flags and variables a command takes are its option groups' ([`crate::options`]); the file
+//! is read for the keys of what the command runs ([`Serve::starts_gateway`],
+//! [`Serve::starts_broker`]).
 //!
 //! | setting | flag | env | default |
 //! | --- | --- | --- | --- |
@@ -9,7 +12,7 @@
 //! | gateway to talk to | `--gateway-url` | `MESH_GATEWAY_URL` | `http://127.0.0.1:8080` |
 //! | CA file of an `mqtts://` broker | `--broker-ca` | `MESH_BROKER_CA` | the system's roots |
 //! | namespace | `--namespace` | `MESH_NAMESPACE` | `mesh` |
-//! | the gateway deployment's name (its broker account; `send`, `status` ask as it) | `--gateway-name` | `MESH_GATEWAY_NAME` | `gateway` |
+//! | the gateway deployment's name (its broker account; `send`, `card`, `agents` ask as it over the bus) | `--gateway-name` | `MESH_GATEWAY_NAME` | `gateway` |
 //! | default agent for `POST /` | `--default-agent` | `MESH_DEFAULT_AGENT` | `echo` in `up`, none otherwise |
 //! | URL clients reach the gateway at | `--public-url` | `MESH_PUBLIC_URL` | the bound address |
 //! | the gateway's durable task store | `--data-dir` | `MESH_DATA_DIR` | `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh` |
@@ -42,8 +45,6 @@
 //! ([`redact_url`]) and API keys hidden; the help never shows the environment's values of
 //! `MESH_BROKER_URL` and `MESH_API_KEYS`.
 
-use clap::Args;
-use clap::builder::FalseyValueParser;
 use mesh_core::bus::redact_url;
 use mesh_gateway::{ApiKey, TlsFiles};
 use serde::Deserialize;
@@ -58,179 +59,54 @@ pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:8080";
 /// The default namespace.
 pub const DEFAULT_NAMESPACE: &str = "mesh";
 
-/// Settings every command reads.
-#[derive(Args, Clone, Default)]
+/// What the command line (flags and environment) gave that every command may read: filled by
+/// the option groups of the command run ([`crate::options`]), `None` for what it does not
+/// take.
+#[derive(Clone, Default)]
 pub struct Common {
-    /// A TOML file with any of these settings (snake_case keys).
-    #[arg(long, env = "MESH_CONFIG", global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The namespace: the first segment of every topic [default: mesh].
-    #[arg(long, env = "MESH_NAMESPACE", global = true)]
     pub namespace: Option<String>,
-    /// The broker to connect to [default: mqtt://127.0.0.1:1884]; `up` uses it instead of
-    /// starting the embedded broker when given.
-    #[arg(
-        long,
-        env = "MESH_BROKER_URL",
-        global = true,
-        value_name = "URL",
-        hide_env_values = true
-    )]
     pub broker_url: Option<String>,
-    /// A PEM file of the CA(s) that an `mqtts://` broker's certificate chains to [default:
-    /// the system's roots].
-    #[arg(long, env = "MESH_BROKER_CA", global = true, value_name = "PEM_FILE")]
     pub broker_ca: Option<PathBuf>,
-    /// The gateway deployment's name on the bus, first in its response topics: the broker
-    /// account its instances share under an ACL. `send` and `status` ask as it too
-    /// [default: gateway].
-    #[arg(long, env = "MESH_GATEWAY_NAME", global = true, value_name = "NAME")]
     pub gateway_name: Option<String>,
-    /// The gateway to talk to [default: http://127.0.0.1:8080].
-    #[arg(
-        long,
-        env = "MESH_GATEWAY_URL",
-        global = true,
-        value_name = "URL",
-        hide_env_values = true
-    )]
     pub gateway_url: Option<String>,
-    /// Log lines as text or as JSON (RUST_LOG sets the level).
-    #[arg(long, env = "MESH_LOG_FORMAT", global = true, value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Worker threads of the async runtime; 0: one per core [default: 1 for `broker` and
-    /// `gateway`, one per core for the other commands].
-    #[arg(long, env = "MESH_WORKER_THREADS", global = true, value_name = "N")]
     pub worker_threads: Option<usize>,
-    /// The largest MQTT packet, in bytes, a bus client publishes or takes in (larger incoming
-    /// messages are dropped and counted), and the embedded broker accepts [default:
-    /// 16777216]. An external broker's limit should match (Mosquitto: max_packet_size).
-    #[arg(
-        long,
-        env = "MESH_MAX_PACKET_SIZE",
-        global = true,
-        value_name = "SIZE",
-        value_parser = parse_bytes
-    )]
     pub max_packet_size: Option<usize>,
 }
 
-/// Settings of the commands that serve (`up`, `broker`, `gateway`).
-#[derive(Args, Clone, Default)]
+/// What the command line gave for the parts a command serves (broker, gateway, agent).
+#[derive(Clone, Default)]
 pub struct Serve {
-    /// Where the embedded broker listens [default: 127.0.0.1:1884].
-    #[arg(long, env = "MESH_BROKER_ADDR", value_name = "ADDR")]
+    /// The command starts a gateway: only then is its data directory resolved (and its
+    /// absence an error).
+    pub starts_gateway: bool,
+    /// The command starts the embedded broker: only then are the broker's keys of the config
+    /// file read.
+    pub starts_broker: bool,
     pub broker_addr: Option<SocketAddr>,
-    /// Where the gateway listens [default: 127.0.0.1:8080].
-    #[arg(long, env = "MESH_HTTP_ADDR", value_name = "ADDR")]
     pub http_addr: Option<SocketAddr>,
-    /// The agent `POST /` and `/.well-known/agent-card.json` serve [default: echo in `up`].
-    #[arg(long, env = "MESH_DEFAULT_AGENT", value_name = "AGENT")]
     pub default_agent: Option<String>,
-    /// The URL clients reach the gateway at, written into agent cards [default: the bound
-    /// address].
-    #[arg(long, env = "MESH_PUBLIC_URL", value_name = "URL")]
     pub public_url: Option<String>,
-    /// Where the gateway keeps its tasks (SQLite) [default: $XDG_DATA_HOME/mesh, else
-    /// ~/.local/share/mesh].
-    #[arg(long, env = "MESH_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Keep the gateway's tasks in memory only (lost on restart).
-    #[arg(long, env = "MESH_MEMORY_STORE", value_parser = FalseyValueParser::new())]
     pub memory_store: bool,
-    /// The most bytes the gateway's task store keeps (tasks and their event logs, in memory
-    /// and on disk), e.g. `512MiB`; over it finished tasks are evicted, then new tasks are
-    /// refused [default: 1GiB].
-    #[arg(long, env = "MESH_STORE_MAX_BYTES", value_name = "SIZE", value_parser = parse_bytes)]
     pub store_max_bytes: Option<usize>,
-    /// The most bytes one task may take in the store; a task that grows past it is failed
-    /// [default: 128MiB].
-    #[arg(long, env = "MESH_STORE_MAX_TASK_BYTES", value_name = "SIZE", value_parser = parse_bytes)]
     pub store_max_task_bytes: Option<usize>,
-    /// An API key the gateway accepts, `principal=secret` or `secret` (repeatable; the
-    /// environment variable takes a comma-separated list). None: no authentication.
-    #[arg(
-        long = "api-key",
-        env = "MESH_API_KEYS",
-        value_name = "KEY",
-        value_delimiter = ',',
-        hide_env_values = true
-    )]
     pub api_keys: Vec<String>,
-    /// An origin browsers may call the gateway from, or `*` (repeatable; comma-separated in
-    /// the environment variable).
-    #[arg(
-        long = "cors-origin",
-        env = "MESH_CORS_ORIGINS",
-        value_name = "ORIGIN",
-        value_delimiter = ','
-    )]
     pub cors_origins: Vec<String>,
-    /// Accept push-notification webhooks into loopback, private and link-local networks.
-    #[arg(long, env = "MESH_ALLOW_PRIVATE_WEBHOOKS", value_parser = FalseyValueParser::new())]
     pub allow_private_webhooks: bool,
-    /// A PEM file of CA(s) that `https://` webhooks' certificates may chain to, besides the
-    /// system's roots.
-    #[arg(long, env = "MESH_WEBHOOK_CA", value_name = "PEM_FILE")]
     pub webhook_ca: Option<PathBuf>,
-    /// How long one webhook POST may take, e.g. `10s` or `500ms` [default: 10s].
-    #[arg(long, env = "MESH_WEBHOOK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub webhook_timeout: Option<Duration>,
-    /// How many times a webhook delivery is tried before it is given up [default: 5].
-    #[arg(long, env = "MESH_WEBHOOK_ATTEMPTS", value_name = "N")]
     pub webhook_attempts: Option<u32>,
-    /// The wait before the first webhook retry, doubled after each one up to 30 s
-    /// [default: 250ms].
-    #[arg(long, env = "MESH_WEBHOOK_BACKOFF", value_name = "DURATION", value_parser = parse_duration)]
     pub webhook_backoff: Option<Duration>,
-    /// How many webhook deliveries may wait; past it new ones are dropped and counted
-    /// [default: 10000].
-    #[arg(long, env = "MESH_WEBHOOK_QUEUE", value_name = "N")]
     pub webhook_queue: Option<usize>,
-    /// The most requests one JSON-RPC batch may hold; a larger batch is refused [default:
-    /// 100].
-    #[arg(long, env = "MESH_MAX_BATCH", value_name = "N")]
     pub max_batch: Option<usize>,
-    /// The embedded broker's accounts: a Mosquitto password file (`mesh secure` writes one).
-    /// With it (and --acl-file) anonymous clients and wrong passwords are refused [default:
-    /// none, every client accepted].
-    #[arg(
-        long = "password-file",
-        env = "MESH_BROKER_PASSWORD_FILE",
-        value_name = "FILE"
-    )]
     pub broker_password_file: Option<PathBuf>,
-    /// The embedded broker's ACL: a Mosquitto ACL file, what each account may publish and
-    /// subscribe to (`mesh secure` writes one).
-    #[arg(long = "acl-file", env = "MESH_BROKER_ACL_FILE", value_name = "FILE")]
     pub broker_acl_file: Option<PathBuf>,
-    /// Serve the gateway over HTTPS only, with this PEM certificate chain (the server's
-    /// certificate first); needs --tls-key.
-    #[arg(long, env = "MESH_TLS_CERT", value_name = "PEM_FILE")]
     pub tls_cert: Option<PathBuf>,
-    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 RSA or SEC1 EC); needs --tls-cert.
-    #[arg(long, env = "MESH_TLS_KEY", value_name = "PEM_FILE")]
     pub tls_key: Option<PathBuf>,
-    /// A JWKS file of the keys agents' cards must be signed with; a card that does not
-    /// verify is not served [default: none, every card is served].
-    #[arg(long, env = "MESH_TRUSTED_KEYS", value_name = "JWKS_FILE")]
     pub trusted_keys: Option<PathBuf>,
-    /// A PKCS#8 PEM file of the key the gateway signs the cards it serves with (its public
-    /// key set is served at /.well-known/jwks.json) [default: none, cards are unsigned].
-    #[arg(
-        long = "signing-key",
-        env = "MESH_GATEWAY_SIGNING_KEY",
-        value_name = "PEM_FILE"
-    )]
     pub gateway_signing_key: Option<PathBuf>,
-}
-
-/// Settings of `mesh agent`.
-#[derive(Args, Debug, Clone, Default)]
-pub struct AgentArgs {
-    /// A PKCS#8 PEM file of the key the agent signs its card with [default: none, the card
-    /// is unsigned].
-    #[arg(long, env = "MESH_SIGNING_KEY", value_name = "PEM_FILE")]
     pub signing_key: Option<PathBuf>,
 }
 
@@ -281,6 +157,49 @@ struct File {
     trusted_keys: Option<PathBuf>,
     gateway_signing_key: Option<PathBuf>,
     signing_key: Option<PathBuf>,
+}
+
+impl File {
+    /// The file as the command run reads it: the keys of a gateway or of the embedded broker
+    /// only when it starts one, so that one file serves every command and a key of another
+    /// command's (even a bad value) never stops this one.
+    fn for_command(self, serve: &Serve) -> File {
+        let mut file = self;
+        if !serve.starts_gateway {
+            file = File {
+                http_addr: None,
+                default_agent: None,
+                public_url: None,
+                data_dir: None,
+                memory_store: None,
+                store_max_bytes: None,
+                store_max_task_bytes: None,
+                api_keys: None,
+                cors_origins: None,
+                allow_private_webhooks: None,
+                webhook_ca: None,
+                webhook_timeout: None,
+                webhook_attempts: None,
+                webhook_backoff: None,
+                webhook_queue: None,
+                max_batch: None,
+                tls_cert: None,
+                tls_key: None,
+                trusted_keys: None,
+                gateway_signing_key: None,
+                ..file
+            };
+        }
+        if !serve.starts_broker {
+            file = File {
+                broker_addr: None,
+                broker_password_file: None,
+                broker_acl_file: None,
+                ..file
+            };
+        }
+        file
+    }
 }
 
 /// Every setting, resolved.
@@ -369,7 +288,7 @@ impl Settings {
     /// Flags and environment first (clap has read both), then the file, then the defaults.
     pub fn resolve(common: &Common, serve: &Serve) -> Result<Settings, String> {
         let file = match &common.config {
-            Some(path) => read_file(path)?,
+            Some(path) => read_file(path)?.for_command(serve),
             None => File::default(),
         };
         let memory_store = serve.memory_store || file.memory_store.unwrap_or(false);
@@ -378,6 +297,8 @@ impl Settings {
         } else {
             match serve.data_dir.clone().or(file.data_dir) {
                 Some(dir) => Some(dir),
+                // Only a command that starts a gateway needs one.
+                None if !serve.starts_gateway => None,
                 None => Some(default_data_dir().ok_or(
                     "no data directory for the gateway's tasks: neither HOME nor XDG_DATA_HOME is set; \
                      give --data-dir (or --memory-store)",
@@ -541,8 +462,7 @@ impl Settings {
                 .gateway_signing_key
                 .clone()
                 .or(file.gateway_signing_key),
-            // `mesh agent --signing-key` (the flag, then the environment) wins: main sets it.
-            signing_key: file.signing_key,
+            signing_key: serve.signing_key.clone().or(file.signing_key),
             data_dir,
             store_max_bytes,
             store_max_task_bytes,
@@ -738,6 +658,15 @@ impl std::fmt::Debug for Settings {
 mod tests {
     use super::*;
 
+    /// What a command that starts a gateway and the embedded broker was given: nothing.
+    fn serving() -> Serve {
+        Serve {
+            starts_gateway: true,
+            starts_broker: true,
+            ..Serve::default()
+        }
+    }
+
     #[test]
     fn flags_beat_the_file_which_beats_the_defaults() {
         let dir = std::env::temp_dir().join(format!("mesh-settings-{}", std::process::id()));
@@ -753,7 +682,7 @@ mod tests {
             namespace: Some("from-flag".into()),
             ..Common::default()
         };
-        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        let settings = Settings::resolve(&common, &serving()).unwrap();
         assert_eq!(settings.namespace, "from-flag");
         assert_eq!(settings.http_addr.port(), 9999);
         assert_eq!(settings.broker_addr.port(), 1884);
@@ -766,26 +695,26 @@ mod tests {
             "data_dir = \"/tmp/x\"\napi_keys = [\"alice=a\", \"b\"]\ncors_origins = [\"*\"]\n",
         )
         .unwrap();
-        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        let settings = Settings::resolve(&common, &serving()).unwrap();
         assert_eq!(settings.data_dir.as_deref(), Some(Path::new("/tmp/x")));
         assert_eq!(settings.api_keys[0].principal, "alice");
         assert_eq!(settings.api_keys[1].principal, "key-2");
         assert_eq!(settings.cors_origins, ["*"]);
         assert_eq!(settings.webhook_ca, None);
         std::fs::write(&path, "webhook_ca = \"/tmp/ca.pem\"\nworker_threads = 3\n").unwrap();
-        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        let settings = Settings::resolve(&common, &serving()).unwrap();
         assert_eq!(settings.runtime_threads(true), 3);
         let flag = Common {
             worker_threads: Some(0),
             ..common.clone()
         };
-        let settings_flag = Settings::resolve(&flag, &Serve::default()).unwrap();
+        let settings_flag = Settings::resolve(&flag, &serving()).unwrap();
         assert_eq!(settings_flag.runtime_threads(true), 0);
         let absurd = Common {
             worker_threads: Some(100_000),
             ..common.clone()
         };
-        let error = Settings::resolve(&absurd, &Serve::default()).unwrap_err();
+        let error = Settings::resolve(&absurd, &serving()).unwrap_err();
         assert!(error.contains("worker_threads is 100000"), "{error}");
         assert_eq!(
             settings.webhook_ca.as_deref(),
@@ -794,7 +723,7 @@ mod tests {
         let memory = Serve {
             memory_store: true,
             api_keys: vec!["bob=".into()],
-            ..Serve::default()
+            ..serving()
         };
         let error = Settings::resolve(&common, &memory).unwrap_err();
         assert!(error.contains("empty"), "{error}");
@@ -805,32 +734,32 @@ mod tests {
             "webhook_timeout = \"2m\"\nwebhook_backoff = \"1s\"\nwebhook_attempts = 9\nwebhook_queue = 7\n",
         )
         .unwrap();
-        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        let settings = Settings::resolve(&common, &serving()).unwrap();
         assert_eq!(settings.webhook_timeout, Duration::from_secs(120));
         assert_eq!(settings.webhook_backoff, Duration::from_secs(1));
         assert_eq!((settings.webhook_attempts, settings.webhook_queue), (9, 7));
         let flags = Serve {
             webhook_timeout: Some(Duration::from_millis(500)),
             webhook_attempts: Some(2),
-            ..Serve::default()
+            ..serving()
         };
         let settings = Settings::resolve(&common, &flags).unwrap();
         assert_eq!(settings.webhook_timeout, Duration::from_millis(500));
         assert_eq!((settings.webhook_attempts, settings.webhook_queue), (2, 7));
         let zero = Serve {
             webhook_attempts: Some(0),
-            ..Serve::default()
+            ..serving()
         };
         let error = Settings::resolve(&common, &zero).unwrap_err();
         assert!(error.contains("webhook_attempts is 0"), "{error}");
         std::fs::write(&path, "webhook_timeout = \"10\"\n").unwrap();
-        let error = Settings::resolve(&common, &Serve::default()).unwrap_err();
+        let error = Settings::resolve(&common, &serving()).unwrap_err();
         assert!(
             error.contains("webhook_timeout in the config file") && error.contains("no unit"),
             "{error}"
         );
         std::fs::write(&path, "nonsense = 1\n").unwrap();
-        let error = Settings::resolve(&common, &Serve::default()).unwrap_err();
+        let error = Settings::resolve(&common, &serving()).unwrap_err();
         assert!(error.contains("nonsense"), "{error}");
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -860,7 +789,7 @@ mod tests {
             ..Common::default()
         };
         std::fs::write(&path, "memory_store = true\n").unwrap();
-        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        let settings = Settings::resolve(&common, &serving()).unwrap();
         assert_eq!(settings.store_max_bytes, 1 << 30);
         assert_eq!(settings.store_max_task_bytes, 128 << 20);
         std::fs::write(
@@ -868,23 +797,23 @@ mod tests {
             "memory_store = true\nstore_max_bytes = \"256MiB\"\nstore_max_task_bytes = \"8MiB\"\n",
         )
         .unwrap();
-        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        let settings = Settings::resolve(&common, &serving()).unwrap();
         assert_eq!(settings.store_max_bytes, 256 << 20);
         assert_eq!(settings.store_max_task_bytes, 8 << 20);
         let flags = Serve {
             store_max_bytes: Some(1000),
-            ..Serve::default()
+            ..serving()
         };
         let settings = Settings::resolve(&common, &flags).unwrap();
         assert_eq!(settings.store_max_bytes, 1000);
         let zero = Serve {
             store_max_task_bytes: Some(0),
-            ..Serve::default()
+            ..serving()
         };
         let error = Settings::resolve(&common, &zero).unwrap_err();
         assert!(error.contains("store_max_task_bytes is 0"), "{error}");
         std::fs::write(&path, "memory_store = true\nstore_max_bytes = \"1TB\"\n").unwrap();
-        let error = Settings::resolve(&common, &Serve::default()).unwrap_err();
+        let error = Settings::resolve(&common, &serving()).unwrap_err();
         assert!(
             error.contains("store_max_bytes in the config file"),
             "{error}"
@@ -907,7 +836,7 @@ mod tests {
 ",
         )
         .unwrap();
-        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        let settings = Settings::resolve(&common, &serving()).unwrap();
         assert_eq!(settings.max_packet_size, 16 << 20);
         assert_eq!(settings.max_batch, 100);
         std::fs::write(
@@ -915,7 +844,7 @@ mod tests {
             "memory_store = true\nmax_packet_size = \"1MiB\"\nmax_batch = 7\n",
         )
         .unwrap();
-        let settings = Settings::resolve(&common, &Serve::default()).unwrap();
+        let settings = Settings::resolve(&common, &serving()).unwrap();
         assert_eq!((settings.max_packet_size, settings.max_batch), (1 << 20, 7));
         // Out of MQTT's range, or a batch of nothing: refused with the setting named.
         for (packet, batch, named) in [
@@ -929,7 +858,7 @@ mod tests {
             };
             let serve = Serve {
                 max_batch: batch,
-                ..Serve::default()
+                ..serving()
             };
             let error = Settings::resolve(&common, &serve).unwrap_err();
             assert!(error.contains(named), "{error}");
@@ -944,7 +873,7 @@ mod tests {
             tls_cert: Some("/etc/mesh/chain.pem".into()),
             tls_key: Some("/etc/mesh/key.pem".into()),
             api_keys: vec!["alice=s3cret-key".into()],
-            ..Serve::default()
+            ..serving()
         };
         let common = Common {
             broker_url: Some("mqtts://gw:s3cret-pass@broker:8883".into()),
@@ -973,14 +902,14 @@ mod tests {
                 memory_store: true,
                 tls_cert: cert.map(PathBuf::from),
                 tls_key: key.map(PathBuf::from),
-                ..Serve::default()
+                ..serving()
             };
             let error = Settings::resolve(&Common::default(), &half).unwrap_err();
             assert!(error.contains(named), "{error}");
         }
         let plain = Serve {
             memory_store: true,
-            ..Serve::default()
+            ..serving()
         };
         assert!(
             Settings::resolve(&Common::default(), &plain)

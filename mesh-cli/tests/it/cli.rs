@@ -129,7 +129,7 @@ async fn mesh_up_serves_the_examples_and_send_prints_what_they_say() {
         namespace.as_str(),
     ];
 
-    let (code, out, err) = run(&[&via[..], &["agents"]].concat()).await;
+    let (code, out, err) = run(&[&["agents"][..], &via[..]].concat()).await;
     assert_eq!(code, 0, "{err}");
     for name in ["echo", "writer", "flight-booker", "files", "orchestrator"] {
         assert!(
@@ -138,12 +138,13 @@ async fn mesh_up_serves_the_examples_and_send_prints_what_they_say() {
         );
     }
 
-    let (code, out, err) = run(&[&via[..], &["send", "echo", "hello from the cli"]].concat()).await;
+    let (code, out, err) =
+        run(&[&["send", "echo", "hello from the cli"][..], &via[..]].concat()).await;
     assert_eq!((code, out.trim()), (0, "hello from the cli"), "{err}");
 
     let (code, out, err) = run(&[
+        &["send", "writer", "brokers chunks: 3", "--stream"][..],
         &via[..],
-        &["send", "writer", "brokers chunks: 3", "--stream"],
     ]
     .concat())
     .await;
@@ -158,7 +159,7 @@ async fn mesh_up_serves_the_examples_and_send_prints_what_they_say() {
 
     // Multi-turn: the question, then the answer on the same task.
     let (code, out, err) =
-        run(&[&via[..], &["send", "flight-booker", "book a flight"]].concat()).await;
+        run(&[&["send", "flight-booker", "book a flight"][..], &via[..]].concat()).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("Where would you like to fly"), "{out}");
     let task = err
@@ -170,14 +171,14 @@ async fn mesh_up_serves_the_examples_and_send_prints_what_they_say() {
         .unwrap()
         .to_owned();
     let (code, out, err) = run(&[
-        &via[..],
         &[
             "send",
             "flight-booker",
             "--task",
             &task,
             "JFK to LHR on 2026-10-10",
-        ],
+        ][..],
+        &via[..],
     ]
     .concat())
     .await;
@@ -188,8 +189,8 @@ async fn mesh_up_serves_the_examples_and_send_prints_what_they_say() {
     let file = std::env::temp_dir().join(format!("{namespace}.txt"));
     std::fs::write(&file, b"twelve bytes").unwrap();
     let (code, out, err) = run(&[
+        &["send", "files", "here", "--file", file.to_str().unwrap()][..],
         &via[..],
-        &["send", "files", "here", "--file", file.to_str().unwrap()],
     ]
     .concat())
     .await;
@@ -206,14 +207,14 @@ async fn mesh_up_serves_the_examples_and_send_prints_what_they_say() {
         "--namespace",
         namespace.as_str(),
     ];
-    let (code, out, err) = run(&[&bus[..], &["send", "echo", "over the bus"]].concat()).await;
+    let (code, out, err) = run(&[&["send", "echo", "over the bus"][..], &bus[..]].concat()).await;
     assert_eq!((code, out.trim()), (0, "over the bus"), "{err}");
-    let (code, out, _) = run(&[&bus[..], &["card", "echo"]].concat()).await;
+    let (code, out, _) = run(&[&["card", "echo"][..], &bus[..]].concat()).await;
     assert_eq!(code, 0);
     assert!(out.contains("\"name\": \"echo\""), "{out}");
 
     // An unknown agent: exit code 4, one line that says which agents there are.
-    let (code, _, err) = run(&[&via[..], &["send", "nobody", "x"]].concat()).await;
+    let (code, _, err) = run(&[&["send", "nobody", "x"][..], &via[..]].concat()).await;
     assert_eq!(code, 4);
     assert!(err.contains("nobody") && err.contains("echo"), "{err}");
 
@@ -239,13 +240,13 @@ async fn tail_shows_one_line_per_bus_message() {
     // The retained card and presence arrive first: the tail is live.
     tail.line_with("card").await;
     let (code, _, err) = run(&[
+        "send",
+        "echo",
+        "watched",
         "--gateway-url",
         &gateway,
         "--namespace",
         &namespace,
-        "send",
-        "echo",
-        "watched",
     ])
     .await;
     assert_eq!(code, 0, "{err}");
@@ -264,11 +265,11 @@ async fn bad_input_gives_a_clear_message_and_a_nonzero_exit() {
 
     // A dead broker and no gateway: exit 3, one line.
     let (code, _, err) = run(&[
+        "agents",
         "--broker-url",
         "mqtt://127.0.0.1:1",
         "--gateway-url",
         "http://127.0.0.1:1",
-        "agents",
     ])
     .await;
     assert_eq!(code, 3, "{err}");
@@ -333,21 +334,22 @@ async fn an_mqtts_broker_is_reached_with_its_ca_and_refused_without() {
         namespace.as_str(),
     ];
     let (code, out, err) = run(&[
-        &no_gateway[..],
         &[
+            "agents",
             "--broker-url",
             &url,
             "--broker-ca",
             ca.to_str().unwrap(),
-            "agents",
-        ],
+        ][..],
+        &no_gateway[..],
     ]
     .concat())
     .await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("no agents"), "{out}");
 
-    let (code, _, err) = run(&[&no_gateway[..], &["--broker-url", &url, "agents"]].concat()).await;
+    let (code, _, err) =
+        run(&[&["agents", "--broker-url", &url][..], &no_gateway[..]].concat()).await;
     assert_eq!(code, 3, "an untrusted certificate: {err}");
 }
 
@@ -412,4 +414,164 @@ async fn broker_and_gateway_run_one_worker_by_default() {
         cores,
         "the gateway's default is one worker"
     );
+}
+
+/// The help of `mesh <command>`, from a process without any `MESH_*` setting.
+async fn help(command: &str) -> String {
+    let output = Command::new(MESH)
+        .args([command, "--help"])
+        .env_remove("MESH_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_command_shows_and_reads_its_own_options() {
+    // Each command's help lists its own options, under their headings, and no other's.
+    let broker = help("broker").await;
+    for own in [
+        "Broker:",
+        "--broker-addr",
+        "--password-file",
+        "--acl-file",
+        "--max-packet-size",
+        "--config",
+    ] {
+        assert!(broker.contains(own), "broker --help has {own}: {broker}");
+    }
+    for other in [
+        "--http-addr",
+        "--namespace",
+        "--broker-url",
+        "--api-key",
+        "--data-dir",
+        "--gateway-url",
+        "--webhook-ca",
+    ] {
+        assert!(
+            !broker.contains(other),
+            "broker --help lacks {other}: {broker}"
+        );
+    }
+    let gateway = help("gateway").await;
+    for own in [
+        "Gateway:",
+        "Gateway: task store",
+        "Gateway: authentication",
+        "Gateway: CORS",
+        "Gateway: webhooks",
+        "Bus:",
+        "--data-dir",
+        "--tls-cert",
+    ] {
+        assert!(gateway.contains(own), "gateway --help has {own}");
+    }
+    for other in ["--broker-addr", "--gateway-url", "--password-file"] {
+        assert!(!gateway.contains(other), "gateway --help lacks {other}");
+    }
+    let agents = help("agents").await;
+    assert!(
+        agents.contains("Client:") && agents.contains("--gateway-url"),
+        "{agents}"
+    );
+    for other in [
+        "--data-dir",
+        "--http-addr",
+        "--broker-addr",
+        "--api-key",
+        "--signing-key",
+    ] {
+        assert!(!agents.contains(other), "agents --help lacks {other}");
+    }
+    let agent = help("agent").await;
+    assert!(
+        agent.contains("--signing-key") && !agent.contains("--data-dir"),
+        "{agent}"
+    );
+
+    // One config file serves every command: each reads its own keys and ignores the others'
+    // (a client does not start the gateway, so it does not care that a store setting is
+    // there); an unknown key is still an error.
+    let dir = std::env::temp_dir().join(format!(
+        "mesh-cli-options-{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("mesh.toml");
+    std::fs::write(
+        &config,
+        "namespace = \"shared\"\nbroker_addr = \"127.0.0.1:1\"\nhttp_addr = \"127.0.0.1:1\"\n\
+         data_dir = \"/nonexistent/mesh\"\nmemory_store = false\nwebhook_attempts = 0\nstore_max_bytes = \"lots\"\n\
+         broker_url = \"mqtt://127.0.0.1:1\"\ngateway_url = \"http://127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let (code, _, err) = run(&["agents", "--config", config]).await;
+    assert_eq!(code, 3, "the broker does not answer, nothing else: {err}");
+    let unknown = dir.join("unknown.toml");
+    std::fs::write(&unknown, "namespace = \"x\"\nno_such_key = 1\n").unwrap();
+    let (code, _, err) = run(&["agents", "--config", unknown.to_str().unwrap()]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no_such_key"), "{err}");
+
+    // The gateway's data directory is resolved only where a gateway starts: without HOME
+    // and XDG_DATA_HOME, a client and the broker run; the gateway says what to give.
+    let bare = |args: &[&str]| {
+        let mut command = Command::new(MESH);
+        command
+            .args(args)
+            .env_remove("MESH_CONFIG")
+            .env_remove("MESH_DATA_DIR")
+            .env_remove("HOME")
+            .env_remove("XDG_DATA_HOME");
+        command
+    };
+    let output = bare(&[
+        "agents",
+        "--broker-url",
+        "mqtt://127.0.0.1:1",
+        "--gateway-url",
+        "http://127.0.0.1:1",
+    ])
+    .output()
+    .await
+    .unwrap();
+    assert_eq!(output.status.code(), Some(3), "{output:?}");
+    let output = bare(&["gateway", "--broker-url", "mqtt://127.0.0.1:1"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("--data-dir"),
+        "{output:?}"
+    );
+    let mut broker = bare(&["broker", "--broker-addr", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(broker.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(line.contains("broker listening"), "{line}");
+    let _ = broker.kill().await;
+
+    // Shell completions, from clap's own generator.
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = run(&["completions", shell]).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("mesh") && out.contains("broker-addr"),
+            "{shell}: {out}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

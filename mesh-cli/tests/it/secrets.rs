@@ -34,7 +34,10 @@ async fn a_broker_that_does_not_answer_is_named_without_its_password() {
         &["card", "echo"],
         &["health", "--agent", "echo"],
     ] {
-        let args = [&["--broker-url", url.as_str()][..], &no_gateway, command].concat();
+        // The clients ask a gateway first: none answers here.
+        let client = ["agents", "send", "card", "health"].contains(&command[0]);
+        let gateway: &[&str] = if client { &no_gateway } else { &[] };
+        let args = [command, &["--broker-url", url.as_str()][..], gateway].concat();
         let (code, output) = run(&args, &[("RUST_LOG", "debug")]).await;
         assert_eq!(code, 3, "{command:?}: {output}");
         assert!(
@@ -47,7 +50,7 @@ async fn a_broker_that_does_not_answer_is_named_without_its_password() {
     // A password with `@` and `/` in it, from the environment.
     let odd = format!("mqtt://user:s3cret@pa/ss@127.0.0.1:{port}");
     let (code, output) = run(
-        &[&no_gateway[..], &["agents"]].concat(),
+        &[&["agents"][..], &no_gateway[..]].concat(),
         &[("MESH_BROKER_URL", odd.as_str())],
     )
     .await;
@@ -61,9 +64,9 @@ async fn a_broker_that_does_not_answer_is_named_without_its_password() {
 async fn bad_settings_and_help_do_not_print_the_password() {
     let (code, output) = run(
         &[
+            "agents",
             "--broker-url",
             &format!("mqtt://user:{PASSWORD}@h:notaport"),
-            "agents",
         ],
         &[],
     )
@@ -74,7 +77,7 @@ async fn bad_settings_and_help_do_not_print_the_password() {
 
     let env_url = format!("mqtt://user:{PASSWORD}@127.0.0.1:1");
     for command in [
-        &["--help"][..],
+        &["up", "--help"][..],
         &["gateway", "--help"],
         &["agents", "--help"],
     ] {
@@ -133,13 +136,13 @@ async fn running_processes_name_the_broker_without_its_password() {
         namespace.as_str(),
     ];
 
-    let mut agent = Watched::spawn(&[&on_bus[..], &["agent", "echo"]].concat(), &env);
+    let mut agent = Watched::spawn(&[&["agent", "echo"][..], &on_bus[..]].concat(), &env);
     let online = agent.line_with("agent echo online").await;
     assert!(online.contains(&shown), "{online}");
     let mut gateway = Watched::spawn(
         &[
+            &["gateway", "--memory-store", "--http-addr", "127.0.0.1:0"][..],
             &on_bus[..],
-            &["gateway", "--memory-store", "--http-addr", "127.0.0.1:0"],
         ]
         .concat(),
         &env,
@@ -147,13 +150,13 @@ async fn running_processes_name_the_broker_without_its_password() {
     let listening = gateway.line_with("gateway listening").await;
     assert!(listening.contains(&shown), "{listening}");
     let gateway_url = listening.split_whitespace().nth(3).unwrap().to_owned();
-    let mut tail = Watched::spawn(&[&on_bus[..], &["tail"]].concat(), &env);
+    let mut tail = Watched::spawn(&[&["tail"][..], &on_bus[..]].concat(), &env);
     tail.line_with("card").await;
 
     let (code, output) = run(
         &[
+            &["send", "echo", "hello", "--gateway-url", &gateway_url][..],
             &on_bus[..],
-            &["--gateway-url", &gateway_url, "send", "echo", "hello"],
         ]
         .concat(),
         &env,
@@ -164,14 +167,14 @@ async fn running_processes_name_the_broker_without_its_password() {
     // And straight over the bus when no gateway answers.
     let (code, output) = run(
         &[
-            &on_bus[..],
             &[
-                "--gateway-url",
-                "http://127.0.0.1:1",
                 "send",
                 "echo",
                 "hello",
-            ],
+                "--gateway-url",
+                "http://127.0.0.1:1",
+            ][..],
+            &on_bus[..],
         ]
         .concat(),
         &env,
