@@ -29,7 +29,7 @@ const TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `mesh agents`.
 pub async fn agents(settings: &Settings) -> Outcome {
-    let agents: Vec<Value> = match Gateway::find(settings).await {
+    let agents: Vec<Value> = match Gateway::find(settings).await? {
         Some(gateway) => {
             let listing = gateway.get_json("/agents").await?;
             listing["agents"].as_array().cloned().unwrap_or_default()
@@ -95,7 +95,7 @@ pub async fn health(settings: &Settings, agent: Option<&str>) -> Outcome {
         };
     }
     let url = format!("{}/readyz", settings.gateway_url.trim_end_matches('/'));
-    let response = reqwest::Client::new()
+    let response = http_client(settings)?
         .get(&url)
         .timeout(Duration::from_secs(3))
         .send()
@@ -121,7 +121,7 @@ pub async fn health(settings: &Settings, agent: Option<&str>) -> Outcome {
 
 /// `mesh card <agent>`.
 pub async fn card(settings: &Settings, agent: &str) -> Outcome {
-    let card = match Gateway::find(settings).await {
+    let card = match Gateway::find(settings).await? {
         Some(gateway) => {
             gateway
                 .get_json(&format!("/agents/{agent}/.well-known/agent-card.json"))
@@ -160,7 +160,7 @@ pub async fn send(
     }
     message.task_id = task.clone();
     let mut printer = Printer::new(agent, stream);
-    match Gateway::find(settings).await {
+    match Gateway::find(settings).await? {
         Some(gateway) => gateway.send(agent, message, stream, &mut printer).await?,
         None => {
             if task.is_some() {
@@ -298,6 +298,38 @@ fn file_part(path: &PathBuf) -> Result<Part, Failure> {
     Ok(Part::raw(bytes).with_filename(name).with_media_type(media))
 }
 
+/// The HTTP client of the gateway: trusting `--gateway-ca` besides the system's roots, and
+/// sending `--gateway-key` as a bearer token.
+fn http_client(settings: &Settings) -> Result<reqwest::Client, Failure> {
+    let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(2));
+    if let Some(path) = &settings.gateway_ca {
+        let unusable =
+            |e: String| Failure::Usage(format!("{}: {e} (--gateway-ca)", path.display()));
+        let pem = std::fs::read(path).map_err(|e| unusable(e.to_string()))?;
+        let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|_| unusable("not a PEM file of certificates".into()))?;
+        if certificates.is_empty() {
+            return Err(unusable("no certificate in it".into()));
+        }
+        for certificate in certificates {
+            builder = builder.add_root_certificate(certificate);
+        }
+    }
+    if let Some(key) = &settings.gateway_key {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", key.trim()))
+            .map_err(|_| {
+            Failure::Usage("the API key is not a valid header value (--gateway-key)".into())
+        })?;
+        value.set_sensitive(true);
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+        builder = builder.default_headers(headers);
+    }
+    builder
+        .build()
+        .map_err(|e| Failure::Other(format!("cannot build the HTTP client: {e}")))
+}
+
 /// The gateway at --gateway-url, when it answers.
 struct Gateway {
     http: reqwest::Client,
@@ -305,22 +337,18 @@ struct Gateway {
 }
 
 impl Gateway {
-    async fn find(settings: &Settings) -> Option<Gateway> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .build()
-            .ok()?;
+    /// The gateway when it answers; `Ok(None)` when it does not (the caller goes over the
+    /// bus).
+    async fn find(settings: &Settings) -> Result<Option<Gateway>, Failure> {
+        let http = http_client(settings)?;
         let base = settings.gateway_url.trim_end_matches('/').to_owned();
-        let health = http
+        let answers = http
             .get(format!("{base}/healthz"))
             .timeout(Duration::from_secs(2))
             .send()
             .await
-            .ok()?;
-        health
-            .status()
-            .is_success()
-            .then_some(Gateway { http, base })
+            .is_ok_and(|health| health.status().is_success());
+        Ok(answers.then_some(Gateway { http, base }))
     }
 
     async fn get_json(&self, path: &str) -> Result<Value, Failure> {

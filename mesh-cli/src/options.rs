@@ -349,6 +349,19 @@ pub struct ClientOptions {
         hide_env_values = true
     )]
     pub gateway_url: Option<String>,
+    /// A PEM file of the CA(s) an `https://` gateway's certificate chains to, besides the
+    /// system's roots (a profile's `tls/ca.pem`).
+    #[arg(long, env = "MESH_GATEWAY_CA", value_name = "PEM_FILE")]
+    pub gateway_ca: Option<PathBuf>,
+    /// The API key to send the gateway (`Authorization: Bearer`); a profile's
+    /// `clients/<name>.key` holds one.
+    #[arg(
+        long,
+        env = "MESH_GATEWAY_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub gateway_key: Option<String>,
     /// The gateway deployment to ask as over the bus (its response topics; under an ACL,
     /// its account) [default: gateway].
     #[arg(long, env = "MESH_GATEWAY_NAME", value_name = "NAME")]
@@ -359,6 +372,8 @@ impl ClientOptions {
     /// Fills what was given.
     pub fn fill(&self, common: &mut Common) {
         common.gateway_url.clone_from(&self.gateway_url);
+        common.gateway_ca.clone_from(&self.gateway_ca);
+        common.gateway_key.clone_from(&self.gateway_key);
         common.gateway_name.clone_from(&self.gateway_name);
     }
 }

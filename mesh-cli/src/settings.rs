@@ -10,6 +10,8 @@
 //! | broker to connect to | `--broker-url` | `MESH_BROKER_URL` | `mqtt://127.0.0.1:1884` |
 //! | gateway listen address | `--http-addr` | `MESH_HTTP_ADDR` | `127.0.0.1:8080` |
 //! | gateway to talk to | `--gateway-url` | `MESH_GATEWAY_URL` | `http://127.0.0.1:8080` |
+//! | CA file of an `https://` gateway (besides the system's roots) | `--gateway-ca` | `MESH_GATEWAY_CA` | the system's roots |
+//! | API key a client sends the gateway | `--gateway-key` | `MESH_GATEWAY_KEY` | none |
 //! | CA file of an `mqtts://` broker | `--broker-ca` | `MESH_BROKER_CA` | the system's roots |
 //! | namespace | `--namespace` | `MESH_NAMESPACE` | `mesh` |
 //! | the gateway deployment's name (its broker account; `send`, `card`, `agents` ask as it over the bus) | `--gateway-name` | `MESH_GATEWAY_NAME` | `gateway` |
@@ -70,6 +72,8 @@ pub struct Common {
     pub broker_ca: Option<PathBuf>,
     pub gateway_name: Option<String>,
     pub gateway_url: Option<String>,
+    pub gateway_ca: Option<PathBuf>,
+    pub gateway_key: Option<String>,
     pub log_format: Option<LogFormat>,
     pub worker_threads: Option<usize>,
     pub max_packet_size: Option<usize>,
@@ -130,6 +134,8 @@ struct File {
     broker_url: Option<String>,
     broker_ca: Option<PathBuf>,
     gateway_url: Option<String>,
+    gateway_ca: Option<PathBuf>,
+    gateway_key: Option<String>,
     log_format: Option<LogFormat>,
     worker_threads: Option<usize>,
     broker_addr: Option<SocketAddr>,
@@ -212,6 +218,10 @@ pub struct Settings {
     /// The CA file for an `mqtts://` broker; `None`: the system's roots.
     pub broker_ca: Option<PathBuf>,
     pub gateway_url: String,
+    /// The CA file of an `https://` gateway, besides the system's roots.
+    pub gateway_ca: Option<PathBuf>,
+    /// The API key a client sends the gateway.
+    pub gateway_key: Option<String>,
     pub log_format: LogFormat,
     /// Worker threads of the async runtime, when given (0: one per core); `None`: the
     /// command's default (see [`Settings::runtime_threads`]).
@@ -489,6 +499,8 @@ impl Settings {
                 .or(file.gateway_name)
                 .unwrap_or_else(|| mesh_gateway::DEFAULT_GATEWAY_NAME.into()),
             broker_url: common.broker_url.clone().or(file.broker_url),
+            gateway_ca: common.gateway_ca.clone().or(file.gateway_ca),
+            gateway_key: common.gateway_key.clone().or(file.gateway_key),
             gateway_url: common
                 .gateway_url
                 .clone()

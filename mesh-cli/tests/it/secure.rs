@@ -237,6 +237,34 @@ async fn the_generated_profile_holds(kind: Broker) {
         "the peer call went through: {answer}"
     );
 
+    // The CLI reaches the HTTPS gateway with the profile's CA and API key.
+    let ca_file = dir.join("tls").join("ca.pem");
+    let cli = Command::new(MESH)
+        .args([
+            "send",
+            "echo",
+            "hello over https",
+            "--gateway-url",
+            &url,
+            "--gateway-ca",
+        ])
+        .arg(&ca_file)
+        .args([
+            "--gateway-key",
+            key.trim(),
+            "--broker-url",
+            "mqtt://127.0.0.1:1",
+        ])
+        .env_remove("MESH_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(cli.status.success(), "{cli:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&cli.stdout).trim(),
+        "hello over https"
+    );
+
     // Each agent account is limited to its own topics: echo cannot read another agent's
     // requests, the gateway's replies or another agent's peer-call replies. The embedded
     // broker refuses such a subscription outright; Mosquitto accepts a wildcard subscription
