@@ -557,3 +557,34 @@ async fn the_generated_profile_holds_on_the_embedded_broker() {
 async fn the_generated_profile_holds_on_mosquitto() {
     the_generated_profile_holds(Broker::Mosquitto).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_broker_off_loopback_warns_loudly() {
+    let mut broker = Command::new(MESH)
+        .args(["broker", "--broker-addr", "0.0.0.0:0"])
+        .env_remove("MESH_CONFIG")
+        .env_remove("MESH_BROKER_PASSWORD_FILE")
+        .env_remove("MESH_BROKER_ACL_FILE")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(broker.stderr.take().unwrap()).lines();
+    let warning = tokio::time::timeout(WAIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("WITHOUT AUTHENTICATION") {
+                return line;
+            }
+        }
+        panic!("the broker ended without the warning");
+    })
+    .await
+    .expect("the warning in time");
+    assert!(
+        warning.contains("mesh secure"),
+        "it says what to do: {warning}"
+    );
+    let _ = broker.kill().await;
+}
