@@ -1198,13 +1198,16 @@ fn delete_push_config(
 ) -> Result<Answer, Failed> {
     push_enabled(gw, dialect)?;
     let (record, answer_in) = find(gw, agent, http, dialect, shared, &params.task_id)?;
-    if pick_config(&record, &params.id).is_none() || params.id.is_empty() {
+    if params.id.is_empty() {
         return Err(no_config(dialect, &params.task_id, &params.id));
     }
-    gw.store().update(&params.task_id, &mut |r| {
-        r.push_configs
-            .retain(|c| c.id.as_deref() != Some(params.id.as_str()));
-    });
+    // Idempotent (spec 1.0 §3.1.10): a config that is not there (any more) is deleted already.
+    if pick_config(&record, &params.id).is_some() {
+        gw.store().update(&params.task_id, &mut |r| {
+            r.push_configs
+                .retain(|c| c.id.as_deref() != Some(params.id.as_str()));
+        });
+    }
     Ok(Answer::Json(codec::encode_reply(
         answer_in,
         id,

@@ -170,6 +170,16 @@ async fn v10_send_with_config_posts_the_task_with_authorization() {
         )
         .await;
     assert!(deleted.get("result").is_some(), "{deleted}");
+    // Deleting is idempotent (spec 1.0 §3.1.10): again, the same success.
+    let deleted_again = mesh
+        .call(
+            "echo",
+            "DeleteTaskPushNotificationConfig",
+            json!({"taskId": task_id, "id": "second"}),
+        )
+        .await;
+    assert_eq!(deleted_again.get("result"), deleted.get("result"), "{deleted_again}");
+    assert!(deleted_again.get("error").is_none(), "{deleted_again}");
     let again = mesh
         .call(
             "echo",
@@ -344,9 +354,10 @@ async fn bad_webhooks_and_garbage_are_refused_naming_the_field() {
             json!({"id": task_id}),
         ),
         ("GetTaskPushNotificationConfig", json!({"taskId": task_id})),
+        ("DeleteTaskPushNotificationConfig", json!({"taskId": task_id})),
         (
             "DeleteTaskPushNotificationConfig",
-            json!({"taskId": task_id, "id": "nope"}),
+            json!({"taskId": "no-such-task", "id": "nope"}),
         ),
     ] {
         let answer = mesh.call("echo", method, params.clone()).await;
