@@ -183,6 +183,21 @@ pub(crate) fn extended_card(
     Ok(card)
 }
 
+/// `GET /a2a/agent/authenticatedExtendedCard` (behind authentication; the path of 0.2-era
+/// clients): the default agent's extended card.
+pub(crate) async fn default_extended_card_http(
+    State(gw): State<Arc<Shared>>,
+    caller: Option<Extension<Caller>>,
+) -> Response {
+    let Some(agent) = gw.config.default_agent.clone() else {
+        return json_status(
+            StatusCode::NOT_FOUND,
+            json!({"error": "this gateway has no default agent; ask for /agents/{name}/a2a/agent/authenticatedExtendedCard"}),
+        );
+    };
+    extended_card_http(State(gw), Path(agent), caller).await
+}
+
 /// `GET /agents/{name}/extendedAgentCard` (behind authentication).
 pub(crate) async fn extended_card_http(
     State(gw): State<Arc<Shared>>,

@@ -12,7 +12,8 @@
 //! | `GET /.well-known/agent-card.json`, `/.well-known/agent.json`, `/agentCard` | the default agent's card |
 //! | `GET /agents/{name}/.well-known/agent-card.json` (and the other two) | that agent's card |
 //! | `GET /agents` | the agents of the mesh |
-//! | `GET /agents/{name}/extendedAgentCard` | that agent's extended card (authenticated callers) |
+//! | `GET /agents/{name}/extendedAgentCard`, `/agents/{name}/a2a/agent/authenticatedExtendedCard` | that agent's extended card (authenticated callers) |
+//! | `GET /a2a/agent/authenticatedExtendedCard` | the default agent's extended card (authenticated callers) |
 //! | `GET /.well-known/jwks.json` | the key set of the gateway's card signatures (when it signs) |
 //! | `GET /healthz`, `GET /readyz` | liveness, readiness |
 //! | `GET /metrics` | Prometheus metrics ([`metrics`](crate::metrics)) |
@@ -369,6 +370,15 @@ fn router(shared: Arc<Shared>) -> Router {
         .route(
             "/agents/{name}/extendedAgentCard",
             get(cards::extended_card_http),
+        )
+        // Where the 0.2-era clients fetch it.
+        .route(
+            "/agents/{name}/a2a/agent/authenticatedExtendedCard",
+            get(cards::extended_card_http),
+        )
+        .route(
+            "/a2a/agent/authenticatedExtendedCard",
+            get(cards::default_extended_card_http),
         )
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

@@ -26,6 +26,7 @@ fn keys(config: &mut mesh_gateway::GatewayConfig) {
         ApiKey::parse("bob=bob-secret", 2).unwrap(),
     ];
     config.cors_origins = vec!["https://app.example".into()];
+    config.default_agent = Some("whoami".into());
 }
 
 const ALICE: (&str, &str) = ("authorization", "Bearer alice-secret");
@@ -89,7 +90,13 @@ async fn api_keys_guard_everything_but_cards_and_health() {
         .await
         .unwrap();
     assert_eq!(response.status(), 401);
-    for path in ["/agents", "/metrics", "/agents/whoami/extendedAgentCard"] {
+    for path in [
+        "/agents",
+        "/metrics",
+        "/agents/whoami/extendedAgentCard",
+        "/agents/whoami/a2a/agent/authenticatedExtendedCard",
+        "/a2a/agent/authenticatedExtendedCard",
+    ] {
         let (status, _) = mesh.get_json(path).await;
         assert_eq!(status, 401, "{path}");
     }
@@ -188,6 +195,23 @@ async fn api_keys_guard_everything_but_cards_and_health() {
     assert_eq!(response.status(), 200);
     let ext: Value = response.json().await.unwrap();
     assert_eq!(ext["name"], "whoami");
+    // The same card where 0.2-era clients fetch it: under the agent, and at the root for the
+    // default agent.
+    for path in [
+        "/agents/whoami/a2a/agent/authenticatedExtendedCard",
+        "/a2a/agent/authenticatedExtendedCard",
+    ] {
+        let response = mesh
+            .http
+            .get(mesh.url(path))
+            .header("x-api-key", "alice-secret")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let same: Value = response.json().await.unwrap();
+        assert_eq!(same, ext, "{path}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

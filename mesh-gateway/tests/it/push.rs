@@ -178,7 +178,11 @@ async fn v10_send_with_config_posts_the_task_with_authorization() {
             json!({"taskId": task_id, "id": "second"}),
         )
         .await;
-    assert_eq!(deleted_again.get("result"), deleted.get("result"), "{deleted_again}");
+    assert_eq!(
+        deleted_again.get("result"),
+        deleted.get("result"),
+        "{deleted_again}"
+    );
     assert!(deleted_again.get("error").is_none(), "{deleted_again}");
     let again = mesh
         .call(
@@ -354,7 +358,10 @@ async fn bad_webhooks_and_garbage_are_refused_naming_the_field() {
             json!({"id": task_id}),
         ),
         ("GetTaskPushNotificationConfig", json!({"taskId": task_id})),
-        ("DeleteTaskPushNotificationConfig", json!({"taskId": task_id})),
+        (
+            "DeleteTaskPushNotificationConfig",
+            json!({"taskId": task_id}),
+        ),
         (
             "DeleteTaskPushNotificationConfig",
             json!({"taskId": "no-such-task", "id": "nope"}),
