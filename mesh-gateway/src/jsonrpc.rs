@@ -1,8 +1,11 @@
 //! JSON-RPC over `POST`: read the body (bounded), check the content type and the
 //! `A2A-Version`, decode the request in whichever dialect it speaks, dispatch it, and answer
 //! in the request's dialect with its exact id — a JSON response, an SSE stream, or nothing
-//! (204) for a notification. Batches get an array of responses (streaming methods cannot be
-//! batched).
+//! (204) for a notification (a well-formed request without an `id`: a send or a cancel is
+//! carried out, nothing is answered). A request without an `id` that cannot be served (an
+//! unknown method, invalid params, an unsupported `A2A-Version`, no agent) gets its error with
+//! `"id": null`, as JSON-RPC 2.0 §5 says of errors whose id cannot be known and as a2a-sdk's
+//! server answers. Batches get an array of responses (streaming methods cannot be batched).
 //!
 //! Sending starts a task on the bus and hands its reply stream to the
 //! [`bridge`](crate::bridge); everything else (get, list, cancel, resubscribe) answers from
@@ -169,13 +172,7 @@ fn handle(
             }
         ))
         .with_data(serde_json::json!({ "agents": agents }));
-            let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
-            if parsed
-                .as_ref()
-                .is_some_and(|v| v.is_object() && v.get("id").is_none())
-            {
-                return StatusCode::NO_CONTENT.into_response(); // a notification: no answer
-            }
+            // Without an id, the error goes back with `"id": null`.
             let id = request_id(&bytes).unwrap_or(JsonRpcId::Null);
             return json_response(
                 StatusCode::OK,
@@ -288,7 +285,6 @@ fn triage(
 ) -> Triaged {
     let request = match request {
         Ok(request) => request,
-        Err(e) if e.notification => return Triaged::Done(Answer::Nothing),
         Err(e) => {
             gw.metrics.request(None, false, std::time::Duration::ZERO);
             let dialect = e.dialect.unwrap_or(fallback);
@@ -301,6 +297,13 @@ fn triage(
         }
     };
     let Some(id) = request.id.clone() else {
+        if let Some(version) = &http.bad_version {
+            return Triaged::Done(error(
+                request.dialect,
+                &JsonRpcId::Null,
+                A2aError::version_not_supported(version),
+            ));
+        }
         // A notification: no answer is due. Work that changes something still happens.
         if matches!(request.call, Call::Send(_) | Call::CancelTask(_))
             && !request.method.is_streaming()

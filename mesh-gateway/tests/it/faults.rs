@@ -109,6 +109,27 @@ async fn malformed_requests_get_json_rpc_errors() {
         .await;
     assert_eq!(status, 204);
     assert_eq!(body, Value::Null);
+    // One that cannot be served gets its error, with `"id": null`.
+    for (request, expected) in [
+        (
+            json!({"jsonrpc": "2.0", "method": "no/such/method"}),
+            -32601,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "method": "message/send", "params": {}}),
+            -32602,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "method": "SendMessage", "params": {"message": 7}}),
+            -32602,
+        ),
+    ] {
+        let (status, body) = mesh.post("/agents/echo", &request).await;
+        assert_eq!(status, 200, "{request}");
+        assert_eq!(code(&body), expected, "{request}: {body}");
+        assert_eq!(body["id"], Value::Null, "{body}");
+        assert!(body.as_object().unwrap().contains_key("id"), "{body}");
+    }
 
     // Batches: one answer per request with an id; empty batch: -32600.
     let batch = json!([
