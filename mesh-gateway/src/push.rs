@@ -106,6 +106,16 @@ pub(crate) async fn check_config(
     Ok(())
 }
 
+/// The content type of a notification: a 1.0 body is a StreamResponse (`{"task": …}`, spec
+/// §4.3.3), `application/a2a+json`; 0.3 and 0.1 bodies are their task, `application/json`.
+fn content_type(body: &[u8]) -> &'static str {
+    if body.starts_with(br#"{"task":"#) {
+        "application/a2a+json"
+    } else {
+        "application/json"
+    }
+}
+
 /// Push configs as `Debug` shows them (in [`TaskRecord`](crate::TaskRecord) and
 /// [`PendingDelivery`]): the URL redacted, whether there is a token, the authentication
 /// scheme without its credentials.
@@ -527,6 +537,9 @@ impl Pusher {
     }
 
     /// One POST: the HTTP status, or why there is none.
+    ///
+    /// (The content type follows from the body, which keeps pending deliveries as they
+    /// were.)
     async fn post(
         &self,
         config: &TaskPushNotificationConfig,
@@ -547,7 +560,7 @@ impl Pusher {
         let client = self.client.as_ref().map_err(Clone::clone)?;
         let mut request = client
             .post(url)
-            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::CONTENT_TYPE, content_type(body))
             .body(body.clone());
         if let Some(token) = &config.token {
             request = request.header(TOKEN_HEADER, token);

@@ -70,6 +70,10 @@ async fn v03_webhook_retries_keeps_order_and_sends_the_token() {
             Some("tok-1")
         );
         assert_eq!(r.body["kind"], "task", "a 0.3 task: {}", r.body);
+        assert_eq!(
+            r.headers.get("content-type").and_then(|v| v.to_str().ok()),
+            Some("application/json")
+        );
         assert_eq!(r.body["id"], json!(task_id));
         assert!(r.body.pointer("/metadata/_mesh").is_none());
     }
@@ -115,11 +119,20 @@ async fn v10_send_with_config_posts_the_task_with_authorization() {
             Some("Bearer cred-1")
         );
         assert!(r.headers.get("x-a2a-notification-token").is_none());
-        assert_eq!(r.body["id"], json!(task_id));
-        assert!(r.body.get("kind").is_none(), "a 1.0 task: {}", r.body);
+        // 1.0 (§4.3.3): a StreamResponse holding the task, as application/a2a+json.
+        assert_eq!(
+            r.headers.get("content-type").and_then(|v| v.to_str().ok()),
+            Some("application/a2a+json")
+        );
+        assert_eq!(r.body["task"]["id"], json!(task_id), "{}", r.body);
+        assert!(
+            r.body["task"].get("kind").is_none(),
+            "a 1.0 task: {}",
+            r.body
+        );
     }
     assert_eq!(
-        all.last().unwrap().body.pointer("/status/state"),
+        all.last().unwrap().body.pointer("/task/status/state"),
         Some(&json!("TASK_STATE_COMPLETED"))
     );
 

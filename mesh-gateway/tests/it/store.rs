@@ -311,7 +311,12 @@ async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
         .await
         .unwrap();
     mesh_core::tls::install_crypto_provider();
-    let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
+    // The whole stream may take longer than one step of the other tests (`WAIT`): its own
+    // bound is the 60 s below.
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
     let config = GatewayConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         namespace: namespace.clone(),

@@ -439,8 +439,10 @@ impl Hook {
     }
 }
 
-/// A task's state in any dialect (`completed`, `TASK_STATE_COMPLETED` → `completed`).
+/// A task's state in any dialect (`completed`, `TASK_STATE_COMPLETED` → `completed`), also
+/// inside a 1.0 StreamResponse (`{"task": …}`).
 pub fn task_state(task: &Value) -> String {
+    let task = task.get("task").unwrap_or(task);
     let state = task
         .pointer("/status/state")
         .and_then(Value::as_str)
