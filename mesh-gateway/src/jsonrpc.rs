@@ -57,6 +57,10 @@ enum Answer {
     Json(Vec<u8>),
     /// An event stream.
     Stream(EventStream),
+    /// A streaming method that failed before its first event: an event stream of one event,
+    /// its JSON-RPC error (0.3 §7.2.1, 1.0 §9.4: the response of a streaming method is a
+    /// stream, errors included).
+    FailedStream(Vec<u8>),
     /// Nothing (a notification).
     Nothing,
 }
@@ -205,6 +209,7 @@ fn handle(
         match answer {
             Answer::Json(body) => json_response(StatusCode::OK, body),
             Answer::Stream(stream) => stream.into_response(),
+            Answer::FailedStream(body) => crate::sse::one_event(body),
             Answer::Nothing => StatusCode::NO_CONTENT.into_response(),
         }
     }
@@ -325,11 +330,16 @@ fn triage(
         return Triaged::Done(Answer::Nothing);
     };
     if let Some(version) = &http.bad_version {
-        return Triaged::Done(error(
+        let body = codec::encode_error(
             request.dialect,
-            &id,
-            A2aError::version_not_supported(version),
-        ));
+            Some(&id),
+            &A2aError::version_not_supported(version),
+        );
+        return Triaged::Done(if request.method.is_streaming() && !in_batch {
+            Answer::FailedStream(body)
+        } else {
+            Answer::Json(body)
+        });
     }
     if in_batch && request.method.is_streaming() {
         return Triaged::Done(error(
@@ -391,6 +401,9 @@ fn dispatch<'a>(
             .request(Some(method), result.is_ok(), began.elapsed());
         match result {
             Ok(answer) => answer,
+            Err((dialect, e)) if method.is_streaming() => {
+                Answer::FailedStream(codec::encode_error(dialect, Some(&id), &e))
+            }
             Err((dialect, e)) => error(dialect, &id, e),
         }
     }

@@ -132,6 +132,19 @@ fn events(state: State) -> impl Stream<Item = Result<Event, Infallible>> + Send 
     })
 }
 
+/// An event stream of one event, `body` (the JSON-RPC error of a streaming method that failed
+/// before its first event), then its end.
+pub(crate) fn one_event(body: Vec<u8>) -> Response {
+    let line = String::from_utf8(body).unwrap_or_default();
+    let event = stream::once(async move { Ok::<_, Infallible>(Event::default().data(line)) });
+    let mut response = Sse::new(event).into_response();
+    response.headers_mut().insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
+    response
+}
+
 /// The `data:` lines one event becomes in `dialect`, and whether the stream ends after it.
 /// A Task after the first event (the final answer of a task started with a blocking send, or
 /// a resynchronisation) becomes its artifacts and its status, so that every stream ends with

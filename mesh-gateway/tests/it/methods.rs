@@ -763,3 +763,56 @@ async fn a_blocking_send_whose_client_goes_away_still_ends_its_task() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_method_that_fails_first_answers_an_event_stream_of_its_error() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    // 0.3 `tasks/resubscribe` and 1.0 `SubscribeToTask` of a task that does not exist, and a
+    // stream to an agent that is not there: each answer is an event stream whose one event is
+    // the JSON-RPC error (0.3 §7.9, §7.2.1), with the request's id.
+    for (path, version, request, code) in [
+        (
+            "/agents/echo",
+            None,
+            json!({"jsonrpc": "2.0", "id": 31, "method": "tasks/resubscribe", "params": {"id": "no-such-task"}}),
+            -32001,
+        ),
+        (
+            "/agents/echo",
+            Some("1.0"),
+            json!({"jsonrpc": "2.0", "id": "s1", "method": "SubscribeToTask", "params": {"id": "no-such-task"}}),
+            -32001,
+        ),
+        (
+            "/agents/nobody",
+            None,
+            json!({"jsonrpc": "2.0", "id": 32, "method": "message/stream", "params": msg03("hello")}),
+            -32602,
+        ),
+    ] {
+        let mut post = mesh.http.post(mesh.url(path)).json(&request);
+        if let Some(version) = version {
+            post = post.header("A2A-Version", version);
+        }
+        let response = post.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let content_type = response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            content_type.starts_with("text/event-stream"),
+            "{request}: {content_type}"
+        );
+        let text = response.text().await.unwrap();
+        let events: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .collect();
+        assert_eq!(events.len(), 1, "{text}");
+        let event: Value = serde_json::from_str(events[0].trim()).unwrap();
+        assert_eq!(event["id"], request["id"], "{event}");
+        assert_eq!(event["error"]["code"], code, "{event}");
+    }
+}

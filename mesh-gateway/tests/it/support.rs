@@ -137,10 +137,16 @@ impl Mesh {
         let response = request.send().await.expect("request");
         let status = response.status().as_u16();
         let text = response.text().await.expect("body");
-        let value = if text.is_empty() {
+        // A streaming method that failed before its first event answers an event stream of
+        // one event: its error.
+        let json = match text.strip_prefix("data:") {
+            Some(event) if text.trim_end().lines().count() == 1 => event.trim(),
+            _ => text.as_str(),
+        };
+        let value = if json.is_empty() {
             Value::Null
         } else {
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+            serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
         };
         (status, value)
     }
