@@ -81,7 +81,15 @@ struct Subscriber {
     tx: mpsc::Sender<Live>,
     /// Missed an event; is told so before its next one.
     lagged: bool,
+    /// Follows the task to its terminal state (`SubscribeToTask`, `tasks/resubscribe`):
+    /// across an interrupted state it waits for the pump of the next message instead of
+    /// ending with this one.
+    until_terminal: bool,
 }
+
+/// How many subscribers may wait at once for the next message of one interrupted task; past
+/// it a new subscription to it is refused.
+pub(crate) const MAX_WAITING_SUBSCRIBERS: usize = 64;
 
 /// A task whose reply stream is being pumped.
 pub(crate) struct LiveTask {
@@ -91,9 +99,13 @@ pub(crate) struct LiveTask {
 }
 
 impl LiveTask {
-    fn subscribe(&self, capacity: usize) -> Subscription {
+    fn subscribe(&self, capacity: usize, until_terminal: bool) -> Subscription {
         let (tx, rx) = mpsc::channel(capacity);
-        lock(&self.subscribers).push(Subscriber { tx, lagged: false });
+        lock(&self.subscribers).push(Subscriber {
+            tx,
+            lagged: false,
+            until_terminal,
+        });
         rx
     }
 
@@ -119,6 +131,10 @@ impl LiveTask {
         });
     }
 }
+
+/// A subscription to a task: the task as it stood, and the receiver of every event after it
+/// (`None`: nothing more will come).
+pub(crate) type Attached = (Arc<TaskRecord>, Option<Subscription>);
 
 /// What the pump needs to undo when the agent rejects the request before the task started.
 pub(crate) enum Undo {
@@ -183,6 +199,10 @@ impl Drop for Pump {
 pub(crate) struct Bridge {
     store: Arc<dyn TaskStore>,
     live: Mutex<HashMap<String, Arc<LiveTask>>>,
+    /// The subscribers of interrupted tasks, waiting for the pump of their next message
+    /// (at most [`MAX_WAITING_SUBSCRIBERS`] a task; a task leaves when it is live again, and
+    /// its closed subscribers whenever it is touched). Locked after `live`.
+    waiting: Mutex<HashMap<String, Vec<Subscriber>>>,
     pusher: Option<Arc<Pusher>>,
     /// Asks agents to cancel the tasks the gateway fails (how long it waits for an answer).
     canceler: Option<(Requester, std::time::Duration)>,
@@ -197,6 +217,7 @@ impl Bridge {
         Bridge {
             store,
             live: Mutex::default(),
+            waiting: Mutex::default(),
             pusher,
             canceler,
         }
@@ -244,34 +265,104 @@ impl Bridge {
         if live.contains_key(id) {
             return None;
         }
+        // The subscribers that waited for this message of an interrupted task follow it.
+        let adopted = lock(&self.waiting).remove(id).unwrap_or_default();
         let task = Arc::new(LiveTask {
-            subscribers: Mutex::default(),
+            subscribers: Mutex::new(adopted),
             gate: Mutex::new(()),
             stop: CancellationToken::new(),
         });
-        let receiver = task.subscribe(capacity);
+        let receiver = task.subscribe(capacity, false);
         live.insert(id.to_owned(), task.clone());
         Some((task, receiver))
     }
 
-    /// Forgets a live task (its pump ended, or it never started).
+    /// Forgets a live task (its pump ended, or it never started). When the task is left
+    /// interrupted (waiting for its next message), the subscribers that follow it to its
+    /// terminal state wait for that message's pump; the others' streams end here.
     pub(crate) fn end(&self, id: &str, task: &Arc<LiveTask>) {
         let mut live = self.live_map();
-        if live.get(id).is_some_and(|t| Arc::ptr_eq(t, task)) {
-            live.remove(id);
+        if !live.get(id).is_some_and(|t| Arc::ptr_eq(t, task)) {
+            return;
+        }
+        live.remove(id);
+        let interrupted = self
+            .store
+            .get(id)
+            .is_some_and(|record| !record.task.status.state.is_terminal());
+        if interrupted {
+            let followers: Vec<Subscriber> = lock(&task.subscribers)
+                .drain(..)
+                .filter(|s| s.until_terminal && !s.tx.is_closed())
+                .collect();
+            if !followers.is_empty() {
+                lock(&self.waiting)
+                    .entry(id.to_owned())
+                    .or_default()
+                    .extend(followers);
+            }
         }
     }
 
-    /// The task as it stands and, while it is live, a receiver of every event after that
-    /// snapshot.
-    pub(crate) fn attach(&self, id: &str) -> Option<(Arc<TaskRecord>, Option<Subscription>)> {
-        match self.live(id) {
-            Some(live) => {
-                let _gate = lock(&live.gate);
-                let record = self.store.get(id)?;
-                Some((record, Some(live.subscribe(STREAM_CAPACITY))))
-            }
-            None => self.store.get(id).map(|record| (record, None)),
+    /// The task as it stands and a receiver of every event after that snapshot: while it is
+    /// live, until its pump ends, or with `until_terminal`, until the task reaches a terminal
+    /// state, across interrupted states (an interrupted task's subscriber waits for the next
+    /// message). `Err` when too many subscribers wait for the task already.
+    pub(crate) fn attach(
+        &self,
+        id: &str,
+        until_terminal: bool,
+    ) -> Result<Option<Attached>, A2aError> {
+        let live = self.live_map();
+        if let Some(task) = live.get(id).cloned() {
+            drop(live);
+            let _gate = lock(&task.gate);
+            let Some(record) = self.store.get(id) else {
+                return Ok(None);
+            };
+            return Ok(Some((
+                record,
+                Some(task.subscribe(STREAM_CAPACITY, until_terminal)),
+            )));
+        }
+        let Some(record) = self.store.get(id) else {
+            return Ok(None);
+        };
+        if !until_terminal || record.task.status.state.is_terminal() {
+            return Ok(Some((record, None)));
+        }
+        // Under the `live` lock, so that no pump begins between this check and the wait.
+        let mut waiting = lock(&self.waiting);
+        let followers = waiting.entry(id.to_owned()).or_default();
+        followers.retain(|s| !s.tx.is_closed());
+        if followers.len() >= MAX_WAITING_SUBSCRIBERS {
+            return Err(A2aError::internal(format!(
+                "task {id} has {MAX_WAITING_SUBSCRIBERS} subscribers waiting already: try later"
+            )));
+        }
+        let (tx, rx) = mpsc::channel(STREAM_CAPACITY);
+        followers.push(Subscriber {
+            tx,
+            lagged: false,
+            until_terminal: true,
+        });
+        drop(live);
+        Ok(Some((record, Some(rx))))
+    }
+
+    /// Hands the task as it now stands (changed without a pump: canceled at the gateway
+    /// while it waited for input) to the subscribers waiting for its next message; a terminal
+    /// task lets them go.
+    pub(crate) fn release_waiting(&self, record: &TaskRecord) {
+        let _live = self.live_map();
+        let mut waiting = lock(&self.waiting);
+        let Some(followers) = waiting.get_mut(&record.task.id) else {
+            return;
+        };
+        let event: LiveEvent = Ok(Arc::new(Reply::Task(record.task.clone())));
+        followers.retain(|s| s.tx.try_send(Live::Event(event.clone())).is_ok());
+        if followers.is_empty() || record.task.status.state.is_terminal() {
+            waiting.remove(&record.task.id);
         }
     }
 

@@ -813,6 +813,7 @@ fn stream_message<'a>(
             shutdown: gw.shutdown.clone(),
             keep_alive: gw.config.sse_keep_alive,
             metrics: gw.metrics.clone(),
+            until_terminal: false,
         }))
     }
 }
@@ -954,6 +955,7 @@ async fn cancel_task(
         return match canceled {
             Some(record) => {
                 gw.bridge.notify_push(&record);
+                gw.bridge.release_waiting(&record);
                 Ok(answer(&record))
             }
             None => Err((dialect, A2aError::task_not_found(&params.id))),
@@ -1012,7 +1014,11 @@ fn subscribe(
             )),
         ));
     }
-    let Some((snapshot, live)) = gw.bridge.attach(&params.id) else {
+    let Some((snapshot, live)) = gw
+        .bridge
+        .attach(&params.id, true)
+        .map_err(|e| (dialect, e))?
+    else {
         return Err((dialect, A2aError::task_not_found(&params.id)));
     };
     Ok(Answer::Stream(EventStream {
@@ -1025,6 +1031,7 @@ fn subscribe(
         shutdown: gw.shutdown.clone(),
         keep_alive: gw.config.sse_keep_alive,
         metrics: gw.metrics.clone(),
+        until_terminal: true,
     }))
 }
 

@@ -3,8 +3,10 @@
 //!
 //! 0.3 and 1.0 streams open with the Task (or the single Message of a message-only answer,
 //! then close); 0.1 streams carry status and artifact updates only, so a Task becomes its
-//! artifacts and its status. Every stream closes after the event that ends the task (a
-//! terminal or interrupted state: `final: true` in 0.1 and 0.3), sends keep-alive comments
+//! artifacts and its status. A send's stream closes after the event that ends the turn (a
+//! terminal or interrupted state: `final: true` in 0.1 and 0.3); a subscription's after a
+//! terminal state only (an interrupted task's subscriber gets the events of its next message,
+//! whoever sends it), sends keep-alive comments
 //! while idle, and ends when the gateway shuts down. A subscriber that stopped reading long
 //! enough to miss events is resynchronised with the task as the store has it. The response
 //! tells caches and buffering proxies to pass it on as it comes (`Cache-Control: no-cache`,
@@ -44,6 +46,9 @@ pub(crate) struct EventStream {
     pub keep_alive: Duration,
     /// Counts the stream in `mesh_gateway_sse_streams_open` while it lives.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Ends at a terminal state only, not at an interrupted one (`SubscribeToTask`,
+    /// `tasks/resubscribe`: spec 1.0 §3.1.6); a send's stream ends at either.
+    pub until_terminal: bool,
 }
 
 struct State {
@@ -90,7 +95,7 @@ impl State {
         let (lines, end) = render(self.s.dialect, &self.s.id, event, self.started);
         self.started = true;
         self.pending.extend(lines);
-        self.done = end;
+        self.done = end && (!self.s.until_terminal || ends_for_good(event));
     }
 }
 
@@ -130,6 +135,17 @@ fn events(state: State) -> impl Stream<Item = Result<Event, Infallible>> + Send 
             }
         }
     })
+}
+
+/// True for an event after which the task never changes again: a terminal state, a direct
+/// message, an error.
+fn ends_for_good(event: Result<&Reply, &A2aError>) -> bool {
+    match event {
+        Ok(Reply::Task(task)) => task.status.state.is_terminal(),
+        Ok(Reply::StatusUpdate(update)) => update.status.state.is_terminal(),
+        Ok(Reply::ArtifactUpdate(_)) => false,
+        _ => true,
+    }
 }
 
 /// An event stream of one event, `body` (the JSON-RPC error of a streaming method that failed

@@ -816,3 +816,63 @@ async fn a_streaming_method_that_fails_first_answers_an_event_stream_of_its_erro
         assert_eq!(event["error"]["code"], code, "{event}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_to_an_interrupted_task_follows_it_to_its_end() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::flight_booker::agent()).await;
+    let first = mesh
+        .call("flight-booker", "message/send", msg03("book me a flight"))
+        .await;
+    let task = result(&first);
+    assert_eq!(state(task), "input-required");
+    let id = task["id"].as_str().unwrap().to_owned();
+    let context = task["contextId"].as_str().unwrap().to_owned();
+
+    // Two subscribers while the task waits for input (spec 1.0 §3.1.6: any non-terminal
+    // task; the stream ends at a terminal state, not at the interrupted one it starts in).
+    let a = mesh
+        .open_sse("flight-booker", "tasks/resubscribe", json!({"id": id}))
+        .await;
+    let b = mesh
+        .open_sse("flight-booker", "SubscribeToTask", json!({"id": id}))
+        .await;
+    // Another client answers the question: its events reach both, then their streams end.
+    let mut follow = msg03("JFK to LHR on 2026-12-01");
+    follow["message"]["taskId"] = json!(id);
+    follow["message"]["contextId"] = json!(context);
+    let second = mesh.call("flight-booker", "message/send", follow).await;
+    assert_eq!(state(result(&second)), "completed", "{second}");
+    let (a, b) = tokio::time::timeout(WAIT, async { tokio::join!(read_sse(a), read_sse(b)) })
+        .await
+        .expect("both streams end once the task completed");
+    for events in [&a, &b] {
+        let first = events.first().expect("a snapshot first").to_string();
+        assert!(first.to_lowercase().contains("input"), "{first}");
+        let last = events.last().unwrap().to_string();
+        assert!(last.to_lowercase().contains("completed"), "the end: {last}");
+        assert!(
+            events
+                .iter()
+                .any(|e| e.to_string().contains("FlightItinerary.json")),
+            "the follow-up's artifact: {events:?}"
+        );
+    }
+
+    // Canceled while it waits for input: the subscriber gets the end too.
+    let again = mesh
+        .call("flight-booker", "message/send", msg03("book me a flight"))
+        .await;
+    let id = result(&again)["id"].as_str().unwrap().to_owned();
+    let c = mesh
+        .open_sse("flight-booker", "tasks/resubscribe", json!({"id": id}))
+        .await;
+    let canceled = mesh
+        .call("flight-booker", "tasks/cancel", json!({"id": id}))
+        .await;
+    assert_eq!(state(result(&canceled)), "canceled", "{canceled}");
+    let c = tokio::time::timeout(WAIT, read_sse(c))
+        .await
+        .expect("the stream ends once the task is canceled");
+    assert!(c.last().unwrap().to_string().contains("canceled"), "{c:?}");
+}
