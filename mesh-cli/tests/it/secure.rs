@@ -48,6 +48,14 @@ async fn run_until(args: &[&str], says: &str) -> (Child, String) {
     (child, line)
 }
 
+/// The next message of `subscription` (bounded).
+async fn next(subscription: &mut mesh_core::bus::Subscription) -> mesh_core::bus::BusMessage {
+    tokio::time::timeout(WAIT, subscription.recv())
+        .await
+        .expect("a message in time")
+        .expect("the subscription is open")
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -308,10 +316,7 @@ async fn the_generated_profile_holds(kind: Broker) {
                         .await
                         .unwrap();
                 }
-                let first = tokio::time::timeout(WAIT, subscription.recv())
-                    .await
-                    .unwrap()
-                    .unwrap();
+                let first = next(&mut subscription).await;
                 assert_eq!(
                     Some(&first.topic),
                     publishes.last(),
@@ -369,10 +374,7 @@ async fn the_generated_profile_holds(kind: Broker) {
         )
         .await
         .unwrap();
-    let first = tokio::time::timeout(WAIT, requests.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let first = next(&mut requests).await;
     assert!(
         first.topic.ends_with("/marker"),
         "echo's forged request was dropped: {}",
@@ -386,10 +388,7 @@ async fn the_generated_profile_holds(kind: Broker) {
         .publish(&marker_reply, b"marker".to_vec(), QoS::AtLeastOnce, false)
         .await
         .unwrap();
-    let first = tokio::time::timeout(WAIT, peer_replies.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let first = next(&mut peer_replies).await;
     assert_eq!(
         first.topic, marker_reply,
         "echo's forged peer-call answer was dropped"
@@ -399,10 +398,7 @@ async fn the_generated_profile_holds(kind: Broker) {
         .subscribe(&topics.agent_card("writer").unwrap(), QoS::AtLeastOnce)
         .await
         .unwrap();
-    let card = tokio::time::timeout(WAIT, cards.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let card = next(&mut cards).await;
     assert!(
         !String::from_utf8_lossy(&card.payload).contains("FORGED"),
         "the forged card was not retained"
@@ -483,10 +479,7 @@ async fn the_generated_profile_holds(kind: Broker) {
         )
         .await
         .unwrap();
-    let request = tokio::time::timeout(WAIT, booker_requests.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let request = next(&mut booker_requests).await;
     let request: Value = serde_json::from_slice(&request.payload).unwrap();
     let reply_to = request["params"]["metadata"]["_mesh"]["replyTo"]
         .as_str()
