@@ -48,6 +48,38 @@ struct Client {
     client: ClientOptions,
 }
 
+/// `mesh secure`'s arguments.
+#[derive(clap::Args, Debug)]
+struct SecureArgs {
+    /// Where to write it.
+    dir: PathBuf,
+    /// An agent, and the agents it may call: `NAME` or `NAME=PEER,PEER` (repeatable)
+    /// [default: the example agents].
+    #[arg(long = "agent", value_name = "NAME[=PEERS]")]
+    agents: Vec<String>,
+    /// A gateway deployment (one account for all its instances; repeatable)
+    /// [default: gateway].
+    #[arg(long = "gateway", value_name = "NAME")]
+    gateways: Vec<String>,
+    /// A client (principal) that gets an API key of the gateways, in DIR/clients/NAME.key
+    /// (repeatable) [default: client].
+    #[arg(long = "client", value_name = "NAME")]
+    clients: Vec<String>,
+    /// A host name or address HTTPS clients reach the gateways at, for their certificates
+    /// (repeatable) [default: localhost and 127.0.0.1].
+    #[arg(long = "tls-host", value_name = "HOST")]
+    tls_hosts: Vec<String>,
+    /// Replace a profile already in DIR (every password changes).
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    bus: BusOptions,
+    /// An operator's account, which reads the whole namespace (`mesh tail`, `mesh send` over
+    /// the bus; repeatable) [default: none].
+    #[arg(long = "operator", value_name = "NAME")]
+    operators: Vec<String>,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Embedded broker, gateway and the example agents in one process (Ctrl-C stops all).
@@ -129,31 +161,7 @@ enum Command {
     /// Generate a secure profile in DIR: an account and password per agent and gateway, the
     /// broker's password file and ACL (for the embedded broker and for Mosquitto), signing
     /// keys, TLS files, API keys, and a `--config` file per account.
-    Secure {
-        /// Where to write it.
-        dir: PathBuf,
-        /// An agent, and the agents it may call: `NAME` or `NAME=PEER,PEER` (repeatable)
-        /// [default: the example agents].
-        #[arg(long = "agent", value_name = "NAME[=PEERS]")]
-        agents: Vec<String>,
-        /// A gateway deployment (one account for all its instances; repeatable)
-        /// [default: gateway].
-        #[arg(long = "gateway", value_name = "NAME")]
-        gateways: Vec<String>,
-        /// A client (principal) that gets an API key of the gateways, in DIR/clients/NAME.key
-        /// (repeatable) [default: client].
-        #[arg(long = "client", value_name = "NAME")]
-        clients: Vec<String>,
-        /// A host name or address HTTPS clients reach the gateways at, for their certificates
-        /// (repeatable) [default: localhost and 127.0.0.1].
-        #[arg(long = "tls-host", value_name = "HOST")]
-        tls_hosts: Vec<String>,
-        /// Replace a profile already in DIR (every password changes).
-        #[arg(long)]
-        force: bool,
-        #[command(flatten)]
-        bus: BusOptions,
-    },
+    Secure(SecureArgs),
     /// Watch the namespace's bus traffic, one line per message.
     Tail {
         /// Only traffic to or from this agent.
@@ -220,7 +228,7 @@ impl Command {
             | Command::Card { client, .. }
             | Command::Send { client, .. }
             | Command::Health { client, .. } => client.fill(&mut common),
-            Command::Secure { bus, .. } => bus.fill(&mut common),
+            Command::Secure(secure) => secure.bus.fill(&mut common),
             Command::Tail { bus, .. } => bus.fill(&mut common),
             Command::Completions { .. } => {}
         }
@@ -297,17 +305,7 @@ fn main() {
             Command::Tail {
                 agent, task, json, ..
             } => tail::tail(&settings, agent, task, json).await,
-            Command::Secure {
-                dir,
-                agents,
-                gateways,
-                clients,
-                tls_hosts,
-                force,
-                ..
-            } => secure_command(
-                &settings, &dir, &agents, gateways, clients, tls_hosts, force,
-            ),
+            Command::Secure(secure) => secure_command(&settings, &secure),
         }
     });
     if let Err(failure) = result {
@@ -316,44 +314,34 @@ fn main() {
 }
 
 /// `mesh secure`: writes the profile and says how to use it.
-fn secure_command(
-    settings: &Settings,
-    dir: &std::path::Path,
-    agents: &[String],
-    mut gateways: Vec<String>,
-    clients: Vec<String>,
-    tls_hosts: Vec<String>,
-    force: bool,
-) -> exit::Outcome {
-    let agents = if agents.is_empty() {
+fn secure_command(settings: &Settings, args: &SecureArgs) -> exit::Outcome {
+    let or = |given: &[String], default: Vec<String>| {
+        if given.is_empty() {
+            default
+        } else {
+            given.to_vec()
+        }
+    };
+    let agents = if args.agents.is_empty() {
         secure::example_agents()
     } else {
-        agents
+        args.agents
             .iter()
             .map(|a| secure::AgentSpec::parse(a))
             .collect::<Result<_, _>>()
             .map_err(Failure::Usage)?
     };
-    if gateways.is_empty() {
-        gateways.push(settings.gateway_name.clone());
-    }
     let spec = secure::ProfileSpec {
         namespace: settings.namespace.clone(),
         broker_url: settings.broker_url_or_default(),
         agents,
-        gateways,
-        clients: if clients.is_empty() {
-            vec![secure::DEFAULT_CLIENT.to_owned()]
-        } else {
-            clients
-        },
-        tls_hosts: if tls_hosts.is_empty() {
-            secure::default_tls_hosts()
-        } else {
-            tls_hosts
-        },
+        gateways: or(&args.gateways, vec![settings.gateway_name.clone()]),
+        clients: or(&args.clients, vec![secure::DEFAULT_CLIENT.to_owned()]),
+        operators: args.operators.clone(),
+        tls_hosts: or(&args.tls_hosts, secure::default_tls_hosts()),
     };
-    let profile = secure::generate(&spec, dir, force)?;
+    let dir = args.dir.as_path();
+    let profile = secure::generate(&spec, dir, args.force)?;
     println!("secure profile written to {}", dir.display());
     println!(
         "  broker:   mesh broker --config {}   (or mosquitto -c {})",
@@ -371,6 +359,12 @@ fn secure_command(
             "  agent:    mesh agent {} --config {}",
             agent.name,
             profile.account_config(&agent.name).display()
+        );
+    }
+    for operator in &spec.operators {
+        println!(
+            "  operator: mesh tail --config {}",
+            profile.account_config(operator).display()
         );
     }
     println!(

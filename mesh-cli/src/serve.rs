@@ -160,6 +160,7 @@ fn secure_profile(settings: &mut Settings, dir: &Path) -> Result<Profile, Failur
             gateways: vec![settings.gateway_name.clone()],
             tls_hosts: secure::default_tls_hosts(),
             clients: vec![secure::DEFAULT_CLIENT.to_owned()],
+            operators: Vec::new(),
         };
         secure::generate(&spec, dir, false)?;
         eprintln!("mesh: wrote a secure profile to {}", dir.display());

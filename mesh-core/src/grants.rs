@@ -97,6 +97,17 @@ pub fn gateway_grants(topics: &Topics, gateway: &str) -> Result<Vec<Grant>, Topi
     ])
 }
 
+/// The grants of operator `operator`'s account (`mesh tail`, `mesh send` over the bus): it
+/// reads the whole namespace, and asks as a gateway deployment of its own name.
+pub fn operator_grants(topics: &Topics, operator: &str) -> Result<Vec<Grant>, TopicError> {
+    Ok(vec![
+        grant(Right::Read, topics.namespace_filter()),
+        grant(Right::Write, topics.every_request_filter()),
+        grant(Right::Write, topics.every_cancel_filter()),
+        grant(Right::Write, topics.registry_marker(operator)?),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +156,25 @@ mod tests {
                 "write ns/a2a/v1/agent/cancel/+/+",
                 "write ns/a2a/v1/discovery/presence/_registry/web",
                 "read ns/a2a/v1/discovery/#",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_operator_reads_everything_and_asks_as_itself() {
+        let topics = Topics::new("ns").unwrap();
+        let lines: Vec<String> = operator_grants(&topics, "ops")
+            .unwrap()
+            .iter()
+            .map(|g| format!("{} {}", g.right.as_str(), g.filter))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "read ns/a2a/v1/#",
+                "write ns/a2a/v1/agent/request/+/+",
+                "write ns/a2a/v1/agent/cancel/+/+",
+                "write ns/a2a/v1/discovery/presence/_registry/ops",
             ]
         );
     }

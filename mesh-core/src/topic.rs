@@ -668,6 +668,11 @@ impl Topics {
             && decode_task_id(task).is_ok()
     }
 
+    /// The filter of every topic of the namespace.
+    pub fn namespace_filter(&self) -> String {
+        format!("{}/#", self.base)
+    }
+
     /// The filter of every request to every agent of the namespace.
     pub fn every_request_filter(&self) -> String {
         format!("{}/agent/request/+/+", self.base)

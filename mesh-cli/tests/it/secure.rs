@@ -150,6 +150,8 @@ async fn the_generated_profile_holds(kind: Broker) {
             &namespace,
             "--broker-url",
             &broker_url,
+            "--operator",
+            "ops",
         ])
         .env_remove("MESH_CONFIG")
         .output()
@@ -438,6 +440,28 @@ async fn the_generated_profile_holds(kind: Broker) {
         .find(|a| a["name"] == "writer")
         .unwrap();
     assert_eq!(writer_view["trusted"], true, "{writer_view}");
+
+    // An operator's account reads the whole namespace (what `mesh tail` needs).
+    let ops = connect_as(&dir, "ops").await;
+    let mut everything = ops
+        .subscribe(&topics.namespace_filter(), QoS::AtLeastOnce)
+        .await
+        .expect("an operator may read the namespace");
+    gateway
+        .publish(
+            &topics.agent_request("writer", "watched").unwrap(),
+            b"watched".to_vec(),
+            QoS::AtLeastOnce,
+            false,
+        )
+        .await
+        .unwrap();
+    loop {
+        let message = next(&mut everything).await;
+        if message.topic.ends_with("/watched") {
+            break;
+        }
+    }
 
     // A forged final event to the gateway fails, even from an account that learned the
     // request (here flight-booker's own account plays the agent, to hold the request open):
