@@ -359,7 +359,8 @@ pub struct ClientOptions {
         long,
         env = "MESH_GATEWAY_KEY",
         value_name = "KEY",
-        hide_env_values = true
+        hide_env_values = true,
+        allow_hyphen_values = true
     )]
     pub gateway_key: Option<String>,
     /// The gateway deployment to ask as over the bus (its response topics; under an ACL,

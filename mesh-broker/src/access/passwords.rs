@@ -169,13 +169,20 @@ impl Passwords {
 }
 
 /// A fresh password: 24 bytes of the system's random source, base64url (32 characters, safe
-/// in a URL's user info and in a config file).
+/// in a URL's user info and in a config file), never starting with `-` or `_` (a command line
+/// would take a leading `-` for an option).
 pub fn random_password() -> String {
-    let mut bytes = [0u8; 24];
-    ring::rand::SystemRandom::new()
-        .fill(&mut bytes)
-        .expect("the system's random source works");
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    let random = ring::rand::SystemRandom::new();
+    loop {
+        let mut bytes = [0u8; 24];
+        random
+            .fill(&mut bytes)
+            .expect("the system's random source works");
+        let password = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        if !password.starts_with(['-', '_']) {
+            return password;
+        }
+    }
 }
 
 /// Hashes `password` in Mosquitto's `$7$` form with a fresh random salt: the part after
@@ -234,6 +241,15 @@ mod tests {
         assert!(passwords.verify("user", b"secret"));
         assert!(passwords.verify("old", b"old-secret"));
         assert!(!passwords.verify("user", b"wrong"));
+    }
+
+    #[test]
+    fn random_passwords_never_look_like_an_option() {
+        for _ in 0..2_000 {
+            let password = random_password();
+            assert_eq!(password.len(), 32);
+            assert!(!password.starts_with(['-', '_']), "{password}");
+        }
     }
 
     #[test]

@@ -259,12 +259,8 @@ async fn the_generated_profile_holds(kind: Broker) {
             "--gateway-ca",
         ])
         .arg(&ca_file)
-        .args([
-            "--gateway-key",
-            key.trim(),
-            "--broker-url",
-            "mqtt://127.0.0.1:1",
-        ])
+        .arg(format!("--gateway-key={}", key.trim()))
+        .args(["--broker-url", "mqtt://127.0.0.1:1"])
         .env_remove("MESH_CONFIG")
         .output()
         .await
