@@ -1,7 +1,9 @@
 //! Agent cards over HTTP: each agent's card as its instances published it on the bus, with
-//! the gateway's URL in it, in the combined shape both client generations read (the 1.0 card
-//! plus the 0.3 members `url`, `preferredTransport`, `protocolVersion`; `supportedInterfaces`
-//! lists a JSONRPC entry for 1.0 and one for 0.3 at the same URL). Cards carry an `ETag`,
+//! the gateway's URL in it. `supportedInterfaces` lists a JSONRPC entry for 1.0 and one for
+//! 0.3 at the same URL. A request with `A2A-Version: 1.x` gets the 1.0 card (only the members
+//! 1.0's schema allows); any other gets the combined shape both generations read (plus the
+//! 0.3 members `url`, `preferredTransport`, `protocolVersion`), as spec 1.0 §3.6 treats a
+//! request without the header as 0.3; the answer says `Vary: A2A-Version`. Cards carry an `ETag`,
 //! `Last-Modified` (when the gateway first served this version) and `Cache-Control`; a
 //! matching `If-None-Match` gets 304.
 //!
@@ -41,17 +43,17 @@ use std::time::SystemTime;
 /// How long clients may cache a card.
 const CACHE_CONTROL: &str = "public, max-age=30";
 
-/// When each served card version was first seen: `(agent, url) → (etag, time)`.
+/// When each served card version was first seen: `(agent, url, shape) → (etag, time)`.
 #[derive(Default)]
 pub(crate) struct CardCache {
-    seen: Mutex<HashMap<(String, String), (String, SystemTime)>>,
+    seen: Mutex<HashMap<(String, String, bool), (String, SystemTime)>>,
 }
 
 impl CardCache {
-    fn last_modified(&self, agent: &str, url: &str, etag: &str) -> SystemTime {
+    fn last_modified(&self, agent: &str, url: &str, shape: CardShape, etag: &str) -> SystemTime {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let entry = seen
-            .entry((agent.to_owned(), url.to_owned()))
+            .entry((agent.to_owned(), url.to_owned(), shape == CardShape::V1))
             .or_insert_with(|| (etag.to_owned(), SystemTime::now()));
         if entry.0 != etag {
             *entry = (etag.to_owned(), SystemTime::now());
@@ -127,12 +129,61 @@ pub(crate) fn gateway_card(gw: &Shared, agent: &str, url: &str) -> Result<AgentC
 }
 
 /// A card as served over HTTP: the combined shape, signed when the gateway signs.
-fn served_json(gw: &Shared, card: &AgentCard) -> Value {
+fn served_json(gw: &Shared, card: &AgentCard, shape: CardShape) -> Value {
     let mut value = codec::card::write_card_combined(card);
+    if let (CardShape::V1, Value::Object(members)) = (shape, &mut value) {
+        // The 1.0 card: the 0.3 members go; `supportedInterfaces` keeps its 0.3 entry (an
+        // AgentInterface like any), which a 1.0 client with a 0.3 mode looks for.
+        for member in LEGACY_MEMBERS {
+            members.remove(member);
+        }
+    }
     if let Some(signer) = &gw.signer {
         signer.sign(&mut value);
     }
     value
+}
+
+/// The members of the combined card that 0.3 has and the 1.0 card does not.
+const LEGACY_MEMBERS: [&str; 4] = [
+    "url",
+    "preferredTransport",
+    "protocolVersion",
+    "supportsAuthenticatedExtendedCard",
+];
+
+/// Which shape of card a request gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CardShape {
+    /// The 1.0 card alone (it validates against 1.0's schema, which allows no other member):
+    /// for a client that says `A2A-Version: 1.x`.
+    V1,
+    /// The 1.0 card plus the 0.3 members: for a request without `A2A-Version` (spec 1.0
+    /// §3.6 treats it as 0.3), which clients of either generation read (a2a-sdk 1.x's own
+    /// server serves this shape to everyone).
+    Combined,
+}
+
+impl CardShape {
+    fn of(headers: &HeaderMap) -> CardShape {
+        let version = headers
+            .get("a2a-version")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .unwrap_or("");
+        if version == "1" || version.starts_with("1.") {
+            CardShape::V1
+        } else {
+            CardShape::Combined
+        }
+    }
+}
+
+/// Tells caches that the card depends on `A2A-Version`.
+fn vary_on_version(response: &mut Response) {
+    response
+        .headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("A2A-Version"));
 }
 
 /// A card as a JSON-RPC answer in `dialect` carries it: in 1.0 signed when the gateway
@@ -188,6 +239,7 @@ pub(crate) fn extended_card(
 pub(crate) async fn default_extended_card_http(
     State(gw): State<Arc<Shared>>,
     caller: Option<Extension<Caller>>,
+    headers: HeaderMap,
 ) -> Response {
     let Some(agent) = gw.config.default_agent.clone() else {
         return json_status(
@@ -195,7 +247,7 @@ pub(crate) async fn default_extended_card_http(
             json!({"error": "this gateway has no default agent; ask for /agents/{name}/a2a/agent/authenticatedExtendedCard"}),
         );
     };
-    extended_card_http(State(gw), Path(agent), caller).await
+    extended_card_http(State(gw), Path(agent), caller, headers).await
 }
 
 /// `GET /agents/{name}/extendedAgentCard` (behind authentication).
@@ -203,14 +255,20 @@ pub(crate) async fn extended_card_http(
     State(gw): State<Arc<Shared>>,
     Path(name): Path<String>,
     caller: Option<Extension<Caller>>,
+    headers: HeaderMap,
 ) -> Response {
-    match extended_card(&gw, &name, caller.as_ref().map(|c| &c.0)) {
-        Ok(card) => json_status(StatusCode::OK, served_json(&gw, &card)),
+    let mut response = match extended_card(&gw, &name, caller.as_ref().map(|c| &c.0)) {
+        Ok(card) => json_status(
+            StatusCode::OK,
+            served_json(&gw, &card, CardShape::of(&headers)),
+        ),
         Err(e) => json_status(
             StatusCode::NOT_FOUND,
             json!({"error": e.message, "code": e.code()}),
         ),
-    }
+    };
+    vary_on_version(&mut response);
+    response
 }
 
 fn serve_card(gw: &Shared, agent: &str, url: &str, headers: &HeaderMap) -> Response {
@@ -224,13 +282,14 @@ fn serve_card(gw: &Shared, agent: &str, url: &str, headers: &HeaderMap) -> Respo
             );
         }
     };
-    let body = serde_json::to_vec(&served_json(gw, &card)).unwrap_or_default();
+    let shape = CardShape::of(headers);
+    let body = serde_json::to_vec(&served_json(gw, &card, shape)).unwrap_or_default();
     let etag = {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         body.hash(&mut hasher);
         format!("\"{:016x}\"", hasher.finish())
     };
-    let modified = gw.cards.last_modified(agent, url, &etag);
+    let modified = gw.cards.last_modified(agent, url, shape, &etag);
     let last_modified = chrono::DateTime::<chrono::Utc>::from(modified)
         .format("%a, %d %b %Y %H:%M:%S GMT")
         .to_string();
@@ -264,5 +323,6 @@ fn serve_card(gw: &Shared, agent: &str, url: &str, headers: &HeaderMap) -> Respo
         header::CACHE_CONTROL,
         HeaderValue::from_static(CACHE_CONTROL),
     );
+    vary_on_version(&mut response);
     response
 }

@@ -191,3 +191,62 @@ async fn wait_instances(mesh: &Mesh, n: usize) -> bool {
 fn chrono_like(s: &str) -> bool {
     s.len() >= 20 && s.as_bytes()[4] == b'-' && s.contains('T')
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1_0_client_gets_the_1_0_card_and_others_the_combined_one() {
+    let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    // The members the 1.0 AgentCard has (a2a.proto, in JSON's camelCase): its schema allows
+    // no other.
+    const V1_MEMBERS: [&str; 14] = [
+        "name",
+        "description",
+        "supportedInterfaces",
+        "provider",
+        "version",
+        "documentationUrl",
+        "capabilities",
+        "securitySchemes",
+        "securityRequirements",
+        "defaultInputModes",
+        "defaultOutputModes",
+        "skills",
+        "signatures",
+        "iconUrl",
+    ];
+    for path in [
+        "/agents/echo/.well-known/agent-card.json",
+        "/.well-known/agent-card.json",
+    ] {
+        let response = mesh
+            .http
+            .get(mesh.url(path))
+            .header("A2A-Version", "1.0")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["vary"], "A2A-Version", "{path}");
+        let card: Value = response.json().await.unwrap();
+        for member in card.as_object().unwrap().keys() {
+            assert!(
+                V1_MEMBERS.contains(&member.as_str()),
+                "{path}: {member} in {card}"
+            );
+        }
+        assert_eq!(card["name"], "echo");
+        assert!(
+            card["supportedInterfaces"]
+                .as_array()
+                .is_some_and(|i| !i.is_empty()),
+            "{card}"
+        );
+
+        // Without A2A-Version (0.3 by spec 1.0 §3.6): the combined card 0.3 clients read.
+        let response = mesh.http.get(mesh.url(path)).send().await.unwrap();
+        assert_eq!(response.headers()["vary"], "A2A-Version");
+        let combined: Value = response.json().await.unwrap();
+        assert_eq!(combined["protocolVersion"], "0.3.0", "{combined}");
+        assert!(combined["url"].is_string(), "{combined}");
+    }
+}
