@@ -43,10 +43,13 @@ use std::time::SystemTime;
 /// How long clients may cache a card.
 const CACHE_CONTROL: &str = "public, max-age=30";
 
+/// A served card: its agent, its URL and whether it is the 1.0 shape.
+type CardKey = (String, String, bool);
+
 /// When each served card version was first seen: `(agent, url, shape) → (etag, time)`.
 #[derive(Default)]
 pub(crate) struct CardCache {
-    seen: Mutex<HashMap<(String, String, bool), (String, SystemTime)>>,
+    seen: Mutex<HashMap<CardKey, (String, SystemTime)>>,
 }
 
 impl CardCache {
