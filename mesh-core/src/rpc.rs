@@ -164,10 +164,10 @@ impl From<SendMessageResponse> for Reply {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{error}")]
 pub struct RequestError {
-    /// The request id, when it was readable (`None`: answer with `id: null`, or not at all
-    /// for a notification whose params were bad, see `notification`).
+    /// The request id, when it was readable (`None`: answer with `id: null`).
     pub id: Option<JsonRpcId>,
-    /// True when the request was a valid notification (no `id` member): no answer is due.
+    /// True when the request had no `id` member (a notification). Its error is still worth
+    /// answering, with `id: null`: the caller cannot learn otherwise why nothing happened.
     pub notification: bool,
     /// The dialect, when the method was known.
     pub dialect: Option<Dialect>,

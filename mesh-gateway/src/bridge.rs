@@ -91,6 +91,10 @@ struct Subscriber {
 /// it a new subscription to it is refused.
 pub(crate) const MAX_WAITING_SUBSCRIBERS: usize = 64;
 
+/// How many subscribers may wait for the next message of interrupted tasks, all tasks
+/// together; past it a new subscription to an interrupted task is refused.
+pub(crate) const MAX_WAITING_TOTAL: usize = 10_000;
+
 /// A task whose reply stream is being pumped.
 pub(crate) struct LiveTask {
     subscribers: Mutex<Vec<Subscriber>>,
@@ -333,8 +337,19 @@ impl Bridge {
         }
         // Under the `live` lock, so that no pump begins between this check and the wait.
         let mut waiting = lock(&self.waiting);
+        // Subscribers that went away (and tasks left with none) are forgotten here: the map
+        // holds open streams only.
+        waiting.retain(|_, followers| {
+            followers.retain(|s| !s.tx.is_closed());
+            !followers.is_empty()
+        });
+        let total: usize = waiting.values().map(Vec::len).sum();
+        if total >= MAX_WAITING_TOTAL {
+            return Err(A2aError::internal(format!(
+                "{MAX_WAITING_TOTAL} subscribers wait for interrupted tasks already: try later"
+            )));
+        }
         let followers = waiting.entry(id.to_owned()).or_default();
-        followers.retain(|s| !s.tx.is_closed());
         if followers.len() >= MAX_WAITING_SUBSCRIBERS {
             return Err(A2aError::internal(format!(
                 "task {id} has {MAX_WAITING_SUBSCRIBERS} subscribers waiting already: try later"

@@ -294,11 +294,14 @@ fn triage(
             gw.metrics.request(None, false, std::time::Duration::ZERO);
             let dialect = e.dialect.unwrap_or(fallback);
             let id = e.id.unwrap_or(JsonRpcId::Null);
-            return Triaged::Done(Answer::Json(codec::encode_error(
-                dialect,
-                Some(&id),
-                &e.error,
-            )));
+            let body = codec::encode_error(dialect, Some(&id), &e.error);
+            // A streaming method answers with a stream, its error included.
+            let streaming = e.method.is_some_and(Method::is_streaming) && !in_batch;
+            return Triaged::Done(if streaming {
+                Answer::FailedStream(body)
+            } else {
+                Answer::Json(body)
+            });
         }
     };
     let Some(id) = request.id.clone() else {

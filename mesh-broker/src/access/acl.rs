@@ -20,6 +20,7 @@
 //! checked without it (the broker strips it before asking). A pattern is skipped for a client
 //! whose user name or client id contains `+`, `#` or `/`.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// What a line grants (or denies).
@@ -129,23 +130,25 @@ impl Acl {
             None => &self.anonymous,
         };
         let substitutable = |s: &str| !s.contains(['+', '#', '/']);
+        // On every publish: an account's own filters are borrowed; only patterns that name
+        // the user or the client are written out.
         let patterns = self.patterns.iter().filter_map(|rule| {
-            let mut filter = rule.filter.clone();
+            let mut filter = Cow::Borrowed(rule.filter.as_str());
             if filter.contains("%u") {
                 let user = user.filter(|u| substitutable(u))?;
-                filter = filter.replace("%u", user);
+                filter = Cow::Owned(filter.replace("%u", user));
             }
             if filter.contains("%c") {
                 if !substitutable(client_id) {
                     return None;
                 }
-                filter = filter.replace("%c", client_id);
+                filter = Cow::Owned(filter.replace("%c", client_id));
             }
             Some((rule, filter))
         });
         let rules = own
             .iter()
-            .map(|rule| (rule, rule.filter.clone()))
+            .map(|rule| (rule, Cow::Borrowed(rule.filter.as_str())))
             .chain(patterns);
         let mut granted = false;
         for (rule, filter) in rules {

@@ -790,6 +790,13 @@ async fn a_streaming_method_that_fails_first_answers_an_event_stream_of_its_erro
             json!({"jsonrpc": "2.0", "id": 32, "method": "message/stream", "params": msg03("hello")}),
             -32602,
         ),
+        // Params that do not decode: the error is known before anything else.
+        (
+            "/agents/echo",
+            None,
+            json!({"jsonrpc": "2.0", "id": 33, "method": "message/stream", "params": {"message": 7}}),
+            -32602,
+        ),
     ] {
         let mut post = mesh.http.post(mesh.url(path)).json(&request);
         if let Some(version) = version {
@@ -875,4 +882,53 @@ async fn a_subscription_to_an_interrupted_task_follows_it_to_its_end() {
         .await
         .expect("the stream ends once the task is canceled");
     assert!(c.last().unwrap().to_string().contains("canceled"), "{c:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_waiting_on_an_interrupted_task_are_bounded() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::flight_booker::agent()).await;
+    let first = mesh
+        .call("flight-booker", "message/send", msg03("book me a flight"))
+        .await;
+    let id = result(&first)["id"].as_str().unwrap().to_owned();
+    let mut open = Vec::new();
+    for _ in 0..64 {
+        let response = mesh
+            .open_sse("flight-booker", "tasks/resubscribe", json!({"id": id}))
+            .await;
+        assert_eq!(response.status(), 200);
+        open.push(response);
+    }
+    // The 65th is refused with an error event; the 64 stay open.
+    let (status, refused) = mesh
+        .post(
+            "/agents/flight-booker",
+            &rpc("tasks/resubscribe", json!({"id": id})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(code(&refused), -32603, "{refused}");
+    assert!(refused.to_string().contains("64"), "{refused}");
+    // One goes away: its place is free again once the gateway sees the connection close.
+    drop(open.pop());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut again = mesh
+            .open_sse("flight-booker", "tasks/resubscribe", json!({"id": id}))
+            .await;
+        let chunk = tokio::time::timeout(WAIT, again.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if String::from_utf8_lossy(&chunk).contains("input-required") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the place never freed: {chunk:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
