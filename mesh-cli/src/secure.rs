@@ -150,12 +150,8 @@ impl Profile {
 
     /// The gateway's API keys (`principal=key`), from gateway `name`'s config file.
     pub fn api_keys(&self, name: &str) -> Result<Vec<String>, Failure> {
-        let path = self.account_config(name);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
-        let table: toml::Table = toml::from_str(&text)
-            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
-        Ok(table
+        Ok(self
+            .account_table(name)?
             .get("api_keys")
             .and_then(toml::Value::as_array)
             .into_iter()
@@ -196,16 +192,38 @@ impl Profile {
 
     /// The broker URL (with the password) account `name` connects with, from its config file.
     pub fn account_url(&self, name: &str) -> Result<String, Failure> {
-        let path = self.account_config(name);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
-        let table: toml::Table = toml::from_str(&text)
-            .map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
-        table
+        self.account_table(name)?
             .get("broker_url")
             .and_then(toml::Value::as_str)
             .map(str::to_owned)
-            .ok_or_else(|| Failure::Usage(format!("{}: no broker_url", path.display())))
+            .ok_or_else(|| {
+                Failure::Usage(format!(
+                    "{}: no broker_url",
+                    self.account_config(name).display()
+                ))
+            })
+    }
+
+    /// Account `name`'s config file, read.
+    fn account_table(&self, name: &str) -> Result<toml::Table, Failure> {
+        let path = self.account_config(name);
+        let unusable = |e: String| Failure::Usage(format!("{}: {e}", path.display()));
+        let text = std::fs::read_to_string(&path).map_err(|e| unusable(e.to_string()))?;
+        toml::from_str(&text).map_err(|e: toml::de::Error| unusable(e.to_string()))
+    }
+
+    /// Account `name` on the broker of `broker_url` (its user and password there).
+    pub fn account_on(&self, name: &str, broker_url: &str) -> Result<String, Failure> {
+        let account = BrokerUrl::parse(&self.account_url(name)?)
+            .map_err(|e| Failure::Usage(format!("{}: {e}", self.account_config(name).display())))?;
+        let broker = BrokerUrl::parse(broker_url).map_err(|e| Failure::Usage(e.to_string()))?;
+        match (&account.username, &account.password) {
+            (Some(user), Some(password)) => Ok(with_credentials(&broker, user, password)),
+            _ => Err(Failure::Usage(format!(
+                "{}: its broker_url has no user and password",
+                self.account_config(name).display()
+            ))),
+        }
     }
 }
 
@@ -531,8 +549,9 @@ fn with_credentials(base: &BrokerUrl, user: &str, password: &str) -> String {
         base.host.clone()
     };
     format!(
-        "{scheme}://{}:{password}@{host}:{}",
+        "{scheme}://{}:{}@{host}:{}",
         percent_encode(user),
+        percent_encode(password),
         base.port
     )
 }

@@ -38,7 +38,7 @@ pub async fn up(settings: &Settings, secure: Option<&Path>) -> Outcome {
     // Each part's URL: with a profile, its own account on the broker of `url`.
     let url_of = |account: &str| -> Result<String, Failure> {
         match &profile {
-            Some(profile) => account_on(&profile.account_url(account)?, &url),
+            Some(profile) => profile.account_on(account, &url),
             None => Ok(url.clone()),
         }
     };
@@ -155,7 +155,20 @@ fn secure_profile(settings: &mut Settings, dir: &Path) -> Result<Profile, Failur
     if !profile.exists() {
         let spec = ProfileSpec {
             namespace: settings.namespace.clone(),
-            broker_url: settings.broker_url_or_default(),
+            // `up` puts each account on the broker it really runs (its port may be chosen at
+            // start); the files name the address as given, or the default port.
+            broker_url: match (&settings.broker_url, settings.broker_addr.port()) {
+                (None, 0) => format!(
+                    "mqtt://{}",
+                    std::net::SocketAddr::new(
+                        settings.broker_addr.ip(),
+                        crate::settings::DEFAULT_BROKER_ADDR
+                            .parse::<std::net::SocketAddr>()
+                            .map_or(1884, |a| a.port())
+                    )
+                ),
+                _ => settings.broker_url_or_default(),
+            },
             agents: example_agents(),
             gateways: vec![settings.gateway_name.clone()],
             tls_hosts: secure::default_tls_hosts(),
@@ -188,19 +201,6 @@ fn secure_profile(settings: &mut Settings, dir: &Path) -> Result<Profile, Failur
         settings.tls.get_or_insert(tls);
     }
     Ok(profile)
-}
-
-/// `account_url`'s user and password on the broker of `broker_url`.
-fn account_on(account_url: &str, broker_url: &str) -> Result<String, Failure> {
-    let credentials = account_url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.rsplit_once('@'))
-        .map(|(credentials, _)| credentials)
-        .ok_or_else(|| Failure::Usage("an account's broker_url has no user".into()))?;
-    let (scheme, host) = broker_url
-        .split_once("://")
-        .ok_or_else(|| Failure::Usage(format!("{broker_url}: not a URL")))?;
-    Ok(format!("{scheme}://{credentials}@{host}"))
 }
 
 async fn start_broker(settings: &Settings) -> Result<Broker, Failure> {

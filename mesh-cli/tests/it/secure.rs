@@ -601,3 +601,62 @@ async fn an_open_broker_off_loopback_warns_loudly() {
     );
     let _ = broker.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mesh_up_secure_generates_and_runs_the_whole_profile() {
+    let dir = profile_dir();
+    let namespace = mesh_testkit::fresh_namespace();
+    let mut up = Command::new(MESH)
+        .args(["up", "--secure", dir.to_str().unwrap()])
+        .args(["--broker-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"])
+        .args(["--memory-store", "--namespace", &namespace])
+        .env_remove("MESH_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(up.stdout.take().unwrap()).lines();
+    let mut url = None;
+    let mut broker = None;
+    while url.is_none() || broker.is_none() {
+        let line = tokio::time::timeout(WAIT, lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("mesh up says where its parts are");
+        if line.trim_start().starts_with("gateway") {
+            url = line.split_whitespace().nth(1).map(str::to_owned);
+        }
+        if line.trim_start().starts_with("broker") {
+            broker = Some(line);
+        }
+    }
+    let (url, broker) = (url.unwrap(), broker.unwrap());
+    assert!(url.starts_with("https://"), "{url}");
+    assert!(broker.contains("authenticated, with ACLs"), "{broker}");
+    let key = std::fs::read_to_string(dir.join("clients").join("client.key")).unwrap();
+    let sent = Command::new(MESH)
+        .args([
+            "send",
+            "echo",
+            "hello, secure mesh",
+            "--gateway-url",
+            &url,
+            "--gateway-ca",
+        ])
+        .arg(dir.join("tls").join("ca.pem"))
+        .arg(format!("--gateway-key={}", key.trim()))
+        .args(["--broker-url", "mqtt://127.0.0.1:1"])
+        .env_remove("MESH_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(sent.status.success(), "{sent:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&sent.stdout).trim(),
+        "hello, secure mesh"
+    );
+    let _ = up.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
