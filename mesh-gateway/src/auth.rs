@@ -9,7 +9,7 @@
 //! as `_mesh.caller.principal`, and owns the tasks it creates: another principal gets "task
 //! not found" for them.
 
-use crate::server::Shared;
+use crate::metrics::Metrics;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -76,6 +76,12 @@ impl ApiKey {
 pub struct Caller {
     /// The principal of the key used.
     pub principal: String,
+}
+
+/// What the authentication layer uses: the keys and the counter of refusals.
+pub(crate) struct Guard {
+    pub keys: Keys,
+    pub metrics: Arc<Metrics>,
 }
 
 /// The keys, ready to check.
@@ -175,7 +181,7 @@ fn is_public(path: &str) -> bool {
 
 /// The authentication layer (see the module docs).
 pub(crate) async fn require(
-    State(gw): State<Arc<Shared>>,
+    State(gw): State<Arc<Guard>>,
     mut request: Request,
     next: Next,
 ) -> Response {

@@ -3,20 +3,16 @@
 //! signature cannot cover what a client reads: with a signing key
 //! ([`GatewayConfig::signing_key`](crate::GatewayConfig::signing_key)) each served card
 //! carries the gateway's signature instead, whose protected header names the gateway's key
-//! set (`jku`: `<base URL>/.well-known/jwks.json`, served by [`jwks`]).
+//! set (`jku`: `<base URL>/.well-known/jwks.json`, served with the cards).
 //!
 //! Signing is done once per card version and URL: a signature is kept by the digest of what
 //! it covers (the canonical card), and used again while that is unchanged. At most
 //! [`MAX_SIGNED_CARDS`] are kept; past it the cache starts over.
 
-use crate::server::Shared;
-use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use mesh_core::card_signing::{self, SigningKey};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// The most signatures kept.
 pub const MAX_SIGNED_CARDS: usize = 1024;
@@ -92,21 +88,4 @@ fn ring_digest(bytes: &[u8]) -> [u8; 32] {
     let mut out = [0; 32];
     out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref());
     out
-}
-
-/// `GET /.well-known/jwks.json`: the key set of the gateway's card signatures (public, like
-/// the cards); 404 when the gateway does not sign.
-pub(crate) async fn jwks(State(gw): State<Arc<Shared>>) -> Response {
-    let Some(signer) = &gw.signer else {
-        return crate::server::json_status(
-            StatusCode::NOT_FOUND,
-            json!({"error": "this gateway does not sign agent cards (no --signing-key)"}),
-        );
-    };
-    let mut response = (StatusCode::OK, axum::Json(signer.jwks())).into_response();
-    response.headers_mut().insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=300"),
-    );
-    response
 }

@@ -23,7 +23,8 @@
 //! [`card_signer`]: crate::card_signer
 
 use crate::auth::{API_KEY_SCHEME, BEARER_SCHEME, Caller};
-use crate::server::{Shared, json_status};
+use crate::card_signer::CardSigner;
+use crate::http::json_status;
 use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -33,7 +34,7 @@ use mesh_core::codec;
 use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
 use mesh_core::model::{AgentCard, AgentExtension, AgentInterface, TRANSPORT_PROTOCOL_JSONRPC};
-use mesh_core::registry::CardTrust;
+use mesh_core::registry::{CardTrust, Registry};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -65,9 +66,26 @@ impl CardCache {
     }
 }
 
+/// What the cards are made of: the agents' own cards (the registry) and what the gateway
+/// serves itself.
+pub(crate) struct Cards {
+    pub registry: Registry,
+    /// The gateway's public base URL, without a trailing slash.
+    pub base_url: String,
+    /// The agent served at the root, when there is one.
+    pub default_agent: Option<String>,
+    /// Push notifications are on.
+    pub push_notifications: bool,
+    /// API keys are configured: cards declare them, and an extended card exists.
+    pub api_keys: bool,
+    /// The signer of served cards; `None` without a signing key.
+    pub signer: Option<CardSigner>,
+    pub cache: CardCache,
+}
+
 /// `GET /.well-known/agent-card.json` (and the older paths): the default agent's card.
-pub(crate) async fn default_card(State(gw): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    let Some(agent) = gw.config.default_agent.clone() else {
+pub(crate) async fn default_card(State(gw): State<Arc<Cards>>, headers: HeaderMap) -> Response {
+    let Some(agent) = gw.default_agent.clone() else {
         let agents: Vec<String> = gw.registry.agents().into_iter().map(|a| a.name).collect();
         return json_status(
             StatusCode::NOT_FOUND,
@@ -83,7 +101,7 @@ pub(crate) async fn default_card(State(gw): State<Arc<Shared>>, headers: HeaderM
 
 /// `GET /agents/{name}/.well-known/agent-card.json` (and the older paths).
 pub(crate) async fn agent_card(
-    State(gw): State<Arc<Shared>>,
+    State(gw): State<Arc<Cards>>,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Response {
@@ -96,7 +114,7 @@ pub const CALLER_EXTENSION: &str = "urn:agent-mesh:gateway:caller";
 
 /// An agent's card as the gateway serves it at `url` (see the module docs); the message of
 /// a 404 when there is none.
-pub(crate) fn gateway_card(gw: &Shared, agent: &str, url: &str) -> Result<AgentCard, String> {
+pub(crate) fn gateway_card(gw: &Cards, agent: &str, url: &str) -> Result<AgentCard, String> {
     let Some(view) = gw.registry.agent(agent) else {
         return Err(format!("no agent named {agent:?} on the mesh"));
     };
@@ -113,10 +131,10 @@ pub(crate) fn gateway_card(gw: &Shared, agent: &str, url: &str) -> Result<AgentC
         url.to_owned(),
         TRANSPORT_PROTOCOL_JSONRPC,
     )];
-    if gw.pusher.is_some() {
+    if gw.push_notifications {
         card.capabilities.push_notifications = Some(true);
     }
-    if gw.keys.enabled() {
+    if gw.api_keys {
         card.security_schemes = Some(crate::auth::security_schemes());
         card.security_requirements = Some(
             [BEARER_SCHEME, API_KEY_SCHEME]
@@ -132,7 +150,7 @@ pub(crate) fn gateway_card(gw: &Shared, agent: &str, url: &str) -> Result<AgentC
 }
 
 /// A card as served over HTTP: the combined shape, signed when the gateway signs.
-fn served_json(gw: &Shared, card: &AgentCard, shape: CardShape) -> Value {
+fn served_json(gw: &Cards, card: &AgentCard, shape: CardShape) -> Value {
     let mut value = codec::card::write_card_combined(card);
     if let (CardShape::V1, Value::Object(members)) = (shape, &mut value) {
         // The 1.0 card: the 0.3 members go; `supportedInterfaces` keeps its 0.3 entry (an
@@ -191,7 +209,7 @@ fn vary_on_version(response: &mut Response) {
 
 /// A card as a JSON-RPC answer in `dialect` carries it: in 1.0 signed when the gateway
 /// signs; the 0.x shape carries no signature (the 1.0 signing rules do not cover it).
-pub(crate) fn signed_for(gw: &Shared, mut card: AgentCard, dialect: Dialect) -> AgentCard {
+pub(crate) fn signed_for(gw: &Cards, mut card: AgentCard, dialect: Dialect) -> AgentCard {
     card.signatures = None;
     if let (Some(signer), Dialect::V1_0) = (&gw.signer, dialect) {
         let mut value = codec::card::write_card_v1(&card);
@@ -204,18 +222,18 @@ pub(crate) fn signed_for(gw: &Shared, mut card: AgentCard, dialect: Dialect) -> 
 }
 
 /// The URL of `agent` at this gateway.
-pub(crate) fn agent_url(gw: &Shared, agent: &str) -> String {
+pub(crate) fn agent_url(gw: &Cards, agent: &str) -> String {
     format!("{}/agents/{agent}", gw.base_url)
 }
 
 /// The extended card of `agent` for `caller`: `-32007` when the gateway has no API keys
 /// (then there is nothing more to show than the public card).
 pub(crate) fn extended_card(
-    gw: &Shared,
+    gw: &Cards,
     agent: &str,
     caller: Option<&Caller>,
 ) -> Result<AgentCard, A2aError> {
-    let Some(caller) = caller.filter(|_| gw.keys.enabled()) else {
+    let Some(caller) = caller.filter(|_| gw.api_keys) else {
         return Err(A2aError::extended_card_not_configured());
     };
     let mut card =
@@ -240,11 +258,11 @@ pub(crate) fn extended_card(
 /// `GET /a2a/agent/authenticatedExtendedCard` (behind authentication; the path of 0.2-era
 /// clients): the default agent's extended card.
 pub(crate) async fn default_extended_card_http(
-    State(gw): State<Arc<Shared>>,
+    State(gw): State<Arc<Cards>>,
     caller: Option<Extension<Caller>>,
     headers: HeaderMap,
 ) -> Response {
-    let Some(agent) = gw.config.default_agent.clone() else {
+    let Some(agent) = gw.default_agent.clone() else {
         return json_status(
             StatusCode::NOT_FOUND,
             json!({"error": "this gateway has no default agent; ask for /agents/{name}/a2a/agent/authenticatedExtendedCard"}),
@@ -255,7 +273,7 @@ pub(crate) async fn default_extended_card_http(
 
 /// `GET /agents/{name}/extendedAgentCard` (behind authentication).
 pub(crate) async fn extended_card_http(
-    State(gw): State<Arc<Shared>>,
+    State(gw): State<Arc<Cards>>,
     Path(name): Path<String>,
     caller: Option<Extension<Caller>>,
     headers: HeaderMap,
@@ -274,7 +292,7 @@ pub(crate) async fn extended_card_http(
     response
 }
 
-fn serve_card(gw: &Shared, agent: &str, url: &str, headers: &HeaderMap) -> Response {
+fn serve_card(gw: &Cards, agent: &str, url: &str, headers: &HeaderMap) -> Response {
     let card = match gateway_card(gw, agent, url) {
         Ok(card) => card,
         Err(message) => {
@@ -292,7 +310,7 @@ fn serve_card(gw: &Shared, agent: &str, url: &str, headers: &HeaderMap) -> Respo
         body.hash(&mut hasher);
         format!("\"{:016x}\"", hasher.finish())
     };
-    let modified = gw.cards.last_modified(agent, url, shape, &etag);
+    let modified = gw.cache.last_modified(agent, url, shape, &etag);
     let last_modified = chrono::DateTime::<chrono::Utc>::from(modified)
         .format("%a, %d %b %Y %H:%M:%S GMT")
         .to_string();
@@ -327,5 +345,22 @@ fn serve_card(gw: &Shared, agent: &str, url: &str, headers: &HeaderMap) -> Respo
         HeaderValue::from_static(CACHE_CONTROL),
     );
     vary_on_version(&mut response);
+    response
+}
+
+/// `GET /.well-known/jwks.json`: the key set of the gateway's card signatures (public, like
+/// the cards); 404 when the gateway does not sign.
+pub(crate) async fn jwks(State(cards): State<Arc<Cards>>) -> Response {
+    let Some(signer) = &cards.signer else {
+        return json_status(
+            StatusCode::NOT_FOUND,
+            json!({"error": "this gateway does not sign agent cards (no --signing-key)"}),
+        );
+    };
+    let mut response = (StatusCode::OK, axum::Json(signer.jwks())).into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=300"),
+    );
     response
 }

@@ -3,13 +3,20 @@
 //! and `GET /agents` (every agent of the mesh, online or not, with its skills; with a trust
 //! store, whether its card is trusted, and why not).
 
-use crate::server::{Shared, json_status};
+use crate::http::json_status;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use mesh_core::registry::CardTrust;
+use mesh_core::bus::Bus;
+use mesh_core::registry::{CardTrust, Registry};
 use serde_json::{Value, json};
 use std::sync::Arc;
+
+/// What the health endpoints read.
+pub(crate) struct Health {
+    pub bus: Bus,
+    pub registry: Registry,
+}
 
 /// `GET /healthz`.
 pub(crate) async fn healthz() -> Response {
@@ -17,7 +24,7 @@ pub(crate) async fn healthz() -> Response {
 }
 
 /// `GET /readyz`.
-pub(crate) async fn readyz(State(gw): State<Arc<Shared>>) -> Response {
+pub(crate) async fn readyz(State(gw): State<Arc<Health>>) -> Response {
     let bus = gw.bus.is_connected();
     let registry = gw.registry.is_loaded();
     let status = if bus && registry {
@@ -36,7 +43,7 @@ pub(crate) async fn readyz(State(gw): State<Arc<Shared>>) -> Response {
 }
 
 /// `GET /agents`.
-pub(crate) async fn agents(State(gw): State<Arc<Shared>>) -> Response {
+pub(crate) async fn agents(State(gw): State<Arc<Health>>) -> Response {
     let agents: Vec<Value> = gw
         .registry
         .agents()

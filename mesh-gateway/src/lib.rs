@@ -21,13 +21,15 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Modules: [`config`] (settings), [`server`] (router, start, shutdown), `jsonrpc` (the POST
-//! dispatch), `bridge` (the pump from the bus to the store and the live subscribers),
-//! [`task_events`] (how an event changes a task, and its stored encoding), `sse`,
-//! `cards` (and `card_signer`, the gateway's signature on them), `health`, [`auth`] (API
-//! keys), [`push`] (webhook checks and delivery), [`metrics`] (`GET /metrics`), [`tls`]
-//! (HTTPS on the listener), and [`store`] (the [`TaskStore`] trait, the in-memory store
-//! and the durable SQLite store).
+//! Modules: [`config`] (settings), [`server`] (router, start, shutdown), `service` (the A2A
+//! operations, free of any transport), `jsonrpc` (the JSON-RPC binding over it), `http`
+//! (what the HTTP bindings share: bounded bodies, version and content-type checks), `sse`
+//! (event streams), `bridge` (the pump from the bus to the store and the live subscribers),
+//! [`task_events`] (how an event changes a task, and its stored encoding), `cards` (and
+//! `card_signer`, the gateway's signature on them), `health`, [`auth`] (API keys), [`push`]
+//! (webhook checks and delivery), [`metrics`] (`GET /metrics`), [`tls`] (HTTPS on the
+//! listener), and [`store`] (the [`TaskStore`] trait, the in-memory store and the durable
+//! SQLite store).
 
 pub mod auth;
 mod bridge;
@@ -35,10 +37,12 @@ mod card_signer;
 mod cards;
 pub mod config;
 mod health;
+mod http;
 mod jsonrpc;
 pub mod metrics;
 pub mod push;
 pub mod server;
+mod service;
 mod sse;
 pub mod store;
 pub mod task_events;

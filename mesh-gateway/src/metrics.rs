@@ -20,12 +20,12 @@
 //! | `mesh_gateway_store_bytes` | gauge | (what the task store counts against its byte budget) |
 //! | `mesh_gateway_cards_refused_total` | counter | `reason` (`unsigned`, `unknown_kid`, `bad_signature`, `malformed`, `wrong_name`: card versions the trust store refused) |
 
-use crate::server::Shared;
 use crate::store::TaskStore;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
+use mesh_core::bus::Bus;
 use mesh_core::dialect::Method;
 use mesh_core::registry::CARD_REFUSALS;
 use prometheus_client::collector::Collector;
@@ -360,13 +360,22 @@ pub(crate) fn registry(metrics: &Arc<Metrics>) -> Registry {
     registry
 }
 
+/// What `GET /metrics` reads: the gateway's counters and the parts that count on their own.
+pub(crate) struct Exposition {
+    pub metrics: Arc<Metrics>,
+    pub registry: Registry,
+    pub bus: Bus,
+    pub requester: mesh_core::requester::Requester,
+    pub mesh: mesh_core::registry::Registry,
+}
+
 /// `GET /metrics`.
-pub(crate) async fn serve(State(gw): State<Arc<Shared>>) -> Response {
+pub(crate) async fn serve(State(gw): State<Arc<Exposition>>) -> Response {
     gw.metrics
         .bus_dropped(gw.bus.stats(), gw.requester.unexpected_events());
-    gw.metrics.cards_refused(gw.registry.cards_refused());
+    gw.metrics.cards_refused(gw.mesh.cards_refused());
     let mut text = String::new();
-    if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &gw.metrics_registry) {
+    if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &gw.registry) {
         tracing::warn!(%error, "could not write the metrics");
     }
     let mut response = Response::new(Body::from(text));

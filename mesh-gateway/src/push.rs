@@ -116,31 +116,6 @@ fn content_type(body: &[u8]) -> &'static str {
     }
 }
 
-/// Push configs as `Debug` shows them (in [`TaskRecord`](crate::TaskRecord) and
-/// [`PendingDelivery`]): the URL redacted, whether there is a token, the authentication
-/// scheme without its credentials.
-pub(crate) struct RedactedConfigs<'a>(pub &'a [TaskPushNotificationConfig]);
-
-impl std::fmt::Debug for RedactedConfigs<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.0.iter().map(|config| {
-                format!(
-                    "TaskPushNotificationConfig {{ id: {:?}, task_id: {:?}, url: {:?}, token: {}, authentication: {} }}",
-                    config.id,
-                    config.task_id,
-                    redact_url(&config.url),
-                    if config.token.is_some() { "\"***\"" } else { "None" },
-                    match &config.authentication {
-                        Some(auth) => format!("{{ scheme: {:?}, credentials: \"***\" }}", auth.scheme),
-                        None => "None".to_owned(),
-                    }
-                )
-            }))
-            .finish()
-    }
-}
-
 fn authorization(scheme: &str, credentials: Option<&str>) -> String {
     match credentials {
         Some(c) if !c.is_empty() => format!("{} {c}", scheme.trim()),

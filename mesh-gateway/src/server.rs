@@ -24,20 +24,28 @@
 //!
 //! Layers, outermost first: CORS (when origins are configured; answers preflights), then
 //! authentication (when API keys are configured; see [`auth`](crate::auth)).
+//!
+//! Each handler gets the part of the state it uses ([`AppState`]'s fields, through axum's
+//! `FromRef`): the JSON-RPC binding its [`JsonRpc`], the cards their [`Cards`], and so on.
+//! The A2A operations themselves live in the transport-free [`A2aService`] the bindings share.
 
-use crate::auth::Keys;
+use crate::auth::{Guard, Keys};
 use crate::bridge::Bridge;
 use crate::card_signer::CardSigner;
-use crate::cards::CardCache;
+use crate::cards::{CardCache, Cards};
 use crate::config::{ENVELOPE_ROOM, GATEWAY_ID_FILE, GatewayConfig};
-use crate::metrics::Metrics;
+use crate::health::Health;
+use crate::jsonrpc::JsonRpc;
+use crate::metrics::{Exposition, Metrics};
 use crate::push::{PushSettings, Pusher};
+use crate::service::{A2aService, ServiceSettings};
 use crate::store::{MemoryStore, SqliteStore, StoreError, TaskStore};
 use crate::tls::{TlsFiles, TlsListener};
 use crate::{auth, cards, health, jsonrpc, metrics};
 use axum::Router;
+use axum::extract::FromRef;
 use axum::http::{HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use mesh_core::bus::{Bus, BusError, redact_url};
@@ -85,30 +93,14 @@ pub enum GatewayError {
     },
 }
 
-/// What every handler shares.
-pub(crate) struct Shared {
-    pub config: GatewayConfig,
-    pub bus: Bus,
-    pub registry: Registry,
-    pub requester: Requester,
-    pub bridge: Arc<Bridge>,
-    /// The gateway's public base URL, without a trailing slash.
-    pub base_url: String,
-    pub shutdown: CancellationToken,
-    pub cards: CardCache,
-    pub keys: Keys,
-    pub metrics: Arc<Metrics>,
-    pub metrics_registry: prometheus_client::registry::Registry,
-    /// The webhook delivery queue; `None` when push notifications are off.
-    pub pusher: Option<Arc<Pusher>>,
-    /// The signer of served cards; `None` without a signing key.
-    pub signer: Option<CardSigner>,
-}
-
-impl Shared {
-    pub(crate) fn store(&self) -> &Arc<dyn TaskStore> {
-        self.bridge.store()
-    }
+/// The state of the router: each handler takes the field it uses.
+#[derive(Clone, FromRef)]
+struct AppState {
+    jsonrpc: Arc<JsonRpc>,
+    cards: Arc<Cards>,
+    health: Arc<Health>,
+    exposition: Arc<Exposition>,
+    guard: Arc<Guard>,
 }
 
 /// The HTTP face of the mesh. See [`Gateway::start`].
@@ -231,22 +223,56 @@ impl Gateway {
             .signing_key
             .clone()
             .map(|key| CardSigner::new(key, &base_url));
-        let shared = Arc::new(Shared {
+        let keys = Keys::new(config.api_keys.clone());
+        let cards = Arc::new(Cards {
+            registry: registry.clone(),
+            base_url: base_url.clone(),
+            default_agent: config.default_agent.clone(),
+            push_notifications: pusher.is_some(),
+            api_keys: keys.enabled(),
             signer,
-            keys: Keys::new(config.api_keys.clone()),
-            config,
-            bus,
-            registry,
-            requester,
-            bridge,
-            base_url,
-            shutdown: shutdown.clone(),
-            cards: CardCache::default(),
-            metrics_registry: metrics::registry(&metrics),
-            metrics,
-            pusher,
+            cache: CardCache::default(),
         });
-        let mut app = router(shared.clone());
+        let service = Arc::new(A2aService {
+            settings: ServiceSettings {
+                task_timeout: config.task_timeout,
+                blocking_wait: config.blocking_wait,
+                cancel_wait: config.cancel_wait,
+                owned_tasks: keys.enabled(),
+            },
+            bus: bus.clone(),
+            registry: registry.clone(),
+            requester: requester.clone(),
+            bridge,
+            pusher,
+            cards: cards.clone(),
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+        });
+        let state = AppState {
+            jsonrpc: Arc::new(JsonRpc {
+                service: service.clone(),
+                metrics: metrics.clone(),
+                default_agent: config.default_agent.clone(),
+                body_limit: config.body_limit,
+                max_batch: config.max_batch,
+                keep_alive: config.sse_keep_alive,
+            }),
+            cards,
+            health: Arc::new(Health {
+                bus: bus.clone(),
+                registry: registry.clone(),
+            }),
+            exposition: Arc::new(Exposition {
+                registry: metrics::registry(&metrics),
+                metrics: metrics.clone(),
+                bus,
+                requester,
+                mesh: registry.clone(),
+            }),
+            guard: Arc::new(Guard { keys, metrics }),
+        };
+        let mut app = router(state);
         if let Some(cors) = cors {
             app = app.layer(cors);
         }
@@ -260,13 +286,17 @@ impl Gateway {
         };
         tracing::info!(
             addr = %local_addr,
-            url = %redact_url(&shared.base_url),
-            tls = shared.config.tls.is_some(),
+            url = %redact_url(&base_url),
+            tls = config.tls.is_some(),
             "gateway listening"
         );
         Ok(RunningGateway {
             local_addr,
-            shared,
+            base_url,
+            service,
+            registry,
+            shutdown,
+            shutdown_grace: config.shutdown_grace,
             server,
         })
     }
@@ -303,7 +333,11 @@ fn accepting(
 /// A running gateway.
 pub struct RunningGateway {
     local_addr: SocketAddr,
-    shared: Arc<Shared>,
+    base_url: String,
+    service: Arc<A2aService>,
+    registry: Registry,
+    shutdown: CancellationToken,
+    shutdown_grace: std::time::Duration,
     server: JoinHandle<()>,
 }
 
@@ -316,30 +350,30 @@ impl RunningGateway {
     /// The base URL written into agent cards (the public URL, else `http://<local_addr>`, or
     /// `https://<local_addr>` with TLS).
     pub fn url(&self) -> &str {
-        &self.shared.base_url
+        &self.base_url
     }
 
     /// The task store.
     pub fn store(&self) -> Arc<dyn TaskStore> {
-        self.shared.store().clone()
+        self.service.store().clone()
     }
 
     /// The registry the gateway routes by.
     pub fn registry(&self) -> &Registry {
-        &self.shared.registry
+        &self.registry
     }
 
     /// Stops taking connections, ends open event streams (their tasks keep running on the
     /// bus), and waits up to the configured grace for open requests to finish.
     pub async fn shutdown(self) {
-        self.shared.shutdown.cancel();
-        let grace = self.shared.config.shutdown_grace;
+        self.shutdown.cancel();
+        let grace = self.shutdown_grace;
         let mut server = self.server;
         if tokio::time::timeout(grace, &mut server).await.is_err() {
             tracing::warn!("open requests outlasted the shutdown grace; closing them");
             server.abort();
         }
-        let store = self.shared.store().clone();
+        let store = self.service.store().clone();
         let flushed = tokio::task::spawn_blocking(move || store.flush(grace)).await;
         if !matches!(flushed, Ok(true)) {
             tracing::warn!("the task store did not finish writing within the shutdown grace");
@@ -347,7 +381,7 @@ impl RunningGateway {
     }
 }
 
-fn router(shared: Arc<Shared>) -> Router {
+fn router(state: AppState) -> Router {
     let router = Router::new()
         .route("/", post(jsonrpc::post_default))
         .route("/agents/{name}", post(jsonrpc::post_agent))
@@ -364,7 +398,7 @@ fn router(shared: Arc<Shared>) -> Router {
             get(cards::agent_card),
         )
         .route("/agents/{name}/agentCard", get(cards::agent_card))
-        .route(crate::card_signer::JWKS_PATH, get(crate::card_signer::jwks))
+        .route(crate::card_signer::JWKS_PATH, get(cards::jwks))
         .route("/agents", get(health::agents))
         .route("/agents/", get(health::agents))
         .route(
@@ -386,15 +420,15 @@ fn router(shared: Arc<Shared>) -> Router {
         .fallback(not_found);
     // Without API keys nothing is checked: no middleware (it would box every request's
     // future once more).
-    let router = if shared.keys.enabled() {
+    let router = if state.guard.keys.enabled() {
         router.layer(axum::middleware::from_fn_with_state(
-            shared.clone(),
+            state.guard.clone(),
             auth::require,
         ))
     } else {
         router
     };
-    router.with_state(shared)
+    router.with_state(state)
 }
 
 /// The CORS layer for `origins` (`None` when there are none).
@@ -493,15 +527,10 @@ fn bus_connected(state: &mesh_core::bus::ConnectionState) -> bool {
 }
 
 async fn not_found() -> Response {
-    json_status(
+    crate::http::json_status(
         StatusCode::NOT_FOUND,
         serde_json::json!({"error": "not found"}),
     )
-}
-
-/// A JSON body with a status.
-pub(crate) fn json_status(status: StatusCode, body: serde_json::Value) -> Response {
-    (status, axum::Json(body)).into_response()
 }
 
 #[cfg(test)]

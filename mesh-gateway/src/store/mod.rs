@@ -66,6 +66,7 @@ mod sqlite;
 pub use memory::{EVENT_LOG_BYTES, EVENT_LOG_EVENTS, MemoryStore};
 pub use sqlite::SqliteStore;
 
+use mesh_core::bus::redact_url;
 use mesh_core::dialect::Dialect;
 use mesh_core::error::{A2aError, ErrorKind};
 use mesh_core::model::{Task, TaskPushNotificationConfig, TaskState};
@@ -108,10 +109,7 @@ impl std::fmt::Debug for TaskRecord {
             .field("created", &self.created)
             .field("updated", &self.updated)
             .field("owner", &self.owner)
-            .field(
-                "push_configs",
-                &crate::push::RedactedConfigs(&self.push_configs),
-            )
+            .field("push_configs", &RedactedConfigs(&self.push_configs))
             .field("seq", &self.seq)
             .finish()
     }
@@ -124,7 +122,7 @@ impl std::fmt::Debug for PendingDelivery {
             .field("task_id", &self.task_id)
             .field(
                 "config",
-                &crate::push::RedactedConfigs(std::slice::from_ref(&self.config)),
+                &RedactedConfigs(std::slice::from_ref(&self.config)),
             )
             .field("body_bytes", &self.body.len())
             .field("attempts", &self.attempts)
@@ -449,3 +447,28 @@ pub const STATES: [TaskState; 8] = [
     TaskState::Canceled,
     TaskState::Rejected,
 ];
+
+/// Push configs as `Debug` shows them (in [`TaskRecord`](crate::TaskRecord) and
+/// [`PendingDelivery`]): the URL redacted, whether there is a token, the authentication
+/// scheme without its credentials.
+pub(crate) struct RedactedConfigs<'a>(pub &'a [TaskPushNotificationConfig]);
+
+impl std::fmt::Debug for RedactedConfigs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|config| {
+                format!(
+                    "TaskPushNotificationConfig {{ id: {:?}, task_id: {:?}, url: {:?}, token: {}, authentication: {} }}",
+                    config.id,
+                    config.task_id,
+                    redact_url(&config.url),
+                    if config.token.is_some() { "\"***\"" } else { "None" },
+                    match &config.authentication {
+                        Some(auth) => format!("{{ scheme: {:?}, credentials: \"***\" }}", auth.scheme),
+                        None => "None".to_owned(),
+                    }
+                )
+            }))
+            .finish()
+    }
+}

@@ -1,0 +1,136 @@
+//! What the HTTP bindings (JSON-RPC and HTTP+JSON) share before and after a request meets the
+//! service: reading a body within the gateway's limit, the `A2A-Version` and content-type
+//! checks, the trace context, and JSON responses.
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use mesh_core::dialect::Dialect;
+
+/// A JSON body with a status.
+pub(crate) fn json_status(status: StatusCode, body: serde_json::Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
+
+/// Encoded JSON with a status and `content_type`.
+pub(crate) fn json_bytes(
+    status: StatusCode,
+    body: Vec<u8>,
+    content_type: &'static str,
+) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// The `A2A-Version` a request asks for (the header, else the query parameter of that name).
+pub(crate) fn version_asked(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    if let Some(v) = headers.get("a2a-version").and_then(|v| v.to_str().ok()) {
+        return Some(v.trim().to_owned());
+    }
+    query?
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(k, _)| k.eq_ignore_ascii_case("a2a-version"))
+        .map(|(_, v)| v.trim().to_owned())
+}
+
+/// The version asked for when it is one this gateway does not serve (absent, 0.3 and 1.0 are
+/// served).
+pub(crate) fn bad_version(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    let version = version_asked(headers, query)?;
+    if version.is_empty() {
+        return None;
+    }
+    let served = matches!(version.as_str(), "0.3" | "0.3.0" | "1.0" | "1.0.0" | "1")
+        || matches!(Dialect::from_version(&version), Some(Dialect::V1_0))
+            && version.starts_with("1.0");
+    (!served).then_some(version)
+}
+
+/// The generation of the answers written before a JSON-RPC request is read: 1.0 when the
+/// client asked for it, else 0.3.
+pub(crate) fn fallback_dialect(headers: &HeaderMap, query: Option<&str>) -> Dialect {
+    match version_asked(headers, query).as_deref() {
+        Some(v) if Dialect::from_version(v) == Some(Dialect::V1_0) => Dialect::V1_0,
+        _ => Dialect::V0_3,
+    }
+}
+
+/// The content type when it is not JSON (an absent header is accepted).
+pub(crate) fn bad_content_type(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::CONTENT_TYPE)?;
+    let text = value.to_str().unwrap_or("");
+    let essence = text
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let json = essence == "application/json"
+        || essence == "application/json-rpc"
+        || essence == "application/jsonrequest"
+        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    (!json).then(|| text.to_owned())
+}
+
+/// The W3C trace context of a request, forwarded to the agent.
+pub(crate) fn traceparent(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Why a body could not be read.
+pub(crate) enum BodyError {
+    /// It is longer than the limit (declared or as it came).
+    TooLarge,
+    /// The connection broke while it came.
+    Broken(axum::Error),
+}
+
+/// Reads the whole body, refusing it at once when its declared length is over `limit` and
+/// as soon as what arrives passes `limit` bytes.
+pub(crate) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<bytes::Bytes, BodyError> {
+    use futures_util::StreamExt;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut stream = body.into_data_stream();
+    let mut first: Option<bytes::Bytes> = None;
+    let mut rest: Vec<u8> = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(BodyError::Broken)?;
+        total += chunk.len();
+        if total > limit {
+            return Err(BodyError::TooLarge);
+        }
+        match &first {
+            // One chunk (the usual case) is returned as it is, without a copy.
+            None if rest.is_empty() => first = Some(chunk),
+            _ => {
+                if let Some(first) = first.take() {
+                    rest.extend_from_slice(&first);
+                }
+                rest.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(match first {
+        Some(first) => first,
+        None => bytes::Bytes::from(rest),
+    })
+}

@@ -1,0 +1,388 @@
+//! `SendMessage` and `SendStreamingMessage`: check the agent, record the task (new, or the
+//! interrupted one the message continues), publish the request on the bus and pump its
+//! replies through the [`bridge`](crate::bridge). A blocking send waits (up to the blocking
+//! wait) for the task to end or interrupt; a streaming send answers with the task's events
+//! once the first one is there, so that an agent's refusal is a plain error, not a stream.
+//!
+//! The functions here return futures from plain `fn`s (async blocks) rather than being
+//! `async fn`s, which keep each by-value argument twice: the future is boxed per request by
+//! the HTTP server, so its size is copied.
+
+use super::{A2aService, RequestContext, TaskEvents};
+use crate::bridge::{Live, Pump, SEND_CAPACITY, STREAM_CAPACITY, Subscription, Undo, set_status};
+use crate::push::check_config;
+use crate::store::TaskRecord;
+use mesh_core::bus::BusError;
+use mesh_core::dialect::{Dialect, Method};
+use mesh_core::error::A2aError;
+use mesh_core::model::{
+    Message, SendMessageRequest, Task, TaskPushNotificationConfig, TaskState, TaskStatus,
+};
+use mesh_core::requester::{SendError, SendOptions};
+use mesh_core::rpc::Reply;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// What a blocking send answers with.
+pub(crate) enum SendOutcome {
+    /// The task, as it stands when it ended, interrupted, or the wait was over.
+    Task(Arc<TaskRecord>),
+    /// The agent's direct answer (a message, no task).
+    Message(Message),
+}
+
+/// A task the gateway just handed to the bus.
+struct Started {
+    task_id: String,
+    events: Subscription,
+    /// The task's pump: polled in place or detached (dropping it detaches it).
+    pump: Pump,
+}
+
+/// A task recorded, its request not yet sent.
+struct Begun {
+    task_id: String,
+    events: Subscription,
+    live: Arc<crate::bridge::LiveTask>,
+    undo: Undo,
+}
+
+impl A2aService {
+    /// `SendMessage`: starts the task and waits (up to the blocking wait) for its end, unless
+    /// the configuration asks to return immediately.
+    pub(crate) fn send_message<'a>(
+        &'a self,
+        cx: &'a RequestContext,
+        params: SendMessageRequest,
+    ) -> impl Future<Output = Result<SendOutcome, A2aError>> + Send + 'a {
+        let immediately = params
+            .configuration
+            .as_ref()
+            .and_then(|c| c.return_immediately)
+            .unwrap_or(false);
+        async move {
+            let mut started = self.start(cx, params, false).await?;
+            let task = |service: &A2aService| match service.store().get(&started.task_id) {
+                Some(record) => Ok(SendOutcome::Task(record)),
+                None => Err(A2aError::task_not_found(&started.task_id)),
+            };
+            if immediately {
+                return task(self);
+            }
+            let deadline = Instant::now() + self.settings.blocking_wait;
+            loop {
+                let received = tokio::select! {
+                    // Shutting down: the task as it stands, as when the wait is over.
+                    _ = self.shutdown.cancelled() => return task(self),
+                    // The pump runs here, in the request's own task, until the task's stream ends.
+                    () = &mut started.pump, if !started.pump.finished() => continue,
+                    received = tokio::time::timeout_at(deadline, started.events.recv()) => received,
+                };
+                match received {
+                    // The wait is over: the task as it stands, for the client to poll or resubscribe.
+                    Err(_) | Ok(None) => return task(self),
+                    Ok(Some(Live::Lagged)) => continue,
+                    Ok(Some(Live::Event(event))) => match crate::bridge::view(&event) {
+                        Err(e) => return Err(e.clone()),
+                        Ok(Reply::Message(message)) => {
+                            return Ok(SendOutcome::Message(message.clone()));
+                        }
+                        Ok(reply) if crate::bridge::ends_task(reply) => return task(self),
+                        Ok(_) => {}
+                    },
+                }
+            }
+        }
+    }
+
+    /// `SendStreamingMessage`: starts the task and answers with its events once the first one
+    /// is there (bounded: the pump fails the task at its deadline).
+    #[allow(clippy::manual_async_fn)] // on purpose: see the module docs
+    pub(crate) fn stream_message<'a>(
+        &'a self,
+        cx: &'a RequestContext,
+        params: SendMessageRequest,
+    ) -> impl Future<Output = Result<TaskEvents, A2aError>> + Send + 'a {
+        async move {
+            let mut started = self.start(cx, params, true).await?;
+            started.pump.detach();
+            let first = loop {
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => {
+                        return Err(A2aError::internal("the gateway is shutting down"));
+                    }
+                    received = started.events.recv() => match received {
+                        Some(Live::Event(event)) => break event,
+                        Some(Live::Lagged) => continue,
+                        None => {
+                            return Err(A2aError::internal(
+                                "the task's event stream ended before its first event",
+                            ));
+                        }
+                    },
+                }
+            };
+            if let Err(e) = &first {
+                return Err(A2aError::clone(e));
+            }
+            Ok(self.events(started.task_id, vec![first], Some(started.events), false))
+        }
+    }
+
+    /// Checks the agent can take a message now: known, online, the bus up (and streaming,
+    /// when asked to stream). The common case reads no card.
+    fn check_agent(&self, agent: &str, streaming: bool) -> Result<(), A2aError> {
+        if !self.registry.is_online(agent) {
+            return Err(match self.registry.agent(agent) {
+                Some(_) => A2aError::internal(format!(
+                    "agent {agent:?} is offline: no instance of it is running"
+                )),
+                None => {
+                    let agents = self.agent_names();
+                    A2aError::invalid_params(format!(
+                        "no agent named {agent:?} on the mesh (agents: {})",
+                        if agents.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            agents.join(", ")
+                        }
+                    ))
+                }
+            });
+        }
+        if !self.bus.is_connected() {
+            return Err(A2aError::internal(
+                "the gateway has lost its connection to the message bus; try again when it recovers",
+            ));
+        }
+        if streaming
+            && self
+                .registry
+                .agent(agent)
+                .and_then(|view| view.card)
+                .is_some_and(|card| card.capabilities.streaming == Some(false))
+        {
+            return Err(A2aError::unsupported_operation(format!(
+                "agent {agent:?} does not stream (its card says capabilities.streaming: false); use SendMessage"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts (or resumes) the task a message is for: the store record, the live broadcast,
+    /// the publish on the bus and the pump. The agent is checked when this is called; the
+    /// future checks a push URL (a DNS lookup) when the message carries one, then records the
+    /// task and publishes.
+    #[allow(clippy::manual_async_fn)] // on purpose: see the module docs
+    fn start<'a>(
+        &'a self,
+        cx: &'a RequestContext,
+        mut params: SendMessageRequest,
+        streaming: bool,
+    ) -> impl Future<Output = Result<Started, A2aError>> + Send + 'a {
+        async move {
+            let agent = cx.agent.as_str();
+            self.check_agent(agent, streaming)?;
+            let push = params
+                .configuration
+                .as_mut()
+                .and_then(|c| c.task_push_notification_config.take());
+            if let Some(config) = &push {
+                if self.pusher.is_none() {
+                    return Err(A2aError::push_notification_not_supported());
+                }
+                let field = match cx.dialect {
+                    Dialect::V0_1 => "params.pushNotification",
+                    Dialect::V0_3 => "params.configuration.pushNotificationConfig",
+                    _ => "params.configuration.taskPushNotificationConfig",
+                };
+                check_config(config, self.allow_private(), field).await?;
+            }
+            let (begun, params, options) = self.begin(cx, params, push, streaming)?;
+            let Begun {
+                task_id,
+                events,
+                live,
+                undo,
+            } = begun;
+            match self.requester.send(agent, params, options).await {
+                Ok(stream) => {
+                    let pump = self.bridge.pump(task_id.clone(), live, stream, undo);
+                    Ok(Started {
+                        task_id,
+                        events,
+                        pump,
+                    })
+                }
+                Err(e) => {
+                    let store = self.store();
+                    match undo {
+                        Undo::Remove => store.remove(&task_id),
+                        Undo::Restore(record) => {
+                            let _ = store.insert(TaskRecord::clone(&record));
+                        }
+                    }
+                    self.bridge.end(&task_id, &live);
+                    Err(match e {
+                        SendError::Topic(e) => {
+                            A2aError::invalid_params(format!("task id {task_id:?}: {e}"))
+                        }
+                        SendError::Bus(BusError::PayloadTooLarge { size, max }) => {
+                            A2aError::invalid_request(format!(
+                                "the message is too large for the bus: {size} bytes with its envelope, \
+                                 at most {max} (the bus's max_packet_size)"
+                            ))
+                        }
+                        SendError::Bus(e) => A2aError::internal(format!(
+                            "could not publish to agent {agent:?} on the message bus: {e}"
+                        )),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Records the task (new, or the resumed one with the message added): the record, and
+    /// the params and options to send.
+    fn begin(
+        &self,
+        cx: &RequestContext,
+        mut params: SendMessageRequest,
+        push: Option<TaskPushNotificationConfig>,
+        streaming: bool,
+    ) -> Result<(Begun, SendMessageRequest, SendOptions), A2aError> {
+        let store = self.store();
+        let agent = cx.agent.as_str();
+        let previous = match params.message.task_id.as_deref() {
+            Some("") => {
+                return Err(A2aError::invalid_params(
+                    "the task id is empty: give a task's id, or none to start a new task",
+                ));
+            }
+            Some(task_id) => match store.get(task_id) {
+                Some(record) if record.agent != agent || !self.owns(cx, &record) => {
+                    return Err(A2aError::task_not_found(task_id));
+                }
+                Some(record) => {
+                    let state = &record.task.status.state;
+                    if state.is_terminal() {
+                        return Err(A2aError::unsupported_operation(format!(
+                            "task {task_id} is {}: it takes no more messages",
+                            mesh_core::model::state_name(state)
+                        )));
+                    }
+                    if self.bridge.is_live(task_id) {
+                        return Err(A2aError::unsupported_operation(format!(
+                            "task {task_id} is still running: send the next message when it asks for input"
+                        )));
+                    }
+                    Some(record)
+                }
+                // 0.1 clients choose the id of a new task.
+                None if cx.dialect == Dialect::V0_1 => None,
+                None => return Err(A2aError::task_not_found(task_id)),
+            },
+            None => None,
+        };
+        let task_id = params
+            .message
+            .task_id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let context_id = match &previous {
+            Some(record) => record.task.context_id.clone(),
+            None => params
+                .message
+                .context_id
+                .clone()
+                .filter(|c| !c.is_empty())
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+        };
+        params.message.task_id = Some(task_id.clone());
+        params.message.context_id = Some(context_id.clone());
+
+        let Some((live, events)) = self.bridge.begin(
+            &task_id,
+            if streaming {
+                STREAM_CAPACITY
+            } else {
+                SEND_CAPACITY
+            },
+        ) else {
+            return Err(A2aError::unsupported_operation(format!(
+                "task {task_id} is still running: send the next message when it asks for input"
+            )));
+        };
+        let submitted = TaskStatus {
+            state: TaskState::Submitted,
+            message: None,
+            timestamp: Some(chrono::Utc::now()),
+        };
+        let (snapshot, undo) = match &previous {
+            Some(record) => {
+                let snapshot = record.task.clone();
+                let mut updated = TaskRecord::clone(record);
+                set_status(&mut updated.task, submitted);
+                updated
+                    .task
+                    .history
+                    .get_or_insert_with(Vec::new)
+                    .push(params.message.clone());
+                if let Some(config) = push {
+                    if let Err(e) = super::push_configs::add(&mut updated, config, cx.dialect) {
+                        self.bridge.end(&task_id, &live);
+                        return Err(e);
+                    }
+                }
+                if let Err(e) = store.insert(updated) {
+                    self.bridge.end(&task_id, &live);
+                    return Err(e.into());
+                }
+                (Some(snapshot), Undo::Restore(record.clone()))
+            }
+            None => {
+                let task = Task {
+                    id: task_id.clone(),
+                    context_id,
+                    status: submitted,
+                    artifacts: None,
+                    history: Some(vec![params.message.clone()]),
+                    metadata: None,
+                };
+                let mut record = TaskRecord::new(task, agent, cx.dialect);
+                record.owner = cx.principal().map(str::to_owned);
+                if let Some(config) = push {
+                    // A new record has room for one config: this cannot fail.
+                    let _ = super::push_configs::add(&mut record, config, cx.dialect);
+                }
+                // A full store refuses new work (an error naming the limit).
+                if let Err(e) = store.insert(record) {
+                    self.bridge.end(&task_id, &live);
+                    return Err(e.into());
+                }
+                (None, Undo::Remove)
+            }
+        };
+        let options = SendOptions {
+            method: if streaming {
+                Method::SendStreamingMessage
+            } else {
+                Method::SendMessage
+            },
+            task_id: task_id.clone(),
+            snapshot,
+            timeout: self.settings.task_timeout,
+            principal: cx.principal().map(str::to_owned),
+            depth: 0,
+            traceparent: cx.traceparent.clone(),
+        };
+        let begun = Begun {
+            task_id,
+            events,
+            live,
+            undo,
+        };
+        Ok((begun, params, options))
+    }
+}

@@ -1,0 +1,176 @@
+//! `GetTask`, `ListTasks`, `CancelTask` and `SubscribeToTask`: answered from the task store,
+//! except a cancel of a running task, which asks its agent on the bus first.
+
+use super::{A2aService, RequestContext, TaskEvents};
+use crate::bridge::set_status;
+use crate::store::{TaskQuery, TaskRecord};
+use mesh_core::dialect::Dialect;
+use mesh_core::error::A2aError;
+use mesh_core::model::{
+    CancelTaskRequest, GetTaskRequest, ListTasksRequest, SubscribeToTaskRequest, TaskState,
+    TaskStatus,
+};
+use mesh_core::rpc::Reply;
+use std::sync::Arc;
+
+/// The default and largest page of `ListTasks`.
+pub(crate) const DEFAULT_PAGE_SIZE: usize = 50;
+/// See [`DEFAULT_PAGE_SIZE`].
+pub(crate) const MAX_PAGE_SIZE: usize = 100;
+
+/// One page of `ListTasks`.
+pub(crate) struct TaskList {
+    /// The tasks of the page, newest first.
+    pub records: Vec<Arc<TaskRecord>>,
+    /// The token of the next page; `None` on the last one.
+    pub next_page_token: Option<String>,
+    /// The page size used.
+    pub page_size: usize,
+    /// How many tasks match in all.
+    pub total_size: usize,
+    /// Whether the tasks keep their artifacts (the request's `includeArtifacts`; 0.x
+    /// listings always do).
+    pub include_artifacts: bool,
+    /// How many of each task's latest messages to keep, when limited.
+    pub history_length: Option<i32>,
+}
+
+impl A2aService {
+    /// `GetTask`: the stored task (the caller trims its history to `historyLength`).
+    pub(crate) fn get_task(
+        &self,
+        cx: &RequestContext,
+        params: &GetTaskRequest,
+    ) -> Result<Arc<TaskRecord>, A2aError> {
+        self.find(cx, &params.id)
+    }
+
+    /// `ListTasks`: a page of the agent's tasks the caller may see.
+    pub(crate) fn list_tasks(
+        &self,
+        cx: &RequestContext,
+        params: ListTasksRequest,
+    ) -> Result<TaskList, A2aError> {
+        let page_size = match params.page_size {
+            None | Some(0) => DEFAULT_PAGE_SIZE,
+            Some(n) if n < 0 || n as usize > MAX_PAGE_SIZE => {
+                return Err(A2aError::invalid_params_at(
+                    "pageSize",
+                    format!("must be between 1 and {MAX_PAGE_SIZE}"),
+                ));
+            }
+            Some(n) => n as usize,
+        };
+        let query = TaskQuery {
+            agent: Some(cx.agent.clone()),
+            context_id: params.context_id.filter(|c| !c.is_empty()),
+            state: params.status.filter(|s| *s != TaskState::Unspecified),
+            owner: self.owner_filter(cx),
+            page_size,
+            page_token: params.page_token,
+        };
+        let page = self
+            .store()
+            .list(&query)
+            .map_err(|e| A2aError::invalid_params_at("pageToken", e))?;
+        Ok(TaskList {
+            records: page.records,
+            next_page_token: page.next_page_token,
+            page_size,
+            total_size: page.total_size,
+            include_artifacts: params
+                .include_artifacts
+                .unwrap_or(cx.dialect != Dialect::V1_0),
+            history_length: params.history_length,
+        })
+    }
+
+    /// `CancelTask`: a task waiting at the gateway is canceled here; a running one is asked
+    /// of its agent, and canceled here when no instance answers in time.
+    pub(crate) async fn cancel_task(
+        &self,
+        cx: &RequestContext,
+        params: CancelTaskRequest,
+    ) -> Result<Arc<TaskRecord>, A2aError> {
+        let record = self.find(cx, &params.id)?;
+        if record.task.status.state.is_terminal() {
+            return Err(A2aError::task_not_cancelable(&params.id));
+        }
+        let Some(live) = self.bridge.live(&params.id) else {
+            // No instance runs it (it waits for input at the gateway): cancel it here.
+            let canceled = self.store().update(&params.id, &mut |r| {
+                if !r.task.status.state.is_terminal() {
+                    set_status(
+                        &mut r.task,
+                        TaskStatus {
+                            state: TaskState::Canceled,
+                            message: None,
+                            timestamp: Some(chrono::Utc::now()),
+                        },
+                    );
+                }
+            });
+            return match canceled {
+                Some(record) => {
+                    self.bridge.notify_push(&record);
+                    self.bridge.release_waiting(&record);
+                    Ok(record)
+                }
+                None => Err(A2aError::task_not_found(&params.id)),
+            };
+        };
+        let asked = if self.bus.is_connected() {
+            self.requester
+                .cancel(&cx.agent, &params.id, self.settings.cancel_wait)
+                .await
+        } else {
+            Ok(None)
+        };
+        match asked {
+            Ok(Some(Ok(mut task))) => {
+                mesh_core::meta::MeshMeta::take(&mut task.metadata);
+                let updated = self.store().update(&params.id, &mut |r| {
+                    if !r.task.status.state.is_terminal() {
+                        set_status(&mut r.task, task.status.clone());
+                    }
+                });
+                match updated {
+                    Some(record) => {
+                        self.bridge.notify_push(&record);
+                        Ok(record)
+                    }
+                    None => Ok(Arc::new(TaskRecord::new(task, &cx.agent, record.dialect))),
+                }
+            }
+            Ok(Some(Err(e))) => Err(e),
+            // No instance answered in time (or the bus is down): the gateway cancels it itself.
+            Ok(None) | Err(_) => self
+                .bridge
+                .cancel_locally(&params.id, &live)
+                .ok_or_else(|| A2aError::task_not_found(&params.id)),
+        }
+    }
+
+    /// `SubscribeToTask`: the task now, then its events until it reaches a terminal state
+    /// (across interrupted states: spec 1.0 §3.1.6). The record is the one subscribed to.
+    pub(crate) fn subscribe(
+        &self,
+        cx: &RequestContext,
+        params: SubscribeToTaskRequest,
+    ) -> Result<(Arc<TaskRecord>, TaskEvents), A2aError> {
+        let record = self.find(cx, &params.id)?;
+        if record.task.status.state.is_terminal() {
+            return Err(A2aError::unsupported_operation(format!(
+                "task {} is {}: there is nothing to subscribe to",
+                params.id,
+                mesh_core::model::state_name(&record.task.status.state)
+            )));
+        }
+        let Some((snapshot, live)) = self.bridge.attach(&params.id, true)? else {
+            return Err(A2aError::task_not_found(&params.id));
+        };
+        let first = vec![Ok(Arc::new(Reply::Task(snapshot.task.clone())))];
+        let events = self.events(params.id, first, live, true);
+        Ok((record, events))
+    }
+}
