@@ -4,6 +4,7 @@
 //! dependencies are linked once. Run one module with `cargo test -p mesh-gateway --test it <module>::`.
 
 mod auth;
+mod bindings;
 mod faults;
 mod http;
 mod interop;
