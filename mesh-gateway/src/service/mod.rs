@@ -101,9 +101,15 @@ impl A2aService {
         self.registry.agents().into_iter().map(|a| a.name).collect()
     }
 
-    /// `GetExtendedAgentCard`: the agent's card for an authenticated caller; `-32007` when the
-    /// gateway has no API keys (there is nothing more to show than the public card).
+    /// `GetExtendedAgentCard`: the agent's card for an authenticated caller. Without API keys
+    /// the cards claim no extended card, so a 1.0 client gets UnsupportedOperation (spec 1.0
+    /// §3.3.4) and a 0.x one its generation's `-32007` (0.3's "not configured").
     pub(crate) fn extended_card(&self, cx: &RequestContext) -> Result<AgentCard, A2aError> {
+        if !self.cards.api_keys && cx.dialect == Dialect::V1_0 {
+            return Err(A2aError::unsupported_operation(
+                "this gateway serves no extended agent card (it has no API keys; the card says capabilities.extendedAgentCard is not set)",
+            ));
+        }
         let card = crate::cards::extended_card(&self.cards, &cx.agent, cx.caller.as_ref())?;
         Ok(crate::cards::signed_for(&self.cards, card, cx.dialect))
     }

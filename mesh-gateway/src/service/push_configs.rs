@@ -7,7 +7,7 @@ use super::{A2aService, RequestContext};
 use crate::push::{MAX_PUSH_CONFIGS, check_config};
 use crate::store::TaskRecord;
 use mesh_core::dialect::Dialect;
-use mesh_core::error::A2aError;
+use mesh_core::error::{A2aError, ErrorKind};
 use mesh_core::model::{
     DeleteTaskPushNotificationConfigRequest, GetTaskPushNotificationConfigRequest,
     ListTaskPushNotificationConfigsRequest, TaskPushNotificationConfig,
@@ -141,14 +141,16 @@ fn pick<'a>(record: &'a TaskRecord, config_id: &str) -> Option<&'a TaskPushNotif
         .find(|c| c.id.as_deref() == Some(config_id))
 }
 
+/// A config that does not exist: TaskNotFound (spec 1.0 §3.1.8), naming the config.
 fn no_config(dialect: Dialect, task_id: &str, config_id: &str) -> A2aError {
     let field = if dialect == Dialect::V1_0 {
-        "params.id"
+        "id"
     } else {
-        "params.pushNotificationConfigId"
+        "pushNotificationConfigId"
     };
-    A2aError::invalid_params_at(
-        field,
+    A2aError::new(
+        ErrorKind::TaskNotFound,
         format!("task {task_id} has no push notification config {config_id:?}"),
     )
+    .with_data(serde_json::json!({ "taskId": task_id, field: config_id }))
 }

@@ -165,7 +165,8 @@ async fn malformed_requests_get_json_rpc_errors() {
     let (_, body) = mesh
         .post("/agents/echo", &rpc("GetExtendedAgentCard", json!({})))
         .await;
-    assert_eq!(code(&body), -32007);
+    // The card claims no extended card: UnsupportedOperation (spec 1.0 §3.3.4).
+    assert_eq!(code(&body), -32004);
 
     // Trailing slash tolerated.
     let (status, body) = mesh

@@ -204,8 +204,9 @@ async fn v10_send_with_config_posts_the_task_with_authorization() {
             json!({"taskId": task_id, "id": "second"}),
         )
         .await;
-    assert_eq!(code(&again), -32602);
-    assert!(again.to_string().contains("params.id"), "{again}");
+    // A config that does not exist is TaskNotFound (spec 1.0 §3.1.8), naming the config.
+    assert_eq!(code(&again), -32001);
+    assert!(again.to_string().contains("second"), "{again}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
