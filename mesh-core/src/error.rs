@@ -129,6 +129,37 @@ impl ErrorKind {
         }
     }
 
+    /// The HTTP status of the kind in the HTTP+JSON binding (spec 1.0 §5.4; the JSON-RPC
+    /// codes of §5.4's first rows as a2a-sdk maps them).
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorKind::TaskNotFound | ErrorKind::MethodNotFound => 404,
+            ErrorKind::Internal | ErrorKind::InvalidAgentResponse | ErrorKind::Other(_) => 500,
+            _ => 400,
+        }
+    }
+
+    /// The `google.rpc.Code` of the kind, by name (spec 1.0 §5.4's gRPC column; the HTTP+JSON
+    /// binding writes it as the error's `status`).
+    pub fn rpc_code(self) -> &'static str {
+        match self {
+            ErrorKind::TaskNotFound | ErrorKind::MethodNotFound => "NOT_FOUND",
+            ErrorKind::Parse
+            | ErrorKind::InvalidRequest
+            | ErrorKind::InvalidParams
+            | ErrorKind::ContentTypeNotSupported => "INVALID_ARGUMENT",
+            ErrorKind::Internal | ErrorKind::InvalidAgentResponse | ErrorKind::Other(_) => {
+                "INTERNAL"
+            }
+            ErrorKind::TaskNotCancelable
+            | ErrorKind::PushNotificationNotSupported
+            | ErrorKind::UnsupportedOperation
+            | ErrorKind::ExtendedAgentCardNotConfigured
+            | ErrorKind::ExtensionSupportRequired
+            | ErrorKind::VersionNotSupported => "FAILED_PRECONDITION",
+        }
+    }
+
     /// The standard message of the kind (used when a constructor is given no text).
     pub fn default_message(self) -> &'static str {
         match self {
@@ -315,6 +346,20 @@ impl A2aError {
             }
         }
         Value::Object(obj)
+    }
+
+    /// The error as the HTTP+JSON binding writes it (spec 1.0 §11.6): a `google.rpc.Status`
+    /// under `error`, `code` the HTTP status, `status` the `google.rpc.Code` name, `details`
+    /// the `ErrorInfo` (and `BadRequest`) of the 1.0 JSON-RPC `data`.
+    pub fn to_status_json(&self, http_status: u16) -> Value {
+        json!({
+            "error": {
+                "code": http_status,
+                "status": self.kind.rpc_code(),
+                "message": self.message,
+                "details": self.details_v1(),
+            }
+        })
     }
 
     /// The 1.0 `error.data` list: data already in that shape is kept, otherwise an

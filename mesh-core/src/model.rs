@@ -16,8 +16,9 @@ pub use a2a::{
     MutualTlsSecurityScheme, OAuth2SecurityScheme, OAuthFlows, OpenIdConnectSecurityScheme, Part,
     PartContent, PasswordOAuthFlow, Role, SecurityRequirement, SecurityScheme,
     SendMessageConfiguration, SendMessageRequest, SendMessageResponse, StreamResponse,
-    SubscribeToTaskRequest, TRANSPORT_PROTOCOL_JSONRPC, Task, TaskArtifactUpdateEvent,
-    TaskPushNotificationConfig, TaskState, TaskStatus, TaskStatusUpdateEvent,
+    SubscribeToTaskRequest, TRANSPORT_PROTOCOL_GRPC, TRANSPORT_PROTOCOL_HTTP_JSON,
+    TRANSPORT_PROTOCOL_JSONRPC, Task, TaskArtifactUpdateEvent, TaskPushNotificationConfig,
+    TaskState, TaskStatus, TaskStatusUpdateEvent,
 };
 
 pub use a2a::{new_artifact_id, new_context_id, new_message_id, new_task_id};

@@ -179,6 +179,17 @@ fn is_public(path: &str) -> bool {
             || path.ends_with("/agentCard")))
 }
 
+/// Whether a request is one of the JSON-RPC binding's (a POST to `/` or `/agents/{name}`);
+/// the others are answered in the HTTP+JSON binding's error form.
+fn is_jsonrpc(request: &Request) -> bool {
+    let path = request.uri().path().trim_end_matches('/');
+    request.method() == axum::http::Method::POST
+        && (path.is_empty()
+            || path
+                .strip_prefix("/agents/")
+                .is_some_and(|name| !name.contains('/')))
+}
+
 /// The authentication layer (see the module docs).
 pub(crate) async fn require(
     State(gw): State<Arc<Guard>>,
@@ -198,27 +209,44 @@ pub(crate) async fn require(
             unauthorized(
                 request.headers().contains_key(header::AUTHORIZATION)
                     || request.headers().contains_key(API_KEY_HEADER),
+                is_jsonrpc(&request),
             )
         }
     }
 }
 
 /// `401` with `WWW-Authenticate: Bearer` and a JSON-RPC error body.
-fn unauthorized(presented: bool) -> Response {
+fn unauthorized(presented: bool, jsonrpc: bool) -> Response {
     let message = if presented {
         "the API key or bearer token is not valid for this gateway"
     } else {
         "this gateway needs an API key: send Authorization: Bearer <key> or X-API-Key: <key>"
     };
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {
-            "code": -32600,
-            "message": message,
-            "data": {"reason": "UNAUTHENTICATED", "httpStatus": 401},
-        },
-    });
+    let body = if jsonrpc {
+        serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {
+                "code": -32600,
+                "message": message,
+                "data": {"reason": "UNAUTHENTICATED", "httpStatus": 401},
+            },
+        })
+    } else {
+        // The HTTP+JSON binding's error (spec 1.0 §11.6), as google.rpc.Code names it.
+        serde_json::json!({
+            "error": {
+                "code": 401,
+                "status": "UNAUTHENTICATED",
+                "message": message,
+                "details": [{
+                    "@type": mesh_core::error::ERROR_INFO_TYPE,
+                    "reason": "UNAUTHENTICATED",
+                    "domain": mesh_core::error::ERROR_DOMAIN,
+                }],
+            },
+        })
+    };
     let mut response = Response::new(Body::from(body.to_string()));
     *response.status_mut() = StatusCode::UNAUTHORIZED;
     let headers = response.headers_mut();

@@ -33,7 +33,10 @@ use axum::response::{IntoResponse, Response};
 use mesh_core::codec;
 use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
-use mesh_core::model::{AgentCard, AgentExtension, AgentInterface, TRANSPORT_PROTOCOL_JSONRPC};
+use mesh_core::model::{
+    AgentCard, AgentExtension, AgentInterface, TRANSPORT_PROTOCOL_HTTP_JSON,
+    TRANSPORT_PROTOCOL_JSONRPC,
+};
 use mesh_core::registry::{CardTrust, Registry};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -127,10 +130,11 @@ pub(crate) fn gateway_card(gw: &Cards, agent: &str, url: &str) -> Result<AgentCa
         return Err(format!("agent {agent:?} has not published a card yet"));
     };
     card.signatures = None;
-    card.supported_interfaces = vec![AgentInterface::new(
-        url.to_owned(),
-        TRANSPORT_PROTOCOL_JSONRPC,
-    )];
+    // JSON-RPC (the combined card adds its 0.3 entry) and HTTP+JSON at the same base URL.
+    card.supported_interfaces = vec![
+        AgentInterface::new(url.to_owned(), TRANSPORT_PROTOCOL_JSONRPC),
+        AgentInterface::new(url.trim_end_matches('/'), TRANSPORT_PROTOCOL_HTTP_JSON),
+    ];
     if gw.push_notifications {
         card.capabilities.push_notifications = Some(true);
     }
@@ -147,6 +151,12 @@ pub(crate) fn gateway_card(gw: &Cards, agent: &str, url: &str) -> Result<AgentCa
         card.capabilities.extended_agent_card = None;
     }
     Ok(card)
+}
+
+/// A card as served to a request with `headers`: the 1.0 shape for a 1.x client, else the
+/// combined one; signed when the gateway signs.
+pub(crate) fn card_body(gw: &Cards, card: &AgentCard, headers: &HeaderMap) -> Value {
+    served_json(gw, card, CardShape::of(headers))
 }
 
 /// A card as served over HTTP: the combined shape, signed when the gateway signs.

@@ -27,7 +27,7 @@ use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::{self, JsonRpcId};
 use mesh_core::model::{ListTaskPushNotificationConfigsResponse, Task};
 use mesh_core::rpc::{Call, Reply, Request, RequestError};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -404,9 +404,12 @@ fn dispatch<'a>(
                     params.history_length,
                 )
             }),
-            Call::ListTasks(params) => service
-                .list_tasks(&cx, params)
-                .map(|list| Answer::Json(list_answer(dialect, &id, list))),
+            Call::ListTasks(params) => service.list_tasks(&cx, params).map(|list| {
+                Answer::Json(jsonrpc::write_result(
+                    &id,
+                    crate::answers::task_list(dialect, list),
+                ))
+            }),
             Call::CancelTask(params) => service.cancel_task(&cx, params).await.map(|record| {
                 task_answer(
                     Method::CancelTask,
@@ -494,48 +497,6 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
 // ---------------------------------------------------------------------------------------
 // Writing answers
 
-/// A `ListTasks` result in `dialect`: each task with at most `history_length` of its latest
-/// messages, without its artifacts unless asked for.
-fn list_answer(dialect: Dialect, id: &JsonRpcId, list: crate::service::TaskList) -> Vec<u8> {
-    let tasks: Vec<Value> = list
-        .records
-        .iter()
-        .map(|record| {
-            let mut task = task_value(&record.task, dialect, list.history_length);
-            if !list.include_artifacts {
-                if let Some(o) = task.as_object_mut() {
-                    o.remove("artifacts");
-                }
-            }
-            task
-        })
-        .collect();
-    let mut result = Map::new();
-    result.insert("tasks".into(), Value::Array(tasks));
-    result.insert(
-        "nextPageToken".into(),
-        list.next_page_token.unwrap_or_default().into(),
-    );
-    result.insert("pageSize".into(), list.page_size.into());
-    result.insert("totalSize".into(), list.total_size.into());
-    jsonrpc::write_result(id, Value::Object(result))
-}
-
-/// A task in `dialect` with at most `history_length` of its latest messages.
-fn task_value(task: &Task, dialect: Dialect, history_length: Option<i32>) -> Value {
-    let mut value = codec::write_task(task, dialect);
-    if let (Some(n), Some(Value::Array(history))) = (
-        history_length,
-        value.as_object_mut().and_then(|o| o.get_mut("history")),
-    ) {
-        let keep = usize::try_from(n).unwrap_or(0);
-        if history.len() > keep {
-            history.drain(..history.len() - keep);
-        }
-    }
-    value
-}
-
 /// The response carrying a task: bare, except SendMessage in 1.0 (`{"task": …}`).
 fn task_answer(
     method: Method,
@@ -544,7 +505,7 @@ fn task_answer(
     task: &Task,
     history_length: Option<i32>,
 ) -> Answer {
-    let tail = history_length.map(|n| usize::try_from(n).unwrap_or(0));
+    let tail = crate::answers::history_tail(history_length);
     Answer::Json(codec::encode_task(method, dialect, id, task, tail))
 }
 

@@ -31,6 +31,7 @@
 //! listener), and [`store`] (the [`TaskStore`] trait, the in-memory store and the durable
 //! SQLite store).
 
+mod answers;
 pub mod auth;
 mod bridge;
 mod card_signer;
@@ -41,6 +42,7 @@ mod http;
 mod jsonrpc;
 pub mod metrics;
 pub mod push;
+mod rest;
 pub mod server;
 mod service;
 mod sse;

@@ -38,15 +38,17 @@ use crate::health::Health;
 use crate::jsonrpc::JsonRpc;
 use crate::metrics::{Exposition, Metrics};
 use crate::push::{PushSettings, Pusher};
+use crate::rest::Rest;
 use crate::service::{A2aService, ServiceSettings};
 use crate::store::{MemoryStore, SqliteStore, StoreError, TaskStore};
 use crate::tls::{TlsFiles, TlsListener};
-use crate::{auth, cards, health, jsonrpc, metrics};
+use crate::{auth, cards, health, jsonrpc, metrics, rest};
 use axum::Router;
 use axum::extract::FromRef;
+use axum::extract::State;
 use axum::http::{HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::serve::ListenerExt;
 use mesh_core::bus::{Bus, BusError, redact_url};
 use mesh_core::registry::Registry;
@@ -97,6 +99,7 @@ pub enum GatewayError {
 #[derive(Clone, FromRef)]
 struct AppState {
     jsonrpc: Arc<JsonRpc>,
+    rest: Arc<Rest>,
     cards: Arc<Cards>,
     health: Arc<Health>,
     exposition: Arc<Exposition>,
@@ -258,6 +261,14 @@ impl Gateway {
                 max_batch: config.max_batch,
                 keep_alive: config.sse_keep_alive,
             }),
+            rest: Arc::new(Rest {
+                service: service.clone(),
+                cards: cards.clone(),
+                metrics: metrics.clone(),
+                default_agent: config.default_agent.clone(),
+                body_limit: config.body_limit,
+                keep_alive: config.sse_keep_alive,
+            }),
             cards,
             health: Arc::new(Health {
                 bus: bus.clone(),
@@ -401,10 +412,8 @@ fn router(state: AppState) -> Router {
         .route(crate::card_signer::JWKS_PATH, get(cards::jwks))
         .route("/agents", get(health::agents))
         .route("/agents/", get(health::agents))
-        .route(
-            "/agents/{name}/extendedAgentCard",
-            get(cards::extended_card_http),
-        )
+        // The HTTP+JSON binding of each agent (its extended card included).
+        .route("/agents/{name}/{*path}", any(rest::agent))
         // Where the 0.2-era clients fetch it.
         .route(
             "/agents/{name}/a2a/agent/authenticatedExtendedCard",
@@ -417,7 +426,8 @@ fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::serve))
-        .fallback(not_found);
+        // The HTTP+JSON binding of the default agent, and of `/{tenant}/…`.
+        .fallback(root_fallback);
     // Without API keys nothing is checked: no middleware (it would box every request's
     // future once more).
     let router = if state.guard.keys.enabled() {
@@ -524,6 +534,14 @@ fn watch_reconnects(bus: &Bus, metrics: &Arc<Metrics>, shutdown: &CancellationTo
 
 fn bus_connected(state: &mesh_core::bus::ConnectionState) -> bool {
     matches!(state, mesh_core::bus::ConnectionState::Connected)
+}
+
+/// A path no route has: an operation of the HTTP+JSON binding at the root, else 404.
+async fn root_fallback(State(rest): State<Arc<Rest>>, request: axum::extract::Request) -> Response {
+    if rest::is_operation_path(request.method(), request.uri().path()) {
+        return rest::root(State(rest), request).await;
+    }
+    not_found().await
 }
 
 async fn not_found() -> Response {

@@ -26,9 +26,9 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
 
-/// Writes one event as `data:` lines; `started` is true once an event was written.
+/// Writes one event as server-sent events; `started` is true once an event was written.
 pub(crate) trait Render: Send + 'static {
-    fn lines(&mut self, event: Result<&Reply, &A2aError>, started: bool) -> Vec<String>;
+    fn events(&mut self, event: Result<&Reply, &A2aError>, started: bool) -> Vec<Event>;
 }
 
 /// JSON-RPC responses with the request's id, in the client's dialect.
@@ -38,7 +38,7 @@ pub(crate) struct JsonRpcEvents {
 }
 
 impl Render for JsonRpcEvents {
-    fn lines(&mut self, event: Result<&Reply, &A2aError>, started: bool) -> Vec<String> {
+    fn events(&mut self, event: Result<&Reply, &A2aError>, started: bool) -> Vec<Event> {
         let (dialect, id) = (self.dialect, &self.id);
         render(
             dialect,
@@ -47,6 +47,32 @@ impl Render for JsonRpcEvents {
             |reply| codec::encode_reply(dialect, id, reply),
             |error| codec::encode_error(dialect, Some(id), error),
         )
+        .into_iter()
+        .map(|line| Event::default().data(line))
+        .collect()
+    }
+}
+
+/// Bare `StreamResponse` objects (HTTP+JSON, spec 1.0 §11.7); an error is an `error` event
+/// carrying a `google.rpc.Status` (§11.6), as a2a-sdk's server writes it.
+pub(crate) struct RestEvents;
+
+impl Render for RestEvents {
+    fn events(&mut self, event: Result<&Reply, &A2aError>, started: bool) -> Vec<Event> {
+        if let Err(error) = event {
+            let status = error.to_status_json(error.kind.http_status());
+            return vec![Event::default().event("error").data(status.to_string())];
+        }
+        render(
+            Dialect::V1_0,
+            event,
+            started,
+            |reply| codec::write_reply_json(Dialect::V1_0, reply),
+            |_| Vec::new(),
+        )
+        .into_iter()
+        .map(|line| Event::default().data(line))
+        .collect()
     }
 }
 
@@ -83,23 +109,23 @@ pub(crate) fn jsonrpc_events(
 struct State<R> {
     events: TaskEvents,
     render: R,
-    pending: VecDeque<String>,
+    pending: VecDeque<Event>,
     started: bool,
 }
 
 impl<R: Render> State<R> {
     fn push(&mut self, event: &LiveEvent) {
-        let lines = self.render.lines(view(event), self.started);
+        let events = self.render.events(view(event), self.started);
         self.started = true;
-        self.pending.extend(lines);
+        self.pending.extend(events);
     }
 }
 
 fn lines<R: Render>(state: State<R>) -> impl Stream<Item = Result<Event, Infallible>> + Send {
     stream::unfold(state, |mut state| async move {
         loop {
-            if let Some(line) = state.pending.pop_front() {
-                return Some((Ok(Event::default().data(line)), state));
+            if let Some(event) = state.pending.pop_front() {
+                return Some((Ok(event), state));
             }
             let event = state.events.next().await?;
             state.push(&event);

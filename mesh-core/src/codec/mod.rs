@@ -72,7 +72,7 @@ use crate::dialect::{Dialect, Method, resolve_method};
 use crate::error::{A2aError, ErrorKind};
 use crate::jsonrpc::{Incoming, JsonRpcId, json_type, parse_envelope, parse_incoming};
 use crate::model::{ListTaskPushNotificationConfigsResponse, ListTasksResponse, Message, Task};
-use crate::rpc::{Reply, Request, RequestError};
+use crate::rpc::{Call, Reply, Request, RequestError};
 
 /// What a payload decodes to: one request, or a batch (answer each element).
 #[allow(clippy::large_enum_variant)]
@@ -211,6 +211,37 @@ pub fn encode_task(
             }
         })
     })
+}
+
+/// The `result` of [`encode_task`] alone (no JSON-RPC envelope): the body of the
+/// HTTP+JSON binding's answer.
+pub fn write_task_json(
+    method: Method,
+    dialect: Dialect,
+    task: &Task,
+    history_length: Option<usize>,
+) -> Vec<u8> {
+    wire::to_vec(|out| {
+        if dialect == Dialect::V1_0 && method == Method::SendMessage {
+            wire::wrapped_task(out, task, dialect, history_length)
+        } else {
+            wire::task(out, task, dialect, history_length)
+        }
+    })
+}
+
+/// The `result` of [`encode_reply_to`] alone (no JSON-RPC envelope).
+pub fn write_reply_to_json(method: Method, dialect: Dialect, reply: &Reply) -> Vec<u8> {
+    wire::to_vec(|out| wire::reply_for(out, Some(method), dialect, reply))
+}
+
+/// Reads the params of `method` as `dialect` writes them: the JSON-RPC `params`, or what
+/// another binding gathered into that shape (the HTTP+JSON body with its path and query
+/// parameters). Reserved `_mesh` metadata is dropped, as [`decode`] drops it.
+pub fn read_params(method: Method, dialect: Dialect, params: Value) -> Result<Call, A2aError> {
+    let mut call = params::read_call(method, dialect, Some(params))?;
+    call.take_mesh();
+    Ok(call)
 }
 
 /// Encodes an error response in `dialect` (`id` null when unknown).

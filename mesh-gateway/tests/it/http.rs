@@ -32,12 +32,13 @@ async fn agent_cards_for_both_generations_with_caching_headers() {
             .iter()
             .map(|i| i["protocolVersion"].as_str().unwrap())
             .collect();
-        assert_eq!(versions, ["1.0", "0.3"], "{card}");
-        assert!(
-            interfaces
-                .iter()
-                .all(|i| i["url"] == card["url"] && i["protocolBinding"] == "JSONRPC")
-        );
+        assert_eq!(versions, ["1.0", "0.3", "1.0"], "{card}");
+        let bindings: Vec<&str> = interfaces
+            .iter()
+            .map(|i| i["protocolBinding"].as_str().unwrap())
+            .collect();
+        assert_eq!(bindings, ["JSONRPC", "JSONRPC", "HTTP+JSON"], "{card}");
+        assert!(interfaces.iter().all(|i| i["url"] == card["url"]), "{card}");
 
         let cached = mesh
             .http

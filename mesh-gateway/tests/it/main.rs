@@ -1,4 +1,4 @@
-//! The integration tests of mesh-gateway: every method through real HTTP, authentication, push notifications, signed cards, faults, the durable store, HTTPS on the listener and the official a2a-sdk client, against real brokers.
+//! The integration tests of mesh-gateway: every method through real HTTP, authentication, the HTTP+JSON binding, push notifications, signed cards, faults, the durable store, HTTPS on the listener and the official a2a-sdk client, against real brokers.
 //!
 //! One test binary for the crate (each module was a binary of its own): the heavy
 //! dependencies are linked once. Run one module with `cargo test -p mesh-gateway --test it <module>::`.
@@ -11,6 +11,7 @@ mod interop;
 mod interop_auth;
 mod methods;
 mod push;
+mod rest;
 mod signed_cards;
 mod store;
 mod support;
