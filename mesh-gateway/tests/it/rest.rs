@@ -38,7 +38,7 @@ async fn call(
     let body = if text.is_empty() {
         Value::Null
     } else {
-        serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text))
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
     };
     (status, content_type, body)
 }
