@@ -36,6 +36,9 @@ mod bridge;
 mod card_signer;
 mod cards;
 pub mod config;
+// Wired by the gRPC server.
+#[allow(dead_code)]
+mod grpc;
 mod health;
 mod http;
 mod jsonrpc;

@@ -1,0 +1,1 @@
+//! proto ⇄ model conversions (in progress).

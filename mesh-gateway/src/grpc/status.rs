@@ -1,0 +1,1 @@
+//! A2aError → tonic::Status (in progress).
