@@ -203,13 +203,19 @@ pub(crate) async fn require(
     }
 }
 
+/// What a caller is told when the key it presented is not accepted.
+pub(crate) const KEY_REFUSED: &str = "the API key or bearer token is not valid for this gateway";
+/// What a caller is told when it presented no key.
+pub(crate) const KEY_NEEDED: &str =
+    "this gateway needs an API key: send Authorization: Bearer <key> or X-API-Key: <key>";
+/// The `WWW-Authenticate` challenge for a refused key.
+pub(crate) const CHALLENGE_REFUSED: &str = "Bearer error=\"invalid_token\"";
+/// The `WWW-Authenticate` challenge when no key was presented.
+pub(crate) const CHALLENGE_NEEDED: &str = "Bearer";
+
 /// `401` with `WWW-Authenticate: Bearer` and a JSON-RPC error body.
 fn unauthorized(presented: bool) -> Response {
-    let message = if presented {
-        "the API key or bearer token is not valid for this gateway"
-    } else {
-        "this gateway needs an API key: send Authorization: Bearer <key> or X-API-Key: <key>"
-    };
+    let message = if presented { KEY_REFUSED } else { KEY_NEEDED };
     let body = serde_json::json!({
         "jsonrpc": "2.0",
         "id": null,
@@ -229,9 +235,9 @@ fn unauthorized(presented: bool) -> Response {
     headers.insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static(if presented {
-            "Bearer error=\"invalid_token\""
+            CHALLENGE_REFUSED
         } else {
-            "Bearer"
+            CHALLENGE_NEEDED
         }),
     );
     response

@@ -24,3 +24,6 @@ pub(crate) mod status;
 pub(crate) mod proto {
     tonic::include_proto!("lf.a2a.v1");
 }
+
+#[cfg(test)]
+mod tests;
