@@ -672,7 +672,8 @@ fn send_error(edit: impl FnOnce(&mut pb::SendMessageRequest)) -> A2aError {
 
 #[test]
 fn invalid_sends_name_the_field() {
-    let cases: Vec<(Box<dyn FnOnce(&mut pb::SendMessageRequest)>, &str)> = vec![
+    type Edit = Box<dyn FnOnce(&mut pb::SendMessageRequest)>;
+    let cases: Vec<(Edit, &str)> = vec![
         (Box::new(|r| r.message = None), "message: missing"),
         (
             Box::new(|r| r.message.as_mut().expect("m").message_id.clear()),
