@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use mesh_core::error::A2aError;
+use mesh_core::error::{A2aError, ErrorKind};
 use mesh_core::model as m;
 use tonic::server::NamedService;
 use tonic::{Code, Request, Response, Status};
@@ -18,7 +18,7 @@ use super::proto::a2a_service_server::{A2aService, A2aServiceServer};
 use super::status::to_status;
 
 /// Answers sends with a completed task holding the message, streams two events and then
-/// fails, and knows no task.
+/// fails, and knows no task (`kind:<code>` gets that error kind instead).
 struct Stub;
 
 type Events = futures_util::stream::Iter<std::vec::IntoIter<Result<pb::StreamResponse, Status>>>;
@@ -86,6 +86,17 @@ impl A2aService for Stub {
         request: Request<pb::GetTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
         let get = convert::get_task_request(request.into_inner()).map_err(|e| to_status(&e))?;
+        // `kind:<code>` asks for that error; `long` for an overlong message.
+        if let Some(code) = get.id.strip_prefix("kind:").and_then(|c| c.parse().ok()) {
+            let kind = ErrorKind::from_code(code);
+            return Err(to_status(&A2aError::new(
+                kind,
+                format!("kind {code}: ünïcode 100%"),
+            )));
+        }
+        if get.id == "long" {
+            return Err(to_status(&A2aError::internal("é".repeat(5_000))));
+        }
         Err(to_status(&A2aError::task_not_found(&get.id)))
     }
 
@@ -269,4 +280,23 @@ async fn a_stream_carries_events_then_an_error_in_its_trailers() {
         status.get_details_error_info().expect("ErrorInfo").reason,
         "INVALID_AGENT_RESPONSE"
     );
+}
+
+#[tokio::test]
+async fn every_error_kind_arrives_with_its_code_and_reason() {
+    let mut client = client();
+    for kind in ErrorKind::ALL.into_iter().chain([ErrorKind::Other(-32099)]) {
+        let code = kind.code();
+        let status = bounded(client.get_task(pb::GetTaskRequest {
+            id: format!("kind:{code}"),
+            ..Default::default()
+        }))
+        .await
+        .expect_err("an error");
+        assert_eq!(status.code(), super::status::code(kind), "{kind:?}");
+        assert_eq!(status.message(), format!("kind {code}: ünïcode 100%"));
+        let info = status.get_details_error_info().expect("ErrorInfo");
+        assert_eq!(info.reason, kind.reason());
+        assert_eq!(info.domain, "a2a-protocol.org");
+    }
 }
