@@ -179,15 +179,38 @@ fn is_public(path: &str) -> bool {
             || path.ends_with("/agentCard")))
 }
 
-/// Whether a request is one of the JSON-RPC binding's (a POST to `/` or `/agents/{name}`);
-/// the others are answered in the HTTP+JSON binding's error form.
-fn is_jsonrpc(request: &Request) -> bool {
-    let path = request.uri().path().trim_end_matches('/');
-    request.method() == axum::http::Method::POST
-        && (path.is_empty()
-            || path
-                .strip_prefix("/agents/")
-                .is_some_and(|name| !name.contains('/')))
+/// The binding a request speaks, which the refusal is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Binding {
+    /// A POST to `/` or `/agents/{name}`.
+    JsonRpc,
+    /// A gRPC call (`content-type: application/grpc…`).
+    Grpc,
+    /// Anything else: the HTTP+JSON binding and the gateway's other routes.
+    Rest,
+}
+
+impl Binding {
+    fn of(request: &Request) -> Binding {
+        let grpc = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/grpc"));
+        let path = request.uri().path().trim_end_matches('/');
+        if grpc {
+            Binding::Grpc
+        } else if request.method() == axum::http::Method::POST
+            && (path.is_empty()
+                || path
+                    .strip_prefix("/agents/")
+                    .is_some_and(|name| !name.contains('/')))
+        {
+            Binding::JsonRpc
+        } else {
+            Binding::Rest
+        }
+    }
 }
 
 /// The authentication layer (see the module docs).
@@ -209,21 +232,27 @@ pub(crate) async fn require(
             unauthorized(
                 request.headers().contains_key(header::AUTHORIZATION)
                     || request.headers().contains_key(API_KEY_HEADER),
-                is_jsonrpc(&request),
+                Binding::of(&request),
             )
         }
     }
 }
 
+/// What a caller is told when the key it presented is not accepted.
+pub(crate) const KEY_REFUSED: &str = "the API key or bearer token is not valid for this gateway";
+/// What a caller is told when it presented no key.
+pub(crate) const KEY_NEEDED: &str =
+    "this gateway needs an API key: send Authorization: Bearer <key> or X-API-Key: <key>";
+/// The `WWW-Authenticate` challenge for a refused key.
+pub(crate) const CHALLENGE_REFUSED: &str = "Bearer error=\"invalid_token\"";
+/// The `WWW-Authenticate` challenge when no key was presented.
+pub(crate) const CHALLENGE_NEEDED: &str = "Bearer";
+
 /// `401` with `WWW-Authenticate: Bearer` and a JSON-RPC error body.
-fn unauthorized(presented: bool, jsonrpc: bool) -> Response {
-    let message = if presented {
-        "the API key or bearer token is not valid for this gateway"
-    } else {
-        "this gateway needs an API key: send Authorization: Bearer <key> or X-API-Key: <key>"
-    };
-    let body = if jsonrpc {
-        serde_json::json!({
+fn unauthorized(presented: bool, binding: Binding) -> Response {
+    let message = if presented { KEY_REFUSED } else { KEY_NEEDED };
+    let body = match binding {
+        Binding::JsonRpc => serde_json::json!({
             "jsonrpc": "2.0",
             "id": null,
             "error": {
@@ -231,10 +260,9 @@ fn unauthorized(presented: bool, jsonrpc: bool) -> Response {
                 "message": message,
                 "data": {"reason": "UNAUTHENTICATED", "httpStatus": 401},
             },
-        })
-    } else {
+        }),
         // The HTTP+JSON binding's error (spec 1.0 §11.6), as google.rpc.Code names it.
-        serde_json::json!({
+        Binding::Rest => serde_json::json!({
             "error": {
                 "code": 401,
                 "status": "UNAUTHENTICATED",
@@ -245,7 +273,22 @@ fn unauthorized(presented: bool, jsonrpc: bool) -> Response {
                     "domain": mesh_core::error::ERROR_DOMAIN,
                 }],
             },
-        })
+        }),
+        // gRPC: a trailers-only answer, UNAUTHENTICATED with the challenge in the metadata.
+        Binding::Grpc => {
+            let challenge = if presented {
+                CHALLENGE_REFUSED
+            } else {
+                CHALLENGE_NEEDED
+            };
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            metadata.insert(
+                "www-authenticate",
+                tonic::metadata::MetadataValue::from_static(challenge),
+            );
+            return tonic::Status::with_metadata(tonic::Code::Unauthenticated, message, metadata)
+                .into_http::<Body>();
+        }
     };
     let mut response = Response::new(Body::from(body.to_string()));
     *response.status_mut() = StatusCode::UNAUTHORIZED;
@@ -257,9 +300,9 @@ fn unauthorized(presented: bool, jsonrpc: bool) -> Response {
     headers.insert(
         header::WWW_AUTHENTICATE,
         HeaderValue::from_static(if presented {
-            "Bearer error=\"invalid_token\""
+            CHALLENGE_REFUSED
         } else {
-            "Bearer"
+            CHALLENGE_NEEDED
         }),
     );
     response

@@ -605,3 +605,17 @@ pub(crate) fn artifact_events(task: &Task) -> impl Iterator<Item = TaskArtifactU
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// A task as stream events: its artifacts, then its status (a 0.1 stream, which has no Task
+/// event, and a Task after a stream's first event).
+pub(crate) fn task_as_updates(task: &Task) -> impl Iterator<Item = Reply> + '_ {
+    let status = TaskStatusUpdateEvent {
+        task_id: task.id.clone(),
+        context_id: task.context_id.clone(),
+        status: task.status.clone(),
+        metadata: None,
+    };
+    artifact_events(task)
+        .map(Reply::ArtifactUpdate)
+        .chain(std::iter::once(Reply::StatusUpdate(status)))
+}

@@ -34,8 +34,8 @@ use mesh_core::codec;
 use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
 use mesh_core::model::{
-    AgentCard, AgentExtension, AgentInterface, TRANSPORT_PROTOCOL_HTTP_JSON,
-    TRANSPORT_PROTOCOL_JSONRPC,
+    AgentCard, AgentExtension, AgentInterface, TRANSPORT_PROTOCOL_GRPC,
+    TRANSPORT_PROTOCOL_HTTP_JSON, TRANSPORT_PROTOCOL_JSONRPC,
 };
 use mesh_core::registry::{CardTrust, Registry};
 use serde_json::{Value, json};
@@ -130,10 +130,17 @@ pub(crate) fn gateway_card(gw: &Cards, agent: &str, url: &str) -> Result<AgentCa
         return Err(format!("agent {agent:?} has not published a card yet"));
     };
     card.signatures = None;
-    // JSON-RPC (the combined card adds its 0.3 entry) and HTTP+JSON at the same base URL.
+    // JSON-RPC (the combined card adds its 0.3 entry) and HTTP+JSON at the same base URL;
+    // gRPC at the gateway's address, the agent named by the tenant (none at the root: the
+    // default agent).
+    let mut grpc = AgentInterface::new(grpc_url(&gw.base_url), TRANSPORT_PROTOCOL_GRPC);
+    if url.trim_end_matches('/') != gw.base_url {
+        grpc.tenant = Some(agent.to_owned());
+    }
     card.supported_interfaces = vec![
         AgentInterface::new(url.to_owned(), TRANSPORT_PROTOCOL_JSONRPC),
         AgentInterface::new(url.trim_end_matches('/'), TRANSPORT_PROTOCOL_HTTP_JSON),
+        grpc,
     ];
     if gw.push_notifications {
         card.capabilities.push_notifications = Some(true);
@@ -151,6 +158,18 @@ pub(crate) fn gateway_card(gw: &Cards, agent: &str, url: &str) -> Result<AgentCa
         card.capabilities.extended_agent_card = None;
     }
     Ok(card)
+}
+
+/// The gRPC interface's URL: the scheme and authority of the base URL (gRPC has no path
+/// prefix; a plain `http://` one is written as `host:port`, as gRPC clients take it).
+fn grpc_url(base_url: &str) -> String {
+    let (scheme, rest) = base_url.split_once("://").unwrap_or(("http", base_url));
+    let authority = rest.split('/').next().unwrap_or(rest);
+    if scheme == "http" {
+        authority.to_owned()
+    } else {
+        format!("{scheme}://{authority}")
+    }
 }
 
 /// A card as served to a request with `headers`: the 1.0 shape for a 1.x client, else the

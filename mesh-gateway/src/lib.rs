@@ -22,7 +22,8 @@
 //! ```
 //!
 //! Modules: [`config`] (settings), [`server`] (router, start, shutdown), `service` (the A2A
-//! operations, free of any transport), `jsonrpc` (the JSON-RPC binding over it), `http`
+//! operations, free of any transport), the bindings over it: `jsonrpc`, `rest` (HTTP+JSON)
+//! and `grpc`, with `answers` (the JSON both HTTP bindings write), `http`
 //! (what the HTTP bindings share: bounded bodies, version and content-type checks), `sse`
 //! (event streams), `bridge` (the pump from the bus to the store and the live subscribers),
 //! [`task_events`] (how an event changes a task, and its stored encoding), `cards` (and
@@ -37,6 +38,7 @@ mod bridge;
 mod card_signer;
 mod cards;
 pub mod config;
+mod grpc;
 mod health;
 mod http;
 mod jsonrpc;

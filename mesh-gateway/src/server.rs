@@ -281,9 +281,20 @@ impl Gateway {
                 requester,
                 mesh: registry.clone(),
             }),
-            guard: Arc::new(Guard { keys, metrics }),
+            guard: Arc::new(Guard {
+                keys,
+                metrics: metrics.clone(),
+            }),
         };
-        let mut app = router(state);
+        let grpc = crate::grpc::server::server(
+            crate::grpc::server::Grpc {
+                service: service.clone(),
+                metrics: metrics.clone(),
+                default_agent: config.default_agent.clone(),
+            },
+            config.body_limit,
+        );
+        let mut app = router(state, grpc);
         if let Some(cors) = cors {
             app = app.layer(cors);
         }
@@ -392,7 +403,10 @@ impl RunningGateway {
     }
 }
 
-fn router(state: AppState) -> Router {
+fn router(
+    state: AppState,
+    grpc: crate::grpc::proto::a2a_service_server::A2aServiceServer<crate::grpc::server::Grpc>,
+) -> Router {
     let router = Router::new()
         .route("/", post(jsonrpc::post_default))
         .route("/agents/{name}", post(jsonrpc::post_agent))
@@ -426,6 +440,8 @@ fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::serve))
+        // The gRPC binding, on the same port (HTTP/2).
+        .route_service("/lf.a2a.v1.A2AService/{*method}", grpc)
         // The HTTP+JSON binding of the default agent, and of `/{tenant}/…`.
         .fallback(root_fallback);
     // Without API keys nothing is checked: no middleware (it would box every request's

@@ -10,7 +10,7 @@
 //! get keep-alive comments. The response tells caches and buffering proxies to pass it on as
 //! it comes (`Cache-Control: no-cache`, `X-Accel-Buffering: no`).
 
-use crate::bridge::{LiveEvent, artifact_events, status_event, view};
+use crate::bridge::{LiveEvent, status_event, task_as_updates, view};
 use crate::service::TaskEvents;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -181,17 +181,4 @@ pub(crate) fn render(
         }
         Ok(other) => vec![line(reply(other))],
     }
-}
-
-/// A task as 0.1 stream events: its artifacts, then its status.
-fn task_as_updates(task: &Task) -> impl Iterator<Item = Reply> + '_ {
-    let status = mesh_core::model::TaskStatusUpdateEvent {
-        task_id: task.id.clone(),
-        context_id: task.context_id.clone(),
-        status: task.status.clone(),
-        metadata: None,
-    };
-    artifact_events(task)
-        .map(Reply::ArtifactUpdate)
-        .chain(std::iter::once(Reply::StatusUpdate(status)))
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// The bindings the suite runs through, as the SDK and the cards' `protocolBinding` name
 /// them; the first is the reference. A binding the gateway serves is added here, nothing else.
-const BINDINGS: &[&str] = &["JSONRPC", "HTTP+JSON"];
+const BINDINGS: &[&str] = &["JSONRPC", "HTTP+JSON", "GRPC"];
 
 /// How long one run of the script may take.
 const RUN_LIMIT: Duration = Duration::from_secs(120);

@@ -32,13 +32,23 @@ async fn agent_cards_for_both_generations_with_caching_headers() {
             .iter()
             .map(|i| i["protocolVersion"].as_str().unwrap())
             .collect();
-        assert_eq!(versions, ["1.0", "0.3", "1.0"], "{card}");
+        assert_eq!(versions, ["1.0", "0.3", "1.0", "1.0"], "{card}");
         let bindings: Vec<&str> = interfaces
             .iter()
             .map(|i| i["protocolBinding"].as_str().unwrap())
             .collect();
-        assert_eq!(bindings, ["JSONRPC", "JSONRPC", "HTTP+JSON"], "{card}");
-        assert!(interfaces.iter().all(|i| i["url"] == card["url"]), "{card}");
+        assert_eq!(
+            bindings,
+            ["JSONRPC", "JSONRPC", "HTTP+JSON", "GRPC"],
+            "{card}"
+        );
+        assert!(
+            interfaces[..3].iter().all(|i| i["url"] == card["url"]),
+            "{card}"
+        );
+        // gRPC has no path: the public URL's scheme and authority, the agent as tenant.
+        assert_eq!(interfaces[3]["url"], "https://a2a.example.test", "{card}");
+        assert_eq!(interfaces[3]["tenant"], "echo", "{card}");
 
         let cached = mesh
             .http
