@@ -619,3 +619,120 @@ pub(crate) fn task_as_updates(task: &Task) -> impl Iterator<Item = Reply> + '_ {
         .map(Reply::ArtifactUpdate)
         .chain(std::iter::once(Reply::StatusUpdate(status)))
 }
+
+#[cfg(test)]
+mod tests {
+    //! The bridge's own logic without a broker: live tasks, their subscribers, and the
+    //! subscribers that wait for an interrupted task's next message.
+    use super::*;
+    use crate::store::{MemoryStore, StoreLimits};
+    use mesh_core::dialect::Dialect;
+
+    fn task(id: &str, state: TaskState) -> Task {
+        Task {
+            id: id.into(),
+            context_id: "c".into(),
+            status: TaskStatus {
+                state,
+                message: None,
+                timestamp: None,
+            },
+            artifacts: None,
+            history: None,
+            metadata: None,
+        }
+    }
+
+    fn bridge_with(id: &str, state: TaskState) -> Bridge {
+        let store = Arc::new(MemoryStore::new(StoreLimits::default()));
+        store
+            .insert(TaskRecord::new(task(id, state), "agent", Dialect::V1_0))
+            .expect("the store takes the task");
+        Bridge::new(store, None, None)
+    }
+
+    fn event(n: usize) -> LiveEvent {
+        let mut t = task("t", TaskState::Working);
+        t.context_id = n.to_string();
+        Ok(Arc::new(Reply::Task(t)))
+    }
+
+    /// The context id the test events carry their number in.
+    fn number(live: Option<Live>) -> Option<String> {
+        match live {
+            Some(Live::Event(Ok(reply))) => match &*reply {
+                Reply::Task(t) => Some(t.context_id.clone()),
+                _ => None,
+            },
+            Some(Live::Lagged) => Some("lagged".into()),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_stops_reading_misses_events_and_is_told_so() {
+        let bridge = bridge_with("t", TaskState::Working);
+        let (live, mut first) = bridge.begin("t", 1).expect("the task begins");
+        for n in 1..=3 {
+            live.send(event(n));
+        }
+        assert_eq!(number(first.recv().await).as_deref(), Some("1"));
+        live.send(event(4));
+        assert_eq!(number(first.recv().await).as_deref(), Some("lagged"));
+        // A second message to a running task is refused.
+        assert!(bridge.begin("t", 1).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_of_an_interrupted_task_gets_the_events_of_its_next_message() {
+        let bridge = bridge_with("t", TaskState::InputRequired);
+        let (_, follower) = bridge
+            .attach("t", true)
+            .expect("room to wait")
+            .expect("the task exists");
+        let mut follower = follower.expect("a subscription");
+        // The next message's pump adopts the waiting subscriber.
+        let (live, _sender) = bridge.begin("t", 8).expect("the next message begins");
+        live.send(event(7));
+        assert_eq!(number(follower.recv().await).as_deref(), Some("7"));
+
+        // Its turn ends interrupted again: the follower waits for the message after.
+        bridge.end("t", &live);
+        let (live, _sender) = bridge.begin("t", 8).expect("the message after begins");
+        live.send(event(8));
+        assert_eq!(number(follower.recv().await).as_deref(), Some("8"));
+    }
+
+    #[tokio::test]
+    async fn waiting_subscribers_are_bounded_and_let_go_when_the_task_ends_at_the_gateway() {
+        let bridge = bridge_with("t", TaskState::InputRequired);
+        let mut followers: Vec<Subscription> = (0..MAX_WAITING_SUBSCRIBERS)
+            .map(|_| {
+                bridge
+                    .attach("t", true)
+                    .expect("room to wait")
+                    .and_then(|(_, rx)| rx)
+                    .expect("a subscription")
+            })
+            .collect();
+        assert!(bridge.attach("t", true).is_err(), "one more than the bound");
+        // A subscription that does not follow the task gets the snapshot alone.
+        let (_, none) = bridge.attach("t", false).unwrap().unwrap();
+        assert!(none.is_none());
+
+        let canceled = TaskRecord::new(task("t", TaskState::Canceled), "agent", Dialect::V1_0);
+        bridge.release_waiting(&canceled);
+        for follower in &mut followers {
+            match follower.recv().await {
+                Some(Live::Event(Ok(reply))) => {
+                    assert!(
+                        matches!(&*reply, Reply::Task(t) if t.status.state == TaskState::Canceled)
+                    )
+                }
+                _ => panic!("every waiting subscriber gets the canceled task"),
+            }
+            assert!(follower.recv().await.is_none(), "and is let go");
+        }
+        assert!(lock(&bridge.waiting).is_empty());
+    }
+}
