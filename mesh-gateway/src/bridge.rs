@@ -65,10 +65,14 @@ pub(crate) fn view(event: &LiveEvent) -> Result<&Reply, &A2aError> {
     }
 }
 
+/// An event's sequence number in its task (the store's, 1, 2, … across every turn; 0 for
+/// an event the store did not log: an error, or a task it no longer holds).
+pub(crate) type Seq = u64;
+
 /// What a live task's subscriber receives, in order.
 pub(crate) enum Live {
-    /// The next event.
-    Event(LiveEvent),
+    /// The next event, and its sequence number.
+    Event(Seq, LiveEvent),
     /// The subscriber's buffer was full and it missed events: resynchronise from the store.
     Lagged,
 }
@@ -115,7 +119,7 @@ impl LiveTask {
 
     /// Hands `event` to every subscriber without waiting: one whose buffer is full misses it
     /// (and is told so before its next event); one that went away is forgotten.
-    fn send(&self, event: LiveEvent) {
+    fn send(&self, seq: Seq, event: LiveEvent) {
         lock(&self.subscribers).retain_mut(|subscriber| {
             if subscriber.lagged {
                 match subscriber.tx.try_send(Live::Lagged) {
@@ -124,7 +128,7 @@ impl LiveTask {
                     Err(TrySendError::Closed(_)) => return false,
                 }
             }
-            match subscriber.tx.try_send(Live::Event(event.clone())) {
+            match subscriber.tx.try_send(Live::Event(seq, event.clone())) {
                 Ok(()) => true,
                 Err(TrySendError::Full(_)) => {
                     subscriber.lagged = true;
@@ -375,7 +379,10 @@ impl Bridge {
             return;
         };
         let event: LiveEvent = Ok(Arc::new(Reply::Task(record.task.clone())));
-        followers.retain(|s| s.tx.try_send(Live::Event(event.clone())).is_ok());
+        followers.retain(|s| {
+            s.tx.try_send(Live::Event(record.seq, event.clone()))
+                .is_ok()
+        });
         if followers.is_empty() || record.task.status.state.is_terminal() {
             waiting.remove(&record.task.id);
         }
@@ -439,7 +446,7 @@ impl Bridge {
                             let _ = self.store.insert(TaskRecord::clone(previous));
                         }
                     }
-                    live.send(Err(Arc::new(error)));
+                    live.send(0, Err(Arc::new(error)));
                     return;
                 }
                 Err(error) => {
@@ -464,7 +471,7 @@ impl Bridge {
         if live.stop.is_cancelled() {
             return false;
         }
-        match self.store.append(id, &reply) {
+        let seq = match self.store.append(id, &reply) {
             Ok(record) => {
                 if matches!(
                     *reply,
@@ -472,6 +479,7 @@ impl Bridge {
                 ) {
                     self.notify_push(&record);
                 }
+                record.seq
             }
             Err(StoreError::TaskTooLarge { limit, .. }) => {
                 self.fail_too_large(id, live, limit);
@@ -479,9 +487,9 @@ impl Bridge {
             }
             // The task is gone from the store (removed, or never there): the event still
             // reaches the subscribers.
-            Err(_) => {}
-        }
-        live.send(Ok(reply));
+            Err(_) => 0,
+        };
+        live.send(seq, Ok(reply));
         true
     }
 
@@ -499,10 +507,14 @@ impl Bridge {
         tracing::warn!(task = %id, agent = %current.agent, limit, "task failed: too large");
         let event = status_event(&current.task, TaskState::Failed, Some(&text));
         let reply = Arc::new(Reply::StatusUpdate(event));
-        if let Ok(record) = self.store.append(id, &reply) {
-            self.notify_push(&record);
-        }
-        live.send(Ok(reply));
+        let seq = match self.store.append(id, &reply) {
+            Ok(record) => {
+                self.notify_push(&record);
+                record.seq
+            }
+            Err(_) => 0,
+        };
+        live.send(seq, Ok(reply));
         live.stop.cancel();
         self.cancel_at_agent(id, &current.agent);
     }
@@ -553,7 +565,7 @@ impl Bridge {
             if let Some(record) = &record {
                 self.notify_push(record);
             }
-            live.send(Ok(event));
+            live.send(record.as_ref().map_or(0, |r| r.seq), Ok(event));
             live.stop.cancel();
             record
         };
@@ -660,7 +672,7 @@ mod tests {
     /// The context id the test events carry their number in.
     fn number(live: Option<Live>) -> Option<String> {
         match live {
-            Some(Live::Event(Ok(reply))) => match &*reply {
+            Some(Live::Event(_, Ok(reply))) => match &*reply {
                 Reply::Task(t) => Some(t.context_id.clone()),
                 _ => None,
             },
@@ -674,10 +686,10 @@ mod tests {
         let bridge = bridge_with("t", TaskState::Working);
         let (live, mut first) = bridge.begin("t", 1).expect("the task begins");
         for n in 1..=3 {
-            live.send(event(n));
+            live.send(n as u64, event(n));
         }
         assert_eq!(number(first.recv().await).as_deref(), Some("1"));
-        live.send(event(4));
+        live.send(4, event(4));
         assert_eq!(number(first.recv().await).as_deref(), Some("lagged"));
         // A second message to a running task is refused.
         assert!(bridge.begin("t", 1).is_none());
@@ -693,13 +705,13 @@ mod tests {
         let mut follower = follower.expect("a subscription");
         // The next message's pump adopts the waiting subscriber.
         let (live, _sender) = bridge.begin("t", 8).expect("the next message begins");
-        live.send(event(7));
+        live.send(7, event(7));
         assert_eq!(number(follower.recv().await).as_deref(), Some("7"));
 
         // Its turn ends interrupted again: the follower waits for the message after.
         bridge.end("t", &live);
         let (live, _sender) = bridge.begin("t", 8).expect("the message after begins");
-        live.send(event(8));
+        live.send(8, event(8));
         assert_eq!(number(follower.recv().await).as_deref(), Some("8"));
     }
 
@@ -724,7 +736,7 @@ mod tests {
         bridge.release_waiting(&canceled);
         for follower in &mut followers {
             match follower.recv().await {
-                Some(Live::Event(Ok(reply))) => {
+                Some(Live::Event(_, Ok(reply))) => {
                     assert!(
                         matches!(&*reply, Reply::Task(t) if t.status.state == TaskState::Canceled)
                     )

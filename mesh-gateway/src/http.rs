@@ -85,6 +85,15 @@ pub(crate) fn traceparent(headers: &HeaderMap) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The `Last-Event-ID` a client resumes a stream from: the sequence number of the last event
+/// it received (the SSE `id` the gateway wrote); absent or not a number: none.
+pub(crate) fn last_event_id(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Why a body could not be read.
 pub(crate) enum BodyError {
     /// It is longer than the limit (declared or as it came).

@@ -68,6 +68,8 @@ struct Http {
     traceparent: Option<String>,
     /// The authenticated caller (absent without API keys).
     caller: Option<Caller>,
+    /// Where a resubscription resumes (`Last-Event-ID`).
+    last_event_id: Option<u64>,
 }
 
 /// `POST /`: the default agent.
@@ -102,6 +104,7 @@ fn handle(
         let http = Http {
             bad_version: bad_version(&parts.headers, parts.uri.query()),
             traceparent: crate::http::traceparent(&parts.headers),
+            last_event_id: crate::http::last_event_id(&parts.headers),
             caller: parts.extensions.get::<Caller>().cloned(),
         };
         // The dialect of answers written before the request is read.
@@ -308,6 +311,7 @@ fn triage(
                 bad_version: None,
                 traceparent: http.traceparent.clone(),
                 caller: http.caller.clone(),
+                last_event_id: None,
             };
             tokio::spawn(async move {
                 let _ = dispatch(&gw, &agent, &http, request, JsonRpcId::Null).await;
@@ -419,9 +423,12 @@ fn dispatch<'a>(
                     None,
                 )
             }),
-            Call::Subscribe(params) => service.subscribe(&cx, params).map(|(record, events)| {
-                Answer::Stream(events, answer_in(record.dialect), id.clone())
-            }),
+            Call::Subscribe(params) => service
+                .subscribe(&cx, params, http.last_event_id)
+                .await
+                .map(|(record, events)| {
+                    Answer::Stream(events, answer_in(record.dialect), id.clone())
+                }),
             Call::SetPushConfig(config) => {
                 service
                     .set_push_config(&cx, config)

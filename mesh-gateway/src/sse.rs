@@ -7,10 +7,11 @@
 //! artifacts and its status. A Task after the first event (the final answer of a task started
 //! with a blocking send, or a resynchronisation) becomes its artifacts and its status too, so
 //! that every stream ends with a status update (`final: true` in 0.1 and 0.3). Idle streams
-//! get keep-alive comments. The response tells caches and buffering proxies to pass it on as
+//! get keep-alive comments. Each event's last `data:` line carries the event's sequence
+//! number in its task as the SSE `id` (for `Last-Event-ID`). The response tells caches and buffering proxies to pass it on as
 //! it comes (`Cache-Control: no-cache`, `X-Accel-Buffering: no`).
 
-use crate::bridge::{LiveEvent, status_event, task_as_updates, view};
+use crate::bridge::{LiveEvent, Seq, status_event, task_as_updates, view};
 use crate::service::TaskEvents;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -29,6 +30,17 @@ use std::time::Duration;
 /// Writes one event as server-sent events; `started` is true once an event was written.
 pub(crate) trait Render: Send + 'static {
     fn events(&mut self, event: Result<&Reply, &A2aError>, started: bool) -> Vec<Event>;
+}
+
+/// The events of one task event: the last one carries its sequence number as the SSE `id`
+/// (when the store logged it), so that a client that saw it has seen the whole event.
+fn with_id(mut events: Vec<Event>, seq: Seq) -> Vec<Event> {
+    if seq > 0 {
+        if let Some(last) = events.pop() {
+            events.push(last.id(seq.to_string()));
+        }
+    }
+    events
 }
 
 /// JSON-RPC responses with the request's id, in the client's dialect.
@@ -79,10 +91,10 @@ impl Render for RestEvents {
 /// The SSE response of `events`, each written by `render`.
 pub(crate) fn respond(events: TaskEvents, render: impl Render, keep_alive: Duration) -> Response {
     let state = State {
+        started: events.resumed,
         events,
         render,
         pending: VecDeque::new(),
-        started: false,
     };
     let mut response = Sse::new(lines(state))
         .keep_alive(KeepAlive::new().interval(keep_alive))
@@ -114,8 +126,8 @@ struct State<R> {
 }
 
 impl<R: Render> State<R> {
-    fn push(&mut self, event: &LiveEvent) {
-        let events = self.render.events(view(event), self.started);
+    fn push(&mut self, seq: Seq, event: &LiveEvent) {
+        let events = with_id(self.render.events(view(event), self.started), seq);
         self.started = true;
         self.pending.extend(events);
     }
@@ -127,8 +139,8 @@ fn lines<R: Render>(state: State<R>) -> impl Stream<Item = Result<Event, Infalli
             if let Some(event) = state.pending.pop_front() {
                 return Some((Ok(event), state));
             }
-            let event = state.events.next().await?;
-            state.push(&event);
+            let (seq, event) = state.events.next().await?;
+            state.push(seq, &event);
         }
     })
 }

@@ -141,16 +141,16 @@ fn events(events: TaskEvents) -> Events {
         started: bool,
     }
     let state = State {
+        started: events.resumed,
         events,
         pending: VecDeque::new(),
-        started: false,
     };
     Box::pin(stream::unfold(state, |mut state| async move {
         loop {
             if let Some(item) = state.pending.pop_front() {
                 return Some((item, state));
             }
-            let event = state.events.next().await?;
+            let (_, event) = state.events.next().await?;
             let started = std::mem::replace(&mut state.started, true);
             match view(&event) {
                 Err(e) => state.pending.push_back(Err(status::to_status(e))),
@@ -305,9 +305,11 @@ impl pb::a2a_service_server::A2aService for Grpc {
             convert::subscribe_to_task_request,
             |p| p.tenant.as_deref(),
         )?;
+        // gRPC's stream carries no event ids, so there is nothing to resume from here.
         let answer = self
             .service
-            .subscribe(&cx, params)
+            .subscribe(&cx, params, None)
+            .await
             .map(|(_, subscription)| events(subscription));
         self.answered(method, began, answer)
     }

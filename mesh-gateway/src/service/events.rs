@@ -7,9 +7,14 @@
 //! §3.1.6). A subscriber that stopped reading long enough to miss events is resynchronised
 //! with the task as the store has it. Every stream ends when the gateway shuts down. The
 //! bindings only encode: server-sent events in a dialect, gRPC server streaming.
+//!
+//! Each event comes with its sequence number in the task ([`Seq`]: the store's, across every
+//! turn), which the SSE bindings send as the event's `id`: a client that lost its stream
+//! subscribes again with `Last-Event-ID` and gets the events after it, then the live ones
+//! ([`A2aService::subscribe`](super::A2aService::subscribe)).
 
 use super::A2aService;
-use crate::bridge::{Live, LiveEvent, Subscription, ends_task, view};
+use crate::bridge::{Live, LiveEvent, Seq, Subscription, ends_task, view};
 use crate::metrics::StreamGuard;
 use crate::store::TaskStore;
 use mesh_core::error::A2aError;
@@ -21,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 /// One task's events for one client (see the module docs).
 pub(crate) struct TaskEvents {
     /// Events already known, not yet handed out.
-    first: VecDeque<LiveEvent>,
+    first: VecDeque<(Seq, LiveEvent)>,
     /// The live events after them; `None` when the stream is only `first`.
     live: Option<Subscription>,
     /// Where to resynchronise a subscriber that fell behind.
@@ -30,6 +35,9 @@ pub(crate) struct TaskEvents {
     shutdown: CancellationToken,
     /// Ends at a terminal state only, not at an interrupted one.
     until_terminal: bool,
+    /// Continues a stream the client had (`Last-Event-ID`): a task handed out is the rest
+    /// of that stream, not its opening.
+    pub(crate) resumed: bool,
     done: bool,
     /// Counts the stream in `mesh_gateway_sse_streams_open` while it lives.
     _open: StreamGuard,
@@ -41,7 +49,7 @@ impl A2aService {
     pub(crate) fn events(
         &self,
         task_id: String,
-        first: Vec<LiveEvent>,
+        first: Vec<(Seq, LiveEvent)>,
         live: Option<Subscription>,
         until_terminal: bool,
     ) -> TaskEvents {
@@ -52,6 +60,7 @@ impl A2aService {
             task_id,
             shutdown: self.shutdown.clone(),
             until_terminal,
+            resumed: false,
             done: false,
             _open: self.metrics.stream_opened(),
         }
@@ -59,13 +68,13 @@ impl A2aService {
 }
 
 impl TaskEvents {
-    /// The next event; `None` once the stream is over.
-    pub(crate) async fn next(&mut self) -> Option<LiveEvent> {
+    /// The next event and its sequence number; `None` once the stream is over.
+    pub(crate) async fn next(&mut self) -> Option<(Seq, LiveEvent)> {
         if self.done {
             return None;
         }
-        if let Some(event) = self.first.pop_front() {
-            return Some(self.handing_out(event));
+        if let Some((seq, event)) = self.first.pop_front() {
+            return Some((seq, self.handing_out(event)));
         }
         let live = self.live.as_mut()?;
         let received = tokio::select! {
@@ -73,7 +82,7 @@ impl TaskEvents {
             received = live.recv() => received,
         };
         match received {
-            Some(Live::Event(event)) => Some(self.handing_out(event)),
+            Some(Live::Event(seq, event)) => Some((seq, self.handing_out(event))),
             Some(Live::Lagged) => {
                 tracing::debug!(task = %self.task_id, "slow subscriber resynchronised");
                 let Some(record) = self.store.get(&self.task_id) else {
@@ -81,7 +90,7 @@ impl TaskEvents {
                     return None;
                 };
                 let event = Ok(Arc::new(Reply::Task(record.task.clone())));
-                Some(self.handing_out(event))
+                Some((record.seq, self.handing_out(event)))
             }
             None => {
                 // The pump ended without a final event (stopped): close with the task as it
@@ -89,7 +98,7 @@ impl TaskEvents {
                 self.done = true;
                 let record = self.store.get(&self.task_id)?;
                 let task = Reply::Task(record.task.clone());
-                ends_task(&task).then(|| Ok(Arc::new(task)))
+                ends_task(&task).then(|| (record.seq, Ok(Arc::new(task))))
             }
         }
     }
@@ -144,11 +153,14 @@ mod tests {
     }
 
     fn status(state: TaskState) -> Live {
-        Live::Event(Ok(Arc::new(Reply::StatusUpdate(status_event(
-            &task(state.clone()),
-            state,
-            None,
-        )))))
+        Live::Event(
+            0,
+            Ok(Arc::new(Reply::StatusUpdate(status_event(
+                &task(state.clone()),
+                state,
+                None,
+            )))),
+        )
     }
 
     struct Setup {
@@ -166,12 +178,13 @@ mod tests {
         let (live, subscription) = mpsc::channel(16);
         let shutdown = CancellationToken::new();
         let events = TaskEvents {
-            first: VecDeque::from([Ok(Arc::new(Reply::Task(task(first))))]),
+            first: VecDeque::from([(1, Ok(Arc::new(Reply::Task(task(first)))))]),
             live: Some(subscription),
             store: store.clone(),
             task_id: "t1".into(),
             shutdown: shutdown.clone(),
             until_terminal,
+            resumed: false,
             done: false,
             _open: Arc::new(Metrics::new()).stream_opened(),
         };
@@ -187,7 +200,7 @@ mod tests {
     async fn states(events: &mut TaskEvents) -> Vec<TaskState> {
         let mut states = Vec::new();
         let drain = async {
-            while let Some(event) = events.next().await {
+            while let Some((_, event)) = events.next().await {
                 states.push(match event.as_deref() {
                     Ok(Reply::Task(task)) => task.status.state.clone(),
                     Ok(Reply::StatusUpdate(update)) => update.status.state.clone(),
@@ -288,7 +301,7 @@ mod tests {
     async fn an_error_ends_the_stream_and_so_does_shutdown() {
         let mut s = setup(TaskState::Working, true);
         s.live
-            .send(Live::Event(Err(Arc::new(A2aError::internal("gone")))))
+            .send(Live::Event(0, Err(Arc::new(A2aError::internal("gone")))))
             .await
             .unwrap();
         s.live.send(status(TaskState::Completed)).await.unwrap();

@@ -83,7 +83,7 @@ impl A2aService {
                     // The wait is over: the task as it stands, for the client to poll or resubscribe.
                     Err(_) | Ok(None) => return task(self),
                     Ok(Some(Live::Lagged)) => continue,
-                    Ok(Some(Live::Event(event))) => match crate::bridge::view(&event) {
+                    Ok(Some(Live::Event(_, event))) => match crate::bridge::view(&event) {
                         Err(e) => return Err(e.clone()),
                         Ok(Reply::Message(message)) => {
                             return Ok(SendOutcome::Message(message.clone()));
@@ -113,7 +113,7 @@ impl A2aService {
                         return Err(A2aError::internal("the gateway is shutting down"));
                     }
                     received = started.events.recv() => match received {
-                        Some(Live::Event(event)) => break event,
+                        Some(Live::Event(seq, event)) => break (seq, event),
                         Some(Live::Lagged) => continue,
                         None => {
                             return Err(A2aError::internal(
@@ -123,7 +123,7 @@ impl A2aService {
                     },
                 }
             };
-            if let Err(e) = &first {
+            if let Err(e) = &first.1 {
                 return Err(A2aError::clone(e));
             }
             Ok(self.events(started.task_id, vec![first], Some(started.events), false))

@@ -2,7 +2,8 @@
 //! except a cancel of a running task, which asks its agent on the bus first.
 
 use super::{A2aService, RequestContext, TaskEvents};
-use crate::bridge::set_status;
+use crate::bridge::{LiveEvent, Seq, set_status};
+use crate::store::EVENT_LOG_EVENTS;
 use crate::store::{TaskQuery, TaskRecord};
 use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
@@ -153,13 +154,21 @@ impl A2aService {
 
     /// `SubscribeToTask`: the task now, then its events until it reaches a terminal state
     /// (across interrupted states: spec 1.0 §3.1.6). The record is the one subscribed to.
-    pub(crate) fn subscribe(
+    ///
+    /// `resume_after` (a client's `Last-Event-ID`) resumes a stream it lost: instead of the
+    /// task, the events after that sequence number as the task's log has them, then the live
+    /// ones, each once and in order; a task that ended meanwhile is resumed too, to its
+    /// final event. When the log no longer holds them all (it keeps a task's latest events),
+    /// the task as it stands takes their place.
+    pub(crate) async fn subscribe(
         &self,
         cx: &RequestContext,
         params: SubscribeToTaskRequest,
+        resume_after: Option<Seq>,
     ) -> Result<(Arc<TaskRecord>, TaskEvents), A2aError> {
         let record = self.find(cx, &params.id)?;
-        if record.task.status.state.is_terminal() {
+        let terminal = record.task.status.state.is_terminal();
+        if terminal && resume_after.is_none_or(|after| after >= record.seq) {
             return Err(A2aError::unsupported_operation(format!(
                 "task {} is {}: there is nothing to subscribe to",
                 params.id,
@@ -169,8 +178,43 @@ impl A2aService {
         let Some((snapshot, live)) = self.bridge.attach(&params.id, true)? else {
             return Err(A2aError::task_not_found(&params.id));
         };
-        let first = vec![Ok(Arc::new(Reply::Task(snapshot.task.clone())))];
-        let events = self.events(params.id, first, live, true);
+        let task = || -> (Seq, LiveEvent) {
+            (
+                snapshot.seq,
+                Ok(Arc::new(Reply::Task(snapshot.task.clone()))),
+            )
+        };
+        let first = match resume_after {
+            None => vec![task()],
+            Some(after) if after >= snapshot.seq => Vec::new(),
+            Some(after) => {
+                let missed = usize::try_from(snapshot.seq - after).unwrap_or(usize::MAX);
+                let store = self.store().clone();
+                let id = params.id.clone();
+                // A durable store may read its disk.
+                let logged = tokio::task::spawn_blocking(move || {
+                    store.events_after(&id, after, missed.min(EVENT_LOG_EVENTS))
+                })
+                .await
+                .map_err(|e| A2aError::internal(format!("reading the task's events: {e}")))?;
+                match logged {
+                    Ok(events)
+                        if events.first().map(|e| e.seq) == Some(after + 1)
+                            && events.last().map(|e| e.seq) >= Some(snapshot.seq) =>
+                    {
+                        events
+                            .into_iter()
+                            .take_while(|e| e.seq <= snapshot.seq)
+                            .map(|e| (e.seq, e.reply().map(Arc::new).map_err(Arc::new)))
+                            .collect()
+                    }
+                    // Forgotten (or not logged whole): the task as it stands.
+                    _ => vec![task()],
+                }
+            }
+        };
+        let mut events = self.events(params.id, first, live, true);
+        events.resumed = resume_after.is_some();
         Ok((record, events))
     }
 }

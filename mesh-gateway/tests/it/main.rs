@@ -12,6 +12,7 @@ mod interop_auth;
 mod methods;
 mod push;
 mod rest;
+mod resume;
 mod signed_cards;
 mod store;
 mod support;

@@ -267,6 +267,11 @@ pub fn msg01(task_id: &str, text: &str) -> Value {
 pub struct Gate(Arc<Notify>);
 
 impl Gate {
+    /// Waits until the gate is opened (at once when it was opened before).
+    pub async fn wait(&self) {
+        self.0.notified().await;
+    }
+
     pub fn open(&self) {
         self.0.notify_waiters();
         self.0.notify_one();
