@@ -1,7 +1,9 @@
 //! Optional authentication: API keys or bearer tokens, each naming a principal.
 //!
 //! With no keys configured every route is open (as before). With keys, every route but the
-//! agent cards, the key set of their signatures, `/healthz` and `/readyz` (and CORS
+//! agent cards, the key set of their signatures, `/healthz` and `/readyz`, the web console's
+//! page and assets (`GET /`, `/ui/`, `/ui/app.js`, `/ui/style.css`: its `/ui/api/` feeds
+//! need a key) (and CORS
 //! preflights, answered before this layer)
 //! needs `Authorization: Bearer <key>` or `X-API-Key: <key>`; anything else gets `401` with
 //! `WWW-Authenticate: Bearer` and a JSON-RPC error body SDK clients can read. The caller's
@@ -173,6 +175,9 @@ fn is_public(path: &str) -> bool {
             | "/.well-known/agent.json"
             | "/.well-known/jwks.json"
             | "/agentCard"
+            | "/ui"
+            | "/ui/app.js"
+            | "/ui/style.css"
     ) || (path.starts_with("/agents/")
         && (path.ends_with("/.well-known/agent-card.json")
             || path.ends_with("/.well-known/agent.json")
@@ -219,7 +224,10 @@ pub(crate) async fn require(
     mut request: Request,
     next: Next,
 ) -> Response {
-    if !gw.keys.enabled() || is_public(request.uri().path()) {
+    // `GET /` is the redirect to the console (a POST there is JSON-RPC and needs a key).
+    let console_redirect =
+        request.method() == axum::http::Method::GET && request.uri().path() == "/";
+    if !gw.keys.enabled() || console_redirect || is_public(request.uri().path()) {
         return next.run(request).await;
     }
     match gw.keys.check(request.headers()) {
@@ -354,6 +362,10 @@ mod tests {
             "/agents/echo/.well-known/agent-card.json",
             "/agents/echo/agentCard",
             "/.well-known/jwks.json",
+            "/ui",
+            "/ui/",
+            "/ui/app.js",
+            "/ui/style.css",
         ] {
             assert!(is_public(p), "{p}");
         }
@@ -363,6 +375,9 @@ mod tests {
             "/agents",
             "/metrics",
             "/agents/echo/extendedAgentCard",
+            "/ui/api/tasks",
+            "/ui/api/agents/events",
+            "/ui/api/tasks/t/events",
         ] {
             assert!(!is_public(p), "{p}");
         }

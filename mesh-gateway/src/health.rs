@@ -44,8 +44,12 @@ pub(crate) async fn readyz(State(gw): State<Arc<Health>>) -> Response {
 
 /// `GET /agents`.
 pub(crate) async fn agents(State(gw): State<Arc<Health>>) -> Response {
-    let agents: Vec<Value> = gw
-        .registry
+    json_status(StatusCode::OK, agents_json(&gw.registry))
+}
+
+/// The body of `GET /agents` (`{"agents": [...]}`), also the console's live feed of them.
+pub(crate) fn agents_json(registry: &Registry) -> Value {
+    let agents: Vec<Value> = registry
         .agents()
         .into_iter()
         .map(|agent| {
@@ -65,7 +69,7 @@ pub(crate) async fn agents(State(gw): State<Arc<Health>>) -> Response {
                 "skills": skills,
                 "lastSeen": last_seen,
             });
-            if gw.registry.verifies_cards() {
+            if registry.verifies_cards() {
                 entry["trusted"] = json!(matches!(agent.trust, CardTrust::Verified { .. }));
                 match &agent.trust {
                     CardTrust::Verified { kid } => entry["kid"] = json!(kid),
@@ -78,5 +82,5 @@ pub(crate) async fn agents(State(gw): State<Arc<Health>>) -> Response {
             entry
         })
         .collect();
-    json_status(StatusCode::OK, json!({ "agents": agents }))
+    json!({ "agents": agents })
 }

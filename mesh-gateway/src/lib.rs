@@ -26,7 +26,7 @@
 //! and `grpc`, with `answers` (the JSON both HTTP bindings write), `http`
 //! (what the HTTP bindings share: bounded bodies, version and content-type checks), `sse`
 //! (event streams), `bridge` (the pump from the bus to the store and the live subscribers),
-//! [`task_events`] (how an event changes a task, and its stored encoding), `cards` (and
+//! [`task_events`] (how an event changes a task, and its stored encoding), `console` (the web console under `/ui/`), `cards` (and
 //! `card_signer`, the gateway's signature on them), `health`, [`auth`] (API keys), [`push`]
 //! (webhook checks and delivery), [`metrics`] (`GET /metrics`), [`tls`] (HTTPS on the
 //! listener), and [`store`] (the [`TaskStore`] trait, the in-memory store and the durable
@@ -38,6 +38,7 @@ mod bridge;
 mod card_signer;
 mod cards;
 pub mod config;
+mod console;
 mod grpc;
 mod health;
 mod http;

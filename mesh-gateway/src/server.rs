@@ -17,6 +17,8 @@
 //! | `GET /.well-known/jwks.json` | the key set of the gateway's card signatures (when it signs) |
 //! | `GET /healthz`, `GET /readyz` | liveness, readiness |
 //! | `GET /metrics` | Prometheus metrics ([`metrics`](crate::metrics)) |
+//! | `GET /` | a redirect to the web console |
+//! | `GET /ui/…` | the web console: the page, its assets and its feeds (see `console`) |
 //!
 //! Every accepted connection has Nagle's algorithm turned off ([`accepting`]). With
 //! [`GatewayConfig::tls`] the listener serves HTTPS only ([`TlsListener`]): TLS is a property
@@ -34,6 +36,7 @@ use crate::bridge::Bridge;
 use crate::card_signer::CardSigner;
 use crate::cards::{CardCache, Cards};
 use crate::config::{ENVELOPE_ROOM, GATEWAY_ID_FILE, GatewayConfig};
+use crate::console::Console;
 use crate::health::Health;
 use crate::jsonrpc::JsonRpc;
 use crate::metrics::{Exposition, Metrics};
@@ -42,7 +45,7 @@ use crate::rest::Rest;
 use crate::service::{A2aService, ServiceSettings};
 use crate::store::{MemoryStore, SqliteStore, StoreError, TaskStore};
 use crate::tls::{TlsFiles, TlsListener};
-use crate::{auth, cards, health, jsonrpc, metrics, rest};
+use crate::{auth, cards, console, health, jsonrpc, metrics, rest};
 use axum::Router;
 use axum::extract::FromRef;
 use axum::extract::State;
@@ -104,6 +107,7 @@ struct AppState {
     health: Arc<Health>,
     exposition: Arc<Exposition>,
     guard: Arc<Guard>,
+    console: Arc<Console>,
 }
 
 /// The HTTP face of the mesh. See [`Gateway::start`].
@@ -285,6 +289,10 @@ impl Gateway {
                 keys,
                 metrics: metrics.clone(),
             }),
+            console: Arc::new(Console {
+                service: service.clone(),
+                keep_alive: config.sse_keep_alive,
+            }),
         };
         let grpc = crate::grpc::server::server(
             crate::grpc::server::Grpc {
@@ -408,7 +416,7 @@ fn router(
     grpc: crate::grpc::proto::a2a_service_server::A2aServiceServer<crate::grpc::server::Grpc>,
 ) -> Router {
     let router = Router::new()
-        .route("/", post(jsonrpc::post_default))
+        .route("/", post(jsonrpc::post_default).get(console::root))
         .route("/agents/{name}", post(jsonrpc::post_agent))
         .route("/agents/{name}/", post(jsonrpc::post_agent))
         .route("/.well-known/agent-card.json", get(cards::default_card))
@@ -440,6 +448,14 @@ fn router(
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(metrics::serve))
+        // The web console ([`console`]).
+        .route("/ui", get(console::ui_no_slash))
+        .route("/ui/", get(console::index))
+        .route("/ui/app.js", get(console::app_js))
+        .route("/ui/style.css", get(console::style_css))
+        .route("/ui/api/agents/events", get(console::agents_events))
+        .route("/ui/api/tasks", get(console::tasks))
+        .route("/ui/api/tasks/{id}/events", get(console::task_events))
         // The gRPC binding, on the same port (HTTP/2).
         .route_service("/lf.a2a.v1.A2AService/{*method}", grpc)
         // The HTTP+JSON binding of the default agent, and of `/{tenant}/…`.
