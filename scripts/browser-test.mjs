@@ -1,0 +1,144 @@
+// The console's flows in headless Chromium (run by scripts/browser-test, which starts the mesh).
+// Environment: BASE (the gateway's URL), SHOTS (where screenshots go), CHROMIUM (the browser),
+// MESH and BROKER_URL (to start one more agent instance), PLAYWRIGHT_DIR (node_modules).
+// Every wait is bounded by WAIT; no sleeps: each step waits for what the page shows.
+import { spawn } from "node:child_process";
+import { createRequire } from "node:module";
+import assert from "node:assert/strict";
+import path from "node:path";
+
+const require = createRequire(path.join(process.env.PLAYWRIGHT_DIR, "package.json"));
+const { chromium } = require("playwright-core");
+
+const BASE = process.env.BASE;
+const SHOTS = process.env.SHOTS;
+const WAIT = 15000;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM,
+  headless: true,
+  args: ["--no-sandbox", "--disable-dev-shm-usage"],
+});
+const context = await browser.newContext({ viewport: { width: 1100, height: 800 } });
+context.setDefaultTimeout(WAIT);
+const page = await context.newPage();
+const problems = [];
+page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
+page.on("console", (m) => m.type() === "error" && problems.push(`console error: ${m.text()}`));
+
+const flows = [];
+async function flow(name, body) {
+  const started = Date.now();
+  await body();
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+  flows.push(`${name}: ${Date.now() - started} ms`);
+}
+
+function agent(name) {
+  return page.locator(`li.agent[data-agent="${name}"]`);
+}
+
+// 1. The agents, live: GET / leads to the console; the example agents are online; one more
+//    instance of echo appears and goes away without a reload.
+await flow("agents", async () => {
+  const response = await page.goto(`${BASE}/`);
+  assert.ok(response.url().endsWith("/ui/"), `GET / leads to the console: ${response.url()}`);
+  for (const name of ["echo", "writer", "flight-booker", "files", "orchestrator"]) {
+    await agent(name).and(page.locator(".online")).waitFor();
+  }
+  await page.locator("#feed-status.live").waitFor();
+  await agent("echo").locator(".badge", { hasText: "1 instance" }).waitFor();
+  const extra = spawn(process.env.MESH, ["agent", "echo", "--broker-url", process.env.BROKER_URL], {
+    stdio: "ignore",
+  });
+  try {
+    await agent("echo").locator(".badge", { hasText: "2 instances" }).waitFor();
+  } finally {
+    extra.kill("SIGINT");
+  }
+  await agent("echo").locator(".badge", { hasText: "1 instance" }).waitFor();
+  // The card's details: modes and bindings.
+  await agent("writer").locator("details > summary").click();
+  await agent("writer").locator(".card", { hasText: "HTTP+JSON" }).waitFor();
+});
+
+// 2. Chat with writer: the artifact streams in chunk by chunk. A MutationObserver records the
+//    artifact's text each time the page changes it; a partial text must have been shown.
+await flow("chat-writer", async () => {
+  await page.locator("#nav-chat").click();
+  await page.selectOption("#chat-agent", "writer");
+  await page.locator("#chat-task", { hasText: "New conversation with writer" }).waitFor();
+  await page.evaluate(() => {
+    window.__seen = [];
+    new MutationObserver(() => {
+      const body = document.querySelector(".entry.artifact .artifact-body");
+      if (body) window.__seen.push(body.textContent.length);
+    }).observe(document.getElementById("transcript"), { childList: true, subtree: true, characterData: true });
+  });
+  const chunks = 300;
+  await page.fill("#chat-text", `rivers chunks: ${chunks}`);
+  await page.getByRole("button", { name: "Send" }).click();
+  await page.locator("#chat-task", { hasText: "completed" }).waitFor();
+  const text = await page.locator(".entry.artifact .artifact-body").textContent();
+  assert.ok(text.startsWith("[0] On rivers: paragraph 1 of the draft."), text.slice(0, 80));
+  assert.ok(text.includes(`[${chunks - 1}] On rivers: paragraph ${chunks} of the draft.`), "the last chunk is shown");
+  assert.equal(text.match(/On rivers/g).length, chunks, "every chunk once");
+  const seen = await page.evaluate(() => window.__seen);
+  const partial = seen.filter((n) => n > 0 && n < text.length);
+  assert.ok(partial.length > 0, `a partial artifact was shown before the end (${seen.length} changes seen)`);
+  await page.locator(".entry.status", { hasText: "wrote 300 paragraphs" }).waitFor();
+});
+
+// 3. flight-booker: its question is answered in place, in the same task.
+let bookedTask = "";
+await flow("chat-flight-booker", async () => {
+  await page.selectOption("#chat-agent", "flight-booker");
+  await page.locator("#chat-task", { hasText: "New conversation with flight-booker" }).waitFor();
+  await page.fill("#chat-text", "I need a flight");
+  await page.getByRole("button", { name: "Send" }).click();
+  await page.locator("#chat-task", { hasText: "input-required" }).waitFor();
+  await page.locator(".entry", { hasText: "Where would you like to fly" }).waitFor();
+  const asked = await page.locator("#chat-task a").getAttribute("title");
+  await page.fill("#chat-text", "JFK to LHR on 2026-12-24");
+  await page.getByRole("button", { name: "Answer" }).click();
+  await page.locator("#chat-task", { hasText: "completed" }).waitFor();
+  bookedTask = await page.locator("#chat-task a").getAttribute("title");
+  assert.equal(bookedTask, asked, "the answer went to the same task");
+  await page.locator(".entry.artifact pre.data", { hasText: "confirmationId" }).waitFor();
+});
+
+// 4. The task's timeline: every event with its time and raw JSON.
+await flow("task-timeline", async () => {
+  await page.locator("#chat-task a").click();
+  await page.locator("#view-task").waitFor();
+  await page.locator(".timeline .event .summary", { hasText: "input-required" }).first().waitFor();
+  await page.locator(".timeline .event .summary", { hasText: "completed" }).last().waitFor();
+  await page.locator(".timeline .event .summary", { hasText: "artifact" }).first().waitFor();
+  const seqs = await page.locator(".timeline .event").evaluateAll((items) => items.map((i) => Number(i.dataset.seq)));
+  assert.deepEqual(seqs, seqs.map((_, i) => i + 1), `events 1, 2, … in order: ${seqs}`);
+  await page.locator(".timeline .event details summary").first().click();
+  await page.locator(".timeline .event details pre").first().waitFor();
+  await page.locator("#task-summary", { hasText: bookedTask }).waitFor();
+});
+
+// 5. The tasks list, filtered by agent.
+await flow("tasks", async () => {
+  await page.locator("#nav-tasks").click();
+  await page.selectOption("#filter-agent", "flight-booker");
+  await page.getByRole("button", { name: "Filter" }).click();
+  await page.locator("#tasks-caption", { hasText: "1 task" }).waitFor();
+  await page.locator(`#tasks-body tr[data-task="${bookedTask}"]`).waitFor();
+});
+
+// 6. Phone width: the agents, one column.
+await flow("phone", async () => {
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.locator("#nav-agents").click();
+  await agent("writer").waitFor();
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `no horizontal scrolling at phone width (${overflow} px too wide)`);
+});
+
+await browser.close();
+assert.deepEqual(problems, [], "no errors in the page");
+console.log(flows.join("\n"));
