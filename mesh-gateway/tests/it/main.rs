@@ -1,10 +1,11 @@
-//! The integration tests of mesh-gateway: every method through real HTTP, authentication, the HTTP+JSON binding, push notifications, signed cards, faults, the durable store, HTTPS on the listener and the official a2a-sdk client, against real brokers.
+//! The integration tests of mesh-gateway: every method through real HTTP, the web console's routes, authentication, the HTTP+JSON binding, push notifications, signed cards, faults, the durable store, HTTPS on the listener and the official a2a-sdk client, against real brokers.
 //!
 //! One test binary for the crate (each module was a binary of its own): the heavy
 //! dependencies are linked once. Run one module with `cargo test -p mesh-gateway --test it <module>::`.
 
 mod auth;
 mod bindings;
+mod console;
 mod faults;
 mod http;
 mod interop;
