@@ -130,7 +130,31 @@ await flow("tasks", async () => {
   await page.locator(`#tasks-body tr[data-task="${bookedTask}"]`).waitFor();
 });
 
-// 6. Phone width: the agents, one column.
+// 6. The bus traffic, live and pausable.
+await flow("bus", async () => {
+  await page.locator("#nav-bus").click();
+  await page.locator("#bus-status", { hasText: "watching" }).waitFor();
+  const echo = (text) =>
+    page.evaluate(async (text) => {
+      const response = await fetch("/agents/echo/message:send", {
+        method: "POST",
+        headers: { "Content-Type": "application/a2a+json" },
+        body: JSON.stringify({ message: { messageId: crypto.randomUUID(), role: "ROLE_USER", parts: [{ text }] } }),
+      });
+      return response.status;
+    }, text);
+  assert.equal(await echo("over the bus"), 200);
+  await page.locator(".bus-line", { hasText: "echo" }).first().waitFor();
+  await page.getByRole("button", { name: "Pause" }).click();
+  const shown = await page.locator(".bus-line").count();
+  assert.equal(await echo("while paused"), 200);
+  await page.locator("#bus-status", { hasText: /paused · \d+ messages not shown/ }).waitFor();
+  assert.equal(await page.locator(".bus-line").count(), shown, "nothing is added while paused");
+  await page.getByRole("button", { name: "Resume" }).click();
+  await page.locator("#bus-status", { hasText: "watching" }).waitFor();
+});
+
+// 7. Phone width: the agents, one column.
 await flow("phone", async () => {
   await page.setViewportSize({ width: 390, height: 844 });
   await page.locator("#nav-agents").click();

@@ -143,6 +143,7 @@ impl Gateway {
         store: Arc<dyn TaskStore>,
     ) -> Result<RunningGateway, GatewayError> {
         let topics = Topics::new(&config.namespace)?;
+        let bus_filter = topics.namespace_filter();
         let carried = bus.max_packet_size().saturating_sub(ENVELOPE_ROOM);
         if config.body_limit > carried {
             tracing::warn!(
@@ -292,6 +293,8 @@ impl Gateway {
             console: Arc::new(Console {
                 service: service.clone(),
                 keep_alive: config.sse_keep_alive,
+                bus_filter,
+                bus_views: Default::default(),
             }),
         };
         let grpc = crate::grpc::server::server(
@@ -456,6 +459,7 @@ fn router(
         .route("/ui/api/agents/events", get(console::agents_events))
         .route("/ui/api/tasks", get(console::tasks))
         .route("/ui/api/tasks/{id}/events", get(console::task_events))
+        .route("/ui/api/bus", get(console::bus))
         // The gRPC binding, on the same port (HTTP/2).
         .route_service("/lf.a2a.v1.A2AService/{*method}", grpc)
         // The HTTP+JSON binding of the default agent, and of `/{tenant}/…`.

@@ -16,10 +16,17 @@
 //! | `GET` | `/ui/api/agents/events` | SSE: the agents (the body of `GET /agents`) now and after every change of the registry (`event: agents`) |
 //! | `GET` | `/ui/api/tasks` | the tasks across agents (`?agent=&state=&contextId=&pageSize=&pageToken=`), newest first, paged |
 //! | `GET` | `/ui/api/tasks/{id}/events` | one task's timeline: its logged events with their time and raw JSON (`?after=&limit=`) |
+//! | `GET` | `/ui/api/bus` | SSE: the bus traffic of the namespace (`event: bus`), like `mesh tail`; only on a gateway without API keys |
 //!
 //! The page and its assets are public (with API keys on, the page asks for a key and sends it
 //! as `Authorization: Bearer`); the `/ui/api/` feeds need a key like every other route, and
-//! a principal sees only the tasks it created.
+//! a principal sees only the tasks it created. The bus view shows every principal's traffic,
+//! so a gateway with API keys does not serve it (`403`).
+//!
+//! The bus view never slows the bus: the gateway's bus connection waits for room in each
+//! subscription, so each view's subscription is drained at once into a small queue, and what
+//! does not fit is dropped and counted (`event: dropped`). At most [`MAX_BUS_VIEWS`] are
+//! open at once.
 
 use crate::auth::Caller;
 use crate::health::agents_json;
@@ -36,8 +43,10 @@ use mesh_core::model::{TaskState, state_name};
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
 
 /// The page.
 const INDEX_HTML: &str = include_str!("assets/index.html");
@@ -53,12 +62,23 @@ const DEFAULT_PAGE_SIZE: usize = 20;
 /// The most events one answer of `GET /ui/api/tasks/{id}/events` carries.
 const MAX_EVENTS: usize = 500;
 
+/// The most bus views open at once.
+pub const MAX_BUS_VIEWS: usize = 4;
+/// The messages a bus view queues for its reader before it drops some.
+const BUS_VIEW_QUEUE: usize = 256;
+/// The most payload bytes a bus view shows of one message.
+const BUS_VIEW_PAYLOAD: usize = 16 * 1024;
+
 /// What the console's handlers use.
 pub(crate) struct Console {
     /// The A2A operations (the registry, the task store, whether tasks are owned).
     pub service: Arc<A2aService>,
     /// How often an idle feed gets a keep-alive comment.
     pub keep_alive: Duration,
+    /// The filter of the namespace's A2A traffic (`<ns>/a2a/v1/#`), for the bus view.
+    pub bus_filter: String,
+    /// The bus views open now.
+    pub bus_views: Arc<AtomicUsize>,
 }
 
 impl Console {
@@ -402,5 +422,107 @@ fn internal(message: &str) -> Response {
     json_status(
         StatusCode::INTERNAL_SERVER_ERROR,
         json!({ "error": message }),
+    )
+}
+
+/// `GET /ui/api/bus`: the namespace's bus traffic as it passes, each message as `event: bus`
+/// with its `topic`, `retain`, `bytes` and `payload` (the JSON, or the text when it is not
+/// JSON; cut at 16 KiB with `truncated: true`), and `event: dropped` with a count when the
+/// reader fell behind. `403` on a gateway with API keys (the traffic of every principal),
+/// `503` when [`MAX_BUS_VIEWS`] are open.
+pub(crate) async fn bus(State(console): State<Arc<Console>>) -> Response {
+    if console.service.settings.owned_tasks {
+        return json_status(
+            StatusCode::FORBIDDEN,
+            json!({"error": "the bus view shows every principal's traffic: a gateway with API keys does not serve it"}),
+        );
+    }
+    let views = console.bus_views.clone();
+    if views.fetch_add(1, Ordering::SeqCst) >= MAX_BUS_VIEWS {
+        views.fetch_sub(1, Ordering::SeqCst);
+        return json_status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            json!({"error": format!("{MAX_BUS_VIEWS} bus views are open already")}),
+        );
+    }
+    let open = ViewSlot(views);
+    let mut subscription = match console
+        .service
+        .bus
+        .subscribe(&console.bus_filter, mesh_core::bus::QoS::AtMostOnce)
+        .await
+    {
+        Ok(subscription) => subscription,
+        Err(error) => {
+            return json_status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": format!("cannot watch the bus: {error}")}),
+            );
+        }
+    };
+    let (tx, rx) = mpsc::channel::<Event>(BUS_VIEW_QUEUE);
+    let shutdown = console.service.shutdown.clone();
+    // The pump: drains the subscription at once, queues what fits, counts what does not.
+    tokio::spawn(async move {
+        let _open = open;
+        let mut dropped: u64 = 0;
+        loop {
+            let message = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tx.closed() => return,
+                message = subscription.recv() => message,
+            };
+            let Some(message) = message else { return };
+            if dropped > 0 {
+                let note = Event::default()
+                    .event("dropped")
+                    .data(json!({"dropped": dropped}).to_string());
+                if tx.try_send(note).is_ok() {
+                    dropped = 0;
+                }
+            }
+            if tx.try_send(bus_event(&message)).is_err() {
+                dropped += 1;
+            }
+        }
+    });
+    let events = stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|event| (Ok::<_, Infallible>(event), rx))
+    });
+    sse(events, console.keep_alive)
+}
+
+/// Counts a bus view as open while it lives.
+struct ViewSlot(Arc<AtomicUsize>);
+
+impl Drop for ViewSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One bus message as the bus view sends it.
+fn bus_event(message: &mesh_core::bus::BusMessage) -> Event {
+    let bytes = message.payload.len();
+    let truncated = bytes > BUS_VIEW_PAYLOAD;
+    let payload = if truncated {
+        Value::String(String::from_utf8_lossy(&message.payload[..BUS_VIEW_PAYLOAD]).into_owned())
+    } else {
+        serde_json::from_slice::<Value>(&message.payload).unwrap_or_else(|_| {
+            Value::String(String::from_utf8_lossy(&message.payload).into_owned())
+        })
+    };
+    Event::default().event("bus").data(
+        json!({
+            "topic": message.topic,
+            "retain": message.retain,
+            "bytes": bytes,
+            "truncated": truncated,
+            "payload": payload,
+            "time": rfc3339(SystemTime::now()),
+        })
+        .to_string(),
     )
 }

@@ -433,3 +433,74 @@ async fn with_api_keys_the_page_is_public_and_its_feeds_are_each_principals() {
     let (status, _) = get(&mesh, &format!("/ui/api/tasks/{id}/events"), &[BOB]).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bus_view_shows_the_namespaces_traffic_to_a_few_readers_without_api_keys() {
+    let mut mesh = Mesh::start().await;
+    mesh.run(mesh_examples::echo::agent()).await;
+    let open = || async { mesh.http.get(mesh.url("/ui/api/bus")).send().await.unwrap() };
+    let response = open().await;
+    assert_eq!(response.status(), 200);
+    let mut events = Events::new(response);
+    // The view subscribes before it answers, so this request's traffic is in it.
+    let task = send(&mesh, "echo", message("seen on the bus"), &[]).await;
+    let id = task["id"].as_str().unwrap();
+    let mut topics = Vec::new();
+    loop {
+        let (event, data) = events.next().await;
+        assert_eq!(event, "bus");
+        let topic = data["topic"].as_str().unwrap().to_owned();
+        assert!(
+            topic.starts_with(&format!("{}/", mesh.namespace)),
+            "{topic}"
+        );
+        assert!(data["bytes"].as_u64().unwrap() > 0);
+        topics.push(topic);
+        if data["payload"].to_string().contains(id)
+            && data["payload"].to_string().contains("completed")
+        {
+            break;
+        }
+    }
+    assert!(topics.iter().any(|t| t.contains("echo")), "{topics:?}");
+
+    // At most MAX_BUS_VIEWS at once (this one and three more); a closed one frees its place.
+    let mut more = Vec::new();
+    for _ in 0..3 {
+        let response = open().await;
+        assert_eq!(response.status(), 200);
+        more.push(response);
+    }
+    let refused = open().await;
+    assert_eq!(refused.status(), 503);
+    drop(events);
+    drop(more);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let response = open().await;
+        if response.status() == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a closed view frees its place"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_api_keys_the_bus_view_is_not_served() {
+    let mesh = Mesh::start_with(|c| {
+        c.api_keys = vec![ApiKey::parse("alice=alice-secret", 1).unwrap()];
+    })
+    .await;
+    let (status, body) = get(
+        &mesh,
+        "/ui/api/bus",
+        &[("authorization", "Bearer alice-secret")],
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("API keys"));
+}

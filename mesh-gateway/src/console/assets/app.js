@@ -141,10 +141,12 @@ const TERMINAL = new Set(["completed", "failed", "canceled", "rejected"]);
 function route() {
   const hash = location.hash || "#/agents";
   const [, view, a, b] = hash.split("/").map(decodeURIComponent);
-  for (const name of ["agents", "chat", "tasks", "task"]) {
+  for (const name of ["agents", "chat", "tasks", "task", "bus"]) {
     $(`view-${name}`).hidden = name !== view;
   }
-  for (const name of ["agents", "chat", "tasks"]) {
+  if (view === "bus") watchBus();
+  else stopBus();
+  for (const name of ["agents", "chat", "tasks", "bus"]) {
     const link = $(`nav-${name}`);
     if (name === view || (view === "task" && name === "tasks")) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
@@ -156,7 +158,7 @@ function route() {
     loadTasks(tasksView.token);
   } else if (view === "task" && a && b) {
     openTask(a, b);
-  } else if (!["agents", "chat", "tasks", "task"].includes(view)) {
+  } else if (!["agents", "chat", "tasks", "task", "bus"].includes(view)) {
     $("view-agents").hidden = false;
   }
 }
@@ -219,7 +221,7 @@ async function showCard(details, name) {
         { class: "card" },
         el("p", { text: `Input: ${(card.defaultInputModes || []).join(", ") || "—"} · Output: ${(card.defaultOutputModes || []).join(", ") || "—"}` }),
         el("p", { text: `Streaming: ${card.capabilities?.streaming ? "yes" : "no"} · Version ${card.version || "?"}` }),
-        el("ul", {}, interfaces.map((i) => el("li", { text: `${i.protocolBinding || i.transport}: ${i.url}` }))),
+        el("ul", {}, interfaces.map((i) => el("li", { text: `${i.protocolBinding || i.transport}${i.protocolVersion ? ` ${i.protocolVersion}` : ""}: ${i.url}` }))),
         el("details", {}, el("summary", { text: "Raw card" }), el("pre", { text: JSON.stringify(card, null, 2) })),
       ),
     );
@@ -586,6 +588,88 @@ async function openTask(agent, id) {
 }
 
 $("task-refresh").addEventListener("click", () => openTask(taskView.agent, taskView.id));
+
+// ---- Bus traffic (GET /ui/api/bus, only on a gateway without API keys) ----------------------
+
+const MAX_BUS_LINES = 500;
+const busView = { controller: null, paused: false, missed: 0 };
+
+function busSummary(message) {
+  const p = message.payload;
+  if (p && typeof p === "object") {
+    const what = p.method || (p.result ? "result" : p.error ? "error" : p.kind || p.status || "");
+    return typeof what === "string" ? what : JSON.stringify(what).slice(0, 60);
+  }
+  return typeof p === "string" ? p.slice(0, 60) : "";
+}
+
+function showBusMessage(message) {
+  const filter = $("bus-filter").value.trim();
+  if (filter && !message.topic.includes(filter)) return;
+  const list = $("bus");
+  list.prepend(
+    el(
+      "li",
+      { class: "bus-line" },
+      el("time", { datetime: message.time, text: message.time.slice(11, 23) }),
+      el("code", { class: "topic", text: message.topic }),
+      el("span", { class: "summary", text: `${busSummary(message)} · ${message.bytes} B${message.retain ? " · retained" : ""}${message.truncated ? " · cut" : ""}` }),
+      el("details", {}, el("summary", { text: "payload" }), el("pre", { text: typeof message.payload === "string" ? message.payload : JSON.stringify(message.payload, null, 2) })),
+    ),
+  );
+  while (list.children.length > MAX_BUS_LINES) list.lastElementChild.remove();
+}
+
+async function watchBus() {
+  if (busView.controller) return;
+  const controller = new AbortController();
+  busView.controller = controller;
+  $("bus-status").textContent = "connecting…";
+  try {
+    const response = await api("/ui/api/bus", { headers: { Accept: "text/event-stream" }, signal: controller.signal });
+    if (!response.ok) {
+      const body = await response.text();
+      throw new Error(refusal(body) || `${response.status}`);
+    }
+    $("bus-status").textContent = "watching";
+    await readSse(
+      response,
+      (name, data) => {
+        const event = JSON.parse(data);
+        if (name === "dropped") {
+          $("bus-status").textContent = `watching · ${event.dropped} messages dropped (the page fell behind)`;
+        } else if (name === "bus") {
+          if (busView.paused) {
+            busView.missed += 1;
+            $("bus-status").textContent = `paused · ${busView.missed} messages not shown`;
+          } else {
+            showBusMessage(event);
+          }
+        }
+      },
+      controller.signal,
+    );
+    $("bus-status").textContent = "the gateway ended the view";
+  } catch (error) {
+    if (error.name !== "AbortError") $("bus-status").textContent = `No bus view: ${error.message}`;
+  } finally {
+    if (busView.controller === controller) busView.controller = null;
+  }
+}
+
+function stopBus() {
+  if (busView.controller) busView.controller.abort();
+  busView.controller = null;
+}
+
+$("bus-pause").addEventListener("click", () => {
+  busView.paused = !busView.paused;
+  busView.missed = 0;
+  $("bus-pause").setAttribute("aria-pressed", String(busView.paused));
+  $("bus-pause").textContent = busView.paused ? "Resume" : "Pause";
+  $("bus-status").textContent = busView.paused ? "paused" : "watching";
+});
+$("bus-clear").addEventListener("click", () => $("bus").replaceChildren());
 
 // ---- Start ---------------------------------------------------------------------------------
 
