@@ -30,7 +30,7 @@ const flows = [];
 async function flow(name, body) {
   const started = Date.now();
   await body();
-  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: name === "phone" });
   flows.push(`${name}: ${Date.now() - started} ms`);
 }
 
@@ -107,9 +107,28 @@ await flow("chat-flight-booker", async () => {
   await page.locator(".entry.artifact pre.data", { hasText: "confirmationId" }).waitFor();
 });
 
-// 4. The task's timeline: every event with its time and raw JSON.
+// 3b. Files in and out: a PNG sent to files comes back shown as an image, with a download.
+await flow("chat-files", async () => {
+  await page.selectOption("#chat-agent", "files");
+  await page.locator("#chat-task", { hasText: "New conversation with files" }).waitFor();
+  // A 1×1 PNG.
+  const png = Buffer.from(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==",
+    "base64",
+  );
+  await page.setInputFiles("#chat-file", { name: "dot.png", mimeType: "image/png", buffer: png });
+  await page.getByRole("button", { name: "Send" }).click();
+  await page.locator("#chat-task", { hasText: "completed" }).waitFor();
+  await page.locator('.entry.artifact img[alt="copy-of-dot.png"]').waitFor();
+  const size = await page.locator('.entry.artifact img[alt="copy-of-dot.png"]').evaluate((img) => img.naturalWidth);
+  assert.equal(size, 1, "the returned image decodes");
+  await page.locator('.entry.artifact a[download="copy-of-dot.png"]').waitFor();
+  await page.locator(".entry.artifact", { hasText: "dot.png\timage/png" }).waitFor();
+});
+
+// 4. The task's timeline (flight-booker's): every event with its time and raw JSON.
 await flow("task-timeline", async () => {
-  await page.locator("#chat-task a").click();
+  await page.goto(`${BASE}/ui/#/task/flight-booker/${encodeURIComponent(bookedTask)}`);
   await page.locator("#view-task").waitFor();
   await page.locator(".timeline .event .summary", { hasText: "input-required" }).first().waitFor();
   await page.locator(".timeline .event .summary", { hasText: "completed" }).last().waitFor();

@@ -6,7 +6,7 @@
 const $ = (id) => document.getElementById(id);
 const A2A = "application/a2a+json";
 const MAX_TRANSCRIPT = 500; // entries kept in the chat transcript
-const MAX_FILE_BYTES = 4 * 1024 * 1024; // the largest file attached to one message
+const MAX_FILE_BYTES = 2 * 1024 * 1024; // the largest file attached (base64 must fit the body limit)
 
 // ---- API key --------------------------------------------------------------------------
 
@@ -323,7 +323,16 @@ function renderPart(part) {
       return el("p", { class: "error", text: `${name}: not valid base64` });
     }
     const link = el("a", { href, download: name, text: `Download ${name} (${type})` });
-    return type.startsWith("image/") ? el("figure", {}, el("img", { src: href, alt: name }), el("figcaption", {}, link)) : el("div", { class: "file" }, link);
+    if (type.startsWith("image/")) return el("figure", {}, el("img", { src: href, alt: name }), el("figcaption", {}, link));
+    // A small text file is shown too.
+    if (type.startsWith("text/") && raw.length < 64 * 1024) {
+      let text = "";
+      try {
+        text = new TextDecoder().decode(Uint8Array.from(atob(raw), (c) => c.charCodeAt(0)));
+      } catch {}
+      return el("div", { class: "file" }, link, el("pre", { class: "data", text }));
+    }
+    return el("div", { class: "file" }, link);
   }
   if (url !== undefined) {
     const safe = /^https?:/i.test(url) ? url : null;
