@@ -89,6 +89,21 @@ await flow("chat-writer", async () => {
   await page.locator(".entry.status", { hasText: "wrote 300 paragraphs" }).waitFor();
 });
 
+// 2b. Cancel: a long piece is canceled while it streams.
+await flow("chat-cancel", async () => {
+  await page.getByRole("button", { name: "New conversation" }).click();
+  await page.fill("#chat-text", "oceans chunks: 100000");
+  await page.getByRole("button", { name: "Send" }).click();
+  await page.locator(".entry.artifact").waitFor();
+  await page.getByRole("button", { name: "Cancel task" }).click();
+  await page.locator("#chat-task", { hasText: "canceled" }).waitFor();
+  await page.locator(".entry.status", { hasText: "canceled" }).waitFor();
+  assert.equal(await page.locator(".entry.status", { hasText: "canceled" }).count(), 1, "said once");
+  assert.equal(await page.locator(".entry.artifact.streaming").count(), 0, "no artifact shown as still streaming");
+  const text = await page.locator(".entry.artifact .artifact-body").textContent();
+  assert.ok(!text.includes("paragraph 100000 of"), "the piece stopped before its end");
+});
+
 // 3. flight-booker: its question is answered in place, in the same task.
 let bookedTask = "";
 await flow("chat-flight-booker", async () => {

@@ -367,6 +367,10 @@ function applyEvent(event) {
   } else if (event.artifactUpdate) {
     applyArtifact(event.artifactUpdate.artifact, event.artifactUpdate.append, event.artifactUpdate.lastChunk);
   }
+  // A task that ended streams nothing more into its artifacts.
+  if (TERMINAL.has(chat.state)) {
+    for (const entry of chat.artifacts.values()) entry.classList.remove("streaming");
+  }
   updateChatStatus();
 }
 
@@ -386,7 +390,7 @@ function applyArtifact(artifact, append, last) {
   for (const part of parts) {
     const lastChild = body.lastElementChild;
     if (append && typeof part.text === "string" && lastChild?.classList.contains("text")) {
-      lastChild.textContent += part.text;
+      lastChild.append(part.text); // a text node: no copy of what is there
     } else {
       body.append(renderPart(part));
     }
@@ -484,8 +488,10 @@ $("chat-cancel").addEventListener("click", async () => {
       headers: { "Content-Type": A2A },
       body: "{}",
     });
-    chat.state = stateName(task.status?.state);
-    addEntry("status", el("span", { class: "state", text: chat.state }));
+    const state = stateName(task.status?.state);
+    // An open stream reports the new state itself, and may have already.
+    if (!chat.stream && state !== chat.state) addEntry("status", el("span", { class: "state", text: state }));
+    chat.state = state;
   } catch (error) {
     addEntry("error", el("span", { text: `Cancel: ${error.message}` }));
   }
