@@ -1,5 +1,6 @@
 // The console's flows in headless Chromium (run by scripts/browser-test, which starts the mesh).
-// Environment: BASE (the gateway's URL), SHOTS (where screenshots go), CHROMIUM (the browser),
+// Environment: BASE (the gateway's URL), KEYS_BASE and KEY (a gateway with an API key, and the
+// key), SHOTS (where screenshots go), CHROMIUM (the browser),
 // MESH and BROKER_URL (to start one more agent instance), PLAYWRIGHT_DIR (node_modules).
 // Every wait is bounded by WAIT; no sleeps: each step waits for what the page shows.
 import { spawn } from "node:child_process";
@@ -24,7 +25,13 @@ context.setDefaultTimeout(WAIT);
 const page = await context.newPage();
 const problems = [];
 page.on("pageerror", (error) => problems.push(`page error: ${error.message}`));
-page.on("console", (m) => m.type() === "error" && problems.push(`console error: ${m.text()}`));
+// The key flow's refusals (401 before the key, 403 for the bus view) are expected there.
+let refusalsExpected = false;
+page.on("console", (m) => {
+  if (m.type() !== "error") return;
+  if (refusalsExpected && /status of 40[13]/.test(m.text())) return;
+  problems.push(`console error: ${m.text()}`);
+});
 
 const flows = [];
 async function flow(name, body) {
@@ -195,6 +202,27 @@ await flow("phone", async () => {
   await agent("writer").waitFor();
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   assert.ok(overflow <= 0, `no horizontal scrolling at phone width (${overflow} px too wide)`);
+});
+
+// 8. With API keys: the page asks for a key, then works with it; the bus view is not served.
+await flow("api-key", async () => {
+  await page.setViewportSize({ width: 1100, height: 800 });
+  refusalsExpected = true;
+  await page.goto(`${process.env.KEYS_BASE}/`);
+  await page.locator("#key-dialog[open]").waitFor();
+  await page.getByLabel("API key or bearer token").fill(process.env.KEY);
+  await page.getByRole("button", { name: "Use this key" }).click();
+  await page.locator("#feed-status.live").waitFor();
+  await agent("echo").and(page.locator(".online")).waitFor();
+  await page.locator("#nav-chat").click();
+  await page.selectOption("#chat-agent", "echo");
+  await page.fill("#chat-text", "hello with a key");
+  await page.getByRole("button", { name: "Send" }).click();
+  await page.locator("#chat-task", { hasText: "completed" }).waitFor();
+  await page.locator(".entry.artifact", { hasText: "hello with a key" }).waitFor();
+  await page.locator("#nav-bus").click();
+  await page.locator("#bus-status", { hasText: "API keys" }).waitFor();
+  await page.locator("#nav-chat").click();
 });
 
 await browser.close();
