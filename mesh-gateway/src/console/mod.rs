@@ -26,7 +26,9 @@
 //! The bus view never slows the bus: the gateway's bus connection waits for room in each
 //! subscription, so each view's subscription is drained at once into a small queue, and what
 //! does not fit is dropped and counted (`event: dropped`). At most [`MAX_BUS_VIEWS`] are
-//! open at once.
+//! open at once. While one is open the gateway's connection receives the namespace's whole
+//! traffic (a broker may send a duplicate of an answer the gateway also subscribes to: the
+//! requester drops it by sequence number, as any QoS 1 redelivery).
 
 use crate::auth::Caller;
 use crate::health::agents_json;
