@@ -641,18 +641,7 @@ mod tests {
     use mesh_core::dialect::Dialect;
 
     fn task(id: &str, state: TaskState) -> Task {
-        Task {
-            id: id.into(),
-            context_id: "c".into(),
-            status: TaskStatus {
-                state,
-                message: None,
-                timestamp: None,
-            },
-            artifacts: None,
-            history: None,
-            metadata: None,
-        }
+        crate::store::test_records::task(id, "c", state).task
     }
 
     fn bridge_with(id: &str, state: TaskState) -> Bridge {

@@ -64,6 +64,9 @@ mod size;
 mod sqlite;
 
 pub use memory::{EVENT_LOG_BYTES, EVENT_LOG_EVENTS, MemoryStore};
+/// Records and events for the tests of the modules that use a store.
+#[cfg(test)]
+pub(crate) use memory::tests as test_records;
 pub use sqlite::SqliteStore;
 
 use mesh_core::bus::redact_url;
