@@ -29,6 +29,7 @@ use mesh_core::model::{AgentCapabilities, AgentCard, AgentSkill};
 use mesh_core::registry::{Presence, PresenceStatus, Registry};
 use mesh_core::requester::{Requester, RequesterKind, SendError};
 use mesh_core::rpc::Call;
+use mesh_core::sync::MutexExt;
 use mesh_core::topic::{TopicError, TopicKind, Topics};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -260,11 +261,7 @@ impl Agent {
             codec::card::write_card_combined(&self.card),
             self.config.signing_key.as_ref(),
         )));
-        let card_json = own_card
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .payload
-            .clone();
+        let card_json = own_card.locked().payload.clone();
         bus.publish(&card_topic, card_json, QoS::AtLeastOnce, true)
             .await?;
         let since = chrono::Utc::now().to_rfc3339();
@@ -443,7 +440,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn lock_running(&self) -> MutexGuard<'_, HashMap<String, Arc<Running>>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+        self.running.locked()
     }
 }
 
@@ -485,11 +482,7 @@ impl RunningAgent {
             self.shared.config.signing_key.as_ref(),
         );
         let json = own.payload.clone();
-        *self
-            .shared
-            .own_card
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = own;
+        *self.shared.own_card.locked() = own;
         self.shared
             .bus
             .publish(&self.card_topic, json, QoS::AtLeastOnce, true)
@@ -661,8 +654,7 @@ fn handle_cancel(shared: &Shared, payload: &[u8]) {
     if let (Some(reply_to), Some(id)) = (shared.reply_topic(&mut meta), request.id) {
         running
             .cancel_waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .locked()
             .push((reply_to, id, request.dialect));
     }
     tracing::info!(agent = %shared.name, task = %cancel.id, "task canceled by request");
@@ -753,11 +745,7 @@ impl Shared {
         let Some(id) = &meta.request_id else {
             return true;
         };
-        let fresh = self
-            .dedup
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id);
+        let fresh = self.dedup.locked().insert(id);
         if !fresh {
             tracing::debug!(agent = %self.name, request = %id, "duplicate delivery dropped");
         }

@@ -18,6 +18,7 @@ use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
 use mesh_core::meta::MeshMeta;
 use mesh_core::model::{Message, SendMessageRequest, Task, TaskState, TaskStatus, state_name};
+use mesh_core::sync::MutexExt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -238,12 +239,7 @@ pub(crate) async fn drive(shared: Arc<Shared>, started: Started) {
     }
 
     shared.lock_running().remove(&task_id);
-    let waiters = std::mem::take(
-        &mut *running
-            .cancel_waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()),
-    );
+    let waiters = std::mem::take(&mut *running.cancel_waiters.locked());
     if !waiters.is_empty() {
         let task = emitter.task().await;
         for (topic, id, dialect) in waiters {

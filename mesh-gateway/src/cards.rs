@@ -38,6 +38,7 @@ use mesh_core::model::{
     TRANSPORT_PROTOCOL_HTTP_JSON, TRANSPORT_PROTOCOL_JSONRPC,
 };
 use mesh_core::registry::{CardTrust, Registry};
+use mesh_core::sync::MutexExt;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -58,7 +59,7 @@ pub(crate) struct CardCache {
 
 impl CardCache {
     fn last_modified(&self, agent: &str, url: &str, shape: CardShape, etag: &str) -> SystemTime {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen.locked();
         let entry = seen
             .entry((agent.to_owned(), url.to_owned(), shape == CardShape::V1))
             .or_insert_with(|| (etag.to_owned(), SystemTime::now()));

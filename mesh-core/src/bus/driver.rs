@@ -14,6 +14,7 @@
 //! - [`ResendGuard`] (pure state, no I/O) decides which publish to give up when the broker
 //!   keeps closing the connection before acknowledging it.
 
+use crate::sync::MutexExt;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -177,7 +178,7 @@ impl Shared {
 
     fn lock(&self) -> MutexGuard<'_, Router> {
         // A panic elsewhere never makes the bus panic.
-        self.router.lock().unwrap_or_else(|e| e.into_inner())
+        self.router.locked()
     }
 
     /// Adds a route; `None` if the bus is closed.

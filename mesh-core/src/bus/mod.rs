@@ -56,6 +56,7 @@
 mod config;
 mod driver;
 
+use crate::sync::MutexExt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -446,12 +447,7 @@ impl Bus {
     /// when a process crashes, and publishes the last will. Every clone of this bus is closed.
     pub fn abort(&self) {
         self.inner.aborted.store(true, Ordering::Release);
-        let tasks = self
-            .inner
-            .tasks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let tasks = self.inner.tasks.locked().take();
         if let Some((event_loop, control)) = tasks {
             event_loop.abort();
             control.abort();
@@ -464,12 +460,7 @@ impl Bus {
     /// at most [`BusConfig::request_timeout`], then closes the socket anyway. Every clone of
     /// this bus is closed; their operations fail with [`BusError::Closed`].
     pub async fn disconnect(&self) -> Result<(), BusError> {
-        let tasks = self
-            .inner
-            .tasks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let tasks = self.inner.tasks.locked().take();
         let Some((mut event_loop, control)) = tasks else {
             return Ok(());
         };

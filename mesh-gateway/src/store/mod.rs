@@ -63,10 +63,10 @@ mod memory;
 mod size;
 mod sqlite;
 
-pub use memory::{EVENT_LOG_BYTES, EVENT_LOG_EVENTS, MemoryStore};
 /// Records and events for the tests of the modules that use a store.
 #[cfg(test)]
 pub(crate) use memory::tests as test_records;
+pub use memory::{EVENT_LOG_BYTES, EVENT_LOG_EVENTS, MemoryStore};
 pub use sqlite::SqliteStore;
 
 use mesh_core::bus::redact_url;
