@@ -150,16 +150,7 @@ fn handle(
             );
         }
         let Some(agent) = agent else {
-            let agents = gw.service.agent_names();
-            let error = A2aError::invalid_request(format!(
-            "this gateway has no default agent: POST to /agents/{{name}} (agents on the mesh: {})",
-            if agents.is_empty() {
-                "none".to_owned()
-            } else {
-                agents.join(", ")
-            }
-        ))
-        .with_data(serde_json::json!({ "agents": agents }));
+            let error = gw.service.no_default_agent("POST to /agents/{name}");
             // Without an id, the error goes back with `"id": null`.
             let id = request_id(&bytes).unwrap_or(JsonRpcId::Null);
             return json_response(

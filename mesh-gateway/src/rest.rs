@@ -217,21 +217,10 @@ pub(crate) async fn root(State(rest): State<Arc<Rest>>, request: Request) -> Res
         Ok((None, operation)) => match rest.default_agent.clone() {
             Some(agent) => serve(&rest, agent, operation, request).await,
             None => {
-                let agents = rest.service.agent_names();
-                error(
-                    StatusCode::NOT_FOUND,
-                    &A2aError::new(
-                        ErrorKind::MethodNotFound,
-                        format!(
-                            "this gateway has no default agent: use /agents/{{name}}{path} (agents on the mesh: {})",
-                            if agents.is_empty() {
-                                "none".to_owned()
-                            } else {
-                                agents.join(", ")
-                            }
-                        ),
-                    ),
-                )
+                let e = rest
+                    .service
+                    .no_default_agent(&format!("use /agents/{{name}}{path}"));
+                error(status_of(&e), &e)
             }
         },
         Err(NotAnOperation::WrongMethod) => wrong_method(request.method(), &path),

@@ -138,17 +138,10 @@ impl A2aService {
                 Some(_) => A2aError::internal(format!(
                     "agent {agent:?} is offline: no instance of it is running"
                 )),
-                None => {
-                    let agents = self.agent_names();
-                    A2aError::invalid_params(format!(
-                        "no agent named {agent:?} on the mesh (agents: {})",
-                        if agents.is_empty() {
-                            "none".to_owned()
-                        } else {
-                            agents.join(", ")
-                        }
-                    ))
-                }
+                None => A2aError::invalid_params(format!(
+                    "no agent named {agent:?} on the mesh (agents: {})",
+                    self.agents_on_the_mesh()
+                )),
             });
         }
         if !self.bus.is_connected() {
