@@ -275,7 +275,7 @@ impl Agent {
         bus.publish(&presence_topic, online.clone(), QoS::AtLeastOnce, true)
             .await?;
 
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(InstanceState {
             name: name.clone(),
             instance: instance.clone(),
             bus: bus.clone(),
@@ -422,7 +422,7 @@ impl Agent {
 }
 
 /// What the loops of one instance share.
-pub(crate) struct Shared {
+pub(crate) struct InstanceState {
     pub(crate) name: String,
     pub(crate) instance: String,
     pub(crate) bus: Bus,
@@ -438,7 +438,7 @@ pub(crate) struct Shared {
     own_card: Arc<Mutex<OwnCard>>,
 }
 
-impl Shared {
+impl InstanceState {
     pub(crate) fn lock_running(&self) -> MutexGuard<'_, HashMap<String, Arc<Running>>> {
         self.running.locked()
     }
@@ -446,7 +446,7 @@ impl Shared {
 
 /// One running instance of an agent.
 pub struct RunningAgent {
-    shared: Arc<Shared>,
+    shared: Arc<InstanceState>,
     stop: CancellationToken,
     loops: Vec<JoinHandle<()>>,
     presence_topic: String,
@@ -546,7 +546,7 @@ impl RunningAgent {
 /// Serves one request from the request topic. Everything up to the handler's start is done
 /// synchronously by [`route`], so that this future (spawned per request) holds only what
 /// lives across its awaits.
-async fn handle_request(shared: Arc<Shared>, payload: &[u8]) {
+async fn handle_request(shared: Arc<InstanceState>, payload: &[u8]) {
     match route(&shared, payload) {
         Next::Run(started) => runner::drive(shared, started).await,
         Next::Refuse(emitter, error) => {
@@ -571,7 +571,7 @@ enum Next {
     Nothing,
 }
 
-fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
+fn route(shared: &Arc<InstanceState>, payload: &[u8]) -> Next {
     let request = match codec::decode_request(payload) {
         Ok(request) => request,
         Err(refused) => {
@@ -639,7 +639,7 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
     }
 }
 
-fn handle_cancel(shared: &Shared, payload: &[u8]) {
+fn handle_cancel(shared: &InstanceState, payload: &[u8]) {
     let Ok(request) = codec::decode_request(payload) else {
         tracing::warn!(agent = %shared.name, "undecodable cancel request ignored");
         return;
@@ -662,7 +662,7 @@ fn handle_cancel(shared: &Shared, payload: &[u8]) {
 }
 
 /// The answer to `mesh/ping`: a message from this instance.
-fn pong(shared: &Shared, id: Value) -> Vec<u8> {
+fn pong(shared: &InstanceState, id: Value) -> Vec<u8> {
     let mut metadata = None;
     MeshMeta {
         instance: Some(shared.instance.clone()),
@@ -684,7 +684,7 @@ fn pong(shared: &Shared, id: Value) -> Vec<u8> {
     pong.to_string().into_bytes()
 }
 
-async fn publish_or_log(shared: &Shared, topic: &str, payload: Vec<u8>) {
+async fn publish_or_log(shared: &InstanceState, topic: &str, payload: Vec<u8>) {
     if let Err(error) = shared
         .bus
         .publish(topic, payload, QoS::AtLeastOnce, false)
@@ -697,7 +697,7 @@ async fn publish_or_log(shared: &Shared, topic: &str, payload: Vec<u8>) {
 /// Answers a request the bus dropped as larger than it takes, when it was a request to this
 /// agent whose envelope names a reply topic: -32600, so that the requester does not wait for
 /// its deadline. Only the id and the envelope are read (the rest is skipped, not copied).
-async fn answer_oversized(shared: &Shared, dropped: &Dropped) {
+async fn answer_oversized(shared: &InstanceState, dropped: &Dropped) {
     let ours = matches!(
         shared.topics.parse_own(&dropped.topic),
         Some(TopicKind::AgentRequest { agent, .. }) if agent == shared.name
@@ -720,7 +720,7 @@ async fn answer_oversized(shared: &Shared, dropped: &Dropped) {
     publish_or_log(shared, &topic, payload).await;
 }
 
-impl Shared {
+impl InstanceState {
     /// The request's `_mesh.replyTo` when it is a response topic of this namespace (a
     /// gateway's or a calling agent's) in this agent's name; `None`, logged, for anything
     /// else: the agent answers nowhere else (another namespace, another agent's name, a

@@ -7,7 +7,7 @@
 //! the request's deadline.
 //! Whatever happens, the task ends with exactly one final event.
 
-use crate::agent::Shared;
+use crate::agent::InstanceState;
 use crate::context::TaskContext;
 use crate::emitter::Emitter;
 use crate::handler::{Outcome, agent_text};
@@ -68,7 +68,7 @@ type HandlerResult = Result<Outcome, crate::handler::HandlerError>;
 /// handler's future (not yet polled). A request refused before its task starts gives the
 /// error to answer with, and the emitter to answer through.
 pub(crate) fn start(
-    shared: &Arc<Shared>,
+    shared: &Arc<InstanceState>,
     request: SendRequest,
 ) -> Result<Started, (Arc<Emitter>, A2aError)> {
     let streaming = request.method == Method::SendStreamingMessage;
@@ -157,7 +157,7 @@ pub(crate) fn start(
 
 /// Runs a started task to its end: the handler raced against cancellation and the deadline,
 /// then exactly one final event, then the answers to cancel requests waiting for it.
-pub(crate) async fn drive(shared: Arc<Shared>, started: Started) {
+pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
     let Started {
         emitter,
         mut handle,

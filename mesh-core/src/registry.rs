@@ -169,7 +169,7 @@ struct InstanceEntry {
     heartbeat: Option<Duration>,
 }
 
-struct Shared {
+struct RegistryState {
     agents: RwLock<HashMap<String, AgentEntry>>,
     events: broadcast::Sender<RegistryEvent>,
     loaded: watch::Sender<bool>,
@@ -187,7 +187,7 @@ pub const MAX_TAPS: usize = 16;
 /// The live view of the agents of one namespace. Cheap to clone.
 #[derive(Clone)]
 pub struct Registry {
-    shared: Arc<Shared>,
+    shared: Arc<RegistryState>,
 }
 
 impl Registry {
@@ -206,7 +206,7 @@ impl Registry {
         trusted: Option<TrustedKeys>,
     ) -> Result<Registry, BusError> {
         let (events, _) = broadcast::channel(1024);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(RegistryState {
             agents: RwLock::default(),
             events,
             loaded: watch::channel(false).0,
@@ -651,7 +651,7 @@ mod tests {
 
     fn registry_with(heard: Instant) -> Registry {
         let registry = Registry {
-            shared: Arc::new(Shared {
+            shared: Arc::new(RegistryState {
                 agents: RwLock::default(),
                 events: broadcast::channel(16).0,
                 loaded: watch::channel(true).0,

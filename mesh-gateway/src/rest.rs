@@ -27,7 +27,7 @@
 //! authentication layer).
 
 use crate::answers;
-use crate::auth::Caller;
+use crate::auth::Authenticated;
 use crate::cards::Cards;
 use crate::http::{BodyError, bad_content_type, read_body};
 use crate::metrics::Metrics;
@@ -310,7 +310,7 @@ async fn serve(rest: &Rest, agent: String, operation: Operation, request: Reques
     };
     let cx = RequestContext {
         agent,
-        caller: parts.extensions.get::<Caller>().cloned(),
+        caller: parts.extensions.get::<Authenticated>().cloned(),
         traceparent: crate::http::traceparent(&parts.headers),
         dialect: Dialect::V1_0,
     };

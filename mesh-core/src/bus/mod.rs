@@ -73,7 +73,7 @@ pub use config::{
 };
 pub use rumqttc::QoS;
 
-use driver::{Command, Driver, QueuedPublish, ResendGuard, Shared};
+use driver::{BusState, Command, Driver, QueuedPublish, ResendGuard};
 pub use driver::{DropReason, Dropped, RESEND_LIMIT};
 
 /// Every way a bus operation can fail.
@@ -185,7 +185,7 @@ pub struct BusMessage {
 /// What the handles hold; dropping the last one ends the connection abruptly.
 struct Inner {
     client: rumqttc::AsyncClient,
-    shared: Arc<Shared>,
+    shared: Arc<BusState>,
     control: mpsc::UnboundedSender<Command>,
     state: watch::Receiver<ConnectionState>,
     shutdown: watch::Sender<bool>,
@@ -249,7 +249,7 @@ impl Bus {
         net.set_connection_timeout(secs);
         eventloop.set_network_options(net);
 
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(BusState::default());
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let (state_tx, state_rx) = watch::channel(ConnectionState::Connecting);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -589,7 +589,7 @@ pub struct Subscription {
     id: u64,
     filter: String,
     rx: mpsc::Receiver<BusMessage>,
-    shared: Arc<Shared>,
+    shared: Arc<BusState>,
     control: mpsc::UnboundedSender<Command>,
 }
 

@@ -19,7 +19,7 @@
 use super::convert;
 use super::proto as pb;
 use super::status;
-use crate::auth::Caller;
+use crate::auth::Authenticated;
 use crate::bridge::{task_as_updates, view};
 use crate::metrics::Metrics;
 use crate::service::{A2aService, RequestContext, SendOutcome, TaskEvents};
@@ -89,7 +89,7 @@ impl Grpc {
         };
         let cx = RequestContext {
             agent,
-            caller: extensions.get::<Caller>().cloned(),
+            caller: extensions.get::<Authenticated>().cloned(),
             traceparent: metadata
                 .get("traceparent")
                 .and_then(|v| v.to_str().ok())

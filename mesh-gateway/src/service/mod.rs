@@ -20,7 +20,7 @@ pub(crate) mod push_configs;
 pub(crate) mod send;
 pub(crate) mod tasks;
 
-use crate::auth::Caller;
+use crate::auth::Authenticated;
 use crate::bridge::Bridge;
 use crate::cards::Cards;
 use crate::metrics::Metrics;
@@ -59,7 +59,7 @@ pub(crate) struct RequestContext {
     /// The agent the request is for.
     pub agent: String,
     /// The authenticated caller (absent without API keys).
-    pub caller: Option<Caller>,
+    pub caller: Option<Authenticated>,
     /// The W3C trace context the client sent, forwarded to the agent.
     pub traceparent: Option<String>,
     /// The protocol generation the client speaks (1.0 for HTTP+JSON and gRPC).

@@ -33,7 +33,7 @@ pub(crate) enum SendOutcome {
 }
 
 /// A task the gateway just handed to the bus.
-struct Started {
+struct Published {
     task_id: String,
     events: Subscription,
     /// The task's pump: polled in place or detached (dropping it detaches it).
@@ -173,7 +173,7 @@ impl A2aService {
         cx: &'a RequestContext,
         mut params: SendMessageRequest,
         streaming: bool,
-    ) -> impl Future<Output = Result<Started, A2aError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Published, A2aError>> + Send + 'a {
         async move {
             let agent = cx.agent.as_str();
             self.check_agent(agent, streaming)?;
@@ -202,7 +202,7 @@ impl A2aService {
             match self.requester.send(agent, params, options).await {
                 Ok(stream) => {
                     let pump = self.bridge.pump(task_id.clone(), live, stream, undo);
-                    Ok(Started {
+                    Ok(Published {
                         task_id,
                         events,
                         pump,
