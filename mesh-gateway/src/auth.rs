@@ -229,11 +229,13 @@ pub(crate) async fn require(
         }
         None => {
             gw.metrics.unauthenticated();
-            unauthorized(
+            let refused = unauthorized(
                 request.headers().contains_key(header::AUTHORIZATION)
                     || request.headers().contains_key(API_KEY_HEADER),
                 Binding::of(&request),
-            )
+            );
+            // The body is not read for a caller without a key.
+            crate::http::closing(refused, request.version())
         }
     }
 }

@@ -124,7 +124,9 @@ fn handle(
         };
         let bytes = match read_body(&parts.headers, body, limit).await {
             Ok(bytes) => bytes,
-            Err(BodyError::TooLarge) => return too_large(),
+            Err(BodyError::TooLarge) => {
+                return crate::http::closing(too_large(), parts.version);
+            }
             Err(BodyError::Broken(error)) => {
                 return json_response(
                     StatusCode::BAD_REQUEST,
