@@ -29,6 +29,7 @@ use mesh_core::model::{AgentCapabilities, AgentCard, AgentSkill};
 use mesh_core::registry::{Presence, PresenceStatus, Registry};
 use mesh_core::requester::{Requester, RequesterKind, SendError};
 use mesh_core::rpc::Call;
+use mesh_core::sync::MutexExt;
 use mesh_core::topic::{TopicError, TopicKind, Topics};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -260,11 +261,7 @@ impl Agent {
             codec::card::write_card_combined(&self.card),
             self.config.signing_key.as_ref(),
         )));
-        let card_json = own_card
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .payload
-            .clone();
+        let card_json = own_card.locked().payload.clone();
         bus.publish(&card_topic, card_json, QoS::AtLeastOnce, true)
             .await?;
         let since = chrono::Utc::now().to_rfc3339();
@@ -278,7 +275,7 @@ impl Agent {
         bus.publish(&presence_topic, online.clone(), QoS::AtLeastOnce, true)
             .await?;
 
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(InstanceState {
             name: name.clone(),
             instance: instance.clone(),
             bus: bus.clone(),
@@ -425,7 +422,7 @@ impl Agent {
 }
 
 /// What the loops of one instance share.
-pub(crate) struct Shared {
+pub(crate) struct InstanceState {
     pub(crate) name: String,
     pub(crate) instance: String,
     pub(crate) bus: Bus,
@@ -441,15 +438,15 @@ pub(crate) struct Shared {
     own_card: Arc<Mutex<OwnCard>>,
 }
 
-impl Shared {
+impl InstanceState {
     pub(crate) fn lock_running(&self) -> MutexGuard<'_, HashMap<String, Arc<Running>>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+        self.running.locked()
     }
 }
 
 /// One running instance of an agent.
 pub struct RunningAgent {
-    shared: Arc<Shared>,
+    shared: Arc<InstanceState>,
     stop: CancellationToken,
     loops: Vec<JoinHandle<()>>,
     presence_topic: String,
@@ -485,11 +482,7 @@ impl RunningAgent {
             self.shared.config.signing_key.as_ref(),
         );
         let json = own.payload.clone();
-        *self
-            .shared
-            .own_card
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = own;
+        *self.shared.own_card.locked() = own;
         self.shared
             .bus
             .publish(&self.card_topic, json, QoS::AtLeastOnce, true)
@@ -553,7 +546,7 @@ impl RunningAgent {
 /// Serves one request from the request topic. Everything up to the handler's start is done
 /// synchronously by [`route`], so that this future (spawned per request) holds only what
 /// lives across its awaits.
-async fn handle_request(shared: Arc<Shared>, payload: &[u8]) {
+async fn handle_request(shared: Arc<InstanceState>, payload: &[u8]) {
     match route(&shared, payload) {
         Next::Run(started) => runner::drive(shared, started).await,
         Next::Refuse(emitter, error) => {
@@ -578,7 +571,7 @@ enum Next {
     Nothing,
 }
 
-fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
+fn route(shared: &Arc<InstanceState>, payload: &[u8]) -> Next {
     let request = match codec::decode_request(payload) {
         Ok(request) => request,
         Err(refused) => {
@@ -646,7 +639,7 @@ fn route(shared: &Arc<Shared>, payload: &[u8]) -> Next {
     }
 }
 
-fn handle_cancel(shared: &Shared, payload: &[u8]) {
+fn handle_cancel(shared: &InstanceState, payload: &[u8]) {
     let Ok(request) = codec::decode_request(payload) else {
         tracing::warn!(agent = %shared.name, "undecodable cancel request ignored");
         return;
@@ -661,8 +654,7 @@ fn handle_cancel(shared: &Shared, payload: &[u8]) {
     if let (Some(reply_to), Some(id)) = (shared.reply_topic(&mut meta), request.id) {
         running
             .cancel_waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .locked()
             .push((reply_to, id, request.dialect));
     }
     tracing::info!(agent = %shared.name, task = %cancel.id, "task canceled by request");
@@ -670,7 +662,7 @@ fn handle_cancel(shared: &Shared, payload: &[u8]) {
 }
 
 /// The answer to `mesh/ping`: a message from this instance.
-fn pong(shared: &Shared, id: Value) -> Vec<u8> {
+fn pong(shared: &InstanceState, id: Value) -> Vec<u8> {
     let mut metadata = None;
     MeshMeta {
         instance: Some(shared.instance.clone()),
@@ -692,7 +684,7 @@ fn pong(shared: &Shared, id: Value) -> Vec<u8> {
     pong.to_string().into_bytes()
 }
 
-async fn publish_or_log(shared: &Shared, topic: &str, payload: Vec<u8>) {
+async fn publish_or_log(shared: &InstanceState, topic: &str, payload: Vec<u8>) {
     if let Err(error) = shared
         .bus
         .publish(topic, payload, QoS::AtLeastOnce, false)
@@ -705,7 +697,7 @@ async fn publish_or_log(shared: &Shared, topic: &str, payload: Vec<u8>) {
 /// Answers a request the bus dropped as larger than it takes, when it was a request to this
 /// agent whose envelope names a reply topic: -32600, so that the requester does not wait for
 /// its deadline. Only the id and the envelope are read (the rest is skipped, not copied).
-async fn answer_oversized(shared: &Shared, dropped: &Dropped) {
+async fn answer_oversized(shared: &InstanceState, dropped: &Dropped) {
     let ours = matches!(
         shared.topics.parse_own(&dropped.topic),
         Some(TopicKind::AgentRequest { agent, .. }) if agent == shared.name
@@ -728,7 +720,7 @@ async fn answer_oversized(shared: &Shared, dropped: &Dropped) {
     publish_or_log(shared, &topic, payload).await;
 }
 
-impl Shared {
+impl InstanceState {
     /// The request's `_mesh.replyTo` when it is a response topic of this namespace (a
     /// gateway's or a calling agent's) in this agent's name; `None`, logged, for anything
     /// else: the agent answers nowhere else (another namespace, another agent's name, a
@@ -753,11 +745,7 @@ impl Shared {
         let Some(id) = &meta.request_id else {
             return true;
         };
-        let fresh = self
-            .dedup
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id);
+        let fresh = self.dedup.locked().insert(id);
         if !fresh {
             tracing::debug!(agent = %self.name, request = %id, "duplicate delivery dropped");
         }

@@ -23,6 +23,7 @@
 use mesh_core::bus::{Bus, BusMessage, QoS};
 use mesh_core::card_signing::{self, SigningKey, TrustedKeys};
 use mesh_core::registry::{Presence, PresenceStatus, Registry};
+use mesh_core::sync::MutexExt;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -134,7 +135,7 @@ pub(crate) async fn run(guarded: Guarded, mut watches: Watches, bus: Bus, stop: 
         }
         let now = Instant::now();
         if card.due(guarded.interval).is_some_and(|due| due <= now) {
-            let payload = lock(&guarded.card).payload.clone();
+            let payload = guarded.card.locked().payload.clone();
             guarded
                 .reassert(&bus, &guarded.card_topic, "card", &mut card, payload)
                 .await;
@@ -161,10 +162,6 @@ async fn sleep_until(due: Option<Instant>) {
     }
 }
 
-fn lock(card: &Mutex<OwnCard>) -> std::sync::MutexGuard<'_, OwnCard> {
-    card.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Guarded {
     async fn reassert(
         &self,
@@ -185,7 +182,7 @@ impl Guarded {
 
     /// Whether the retained card is the agent's (see the module docs); why not, when not.
     fn judge_card(&self, payload: &[u8]) -> Result<(), &'static str> {
-        let own = lock(&self.card);
+        let own = self.card.locked();
         if payload == own.payload.as_slice() {
             return Ok(());
         }
@@ -253,7 +250,7 @@ mod tests {
     #[test]
     fn an_unsigned_agent_accepts_its_own_card_in_any_member_order() {
         let g = guarded(None);
-        let own = lock(&g.card).payload.clone();
+        let own = g.card.locked().payload.clone();
         assert_eq!(g.judge_card(&own), Ok(()));
         let value: Value = serde_json::from_slice(&own).unwrap();
         assert_eq!(
@@ -279,7 +276,7 @@ mod tests {
     fn a_signed_agent_accepts_any_card_its_key_signed() {
         let key = SigningKey::generate().unwrap();
         let g = guarded(Some(&key));
-        let own: Value = serde_json::from_slice(&lock(&g.card).payload).unwrap();
+        let own: Value = serde_json::from_slice(&g.card.locked().payload).unwrap();
         assert!(own.get("signatures").is_some());
         // Another instance: the same card, another signature.
         let mut again = own.clone();

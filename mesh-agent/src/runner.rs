@@ -7,7 +7,7 @@
 //! the request's deadline.
 //! Whatever happens, the task ends with exactly one final event.
 
-use crate::agent::Shared;
+use crate::agent::InstanceState;
 use crate::context::TaskContext;
 use crate::emitter::Emitter;
 use crate::handler::{Outcome, agent_text};
@@ -18,6 +18,7 @@ use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
 use mesh_core::meta::MeshMeta;
 use mesh_core::model::{Message, SendMessageRequest, Task, TaskState, TaskStatus, state_name};
+use mesh_core::sync::MutexExt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -67,7 +68,7 @@ type HandlerResult = Result<Outcome, crate::handler::HandlerError>;
 /// handler's future (not yet polled). A request refused before its task starts gives the
 /// error to answer with, and the emitter to answer through.
 pub(crate) fn start(
-    shared: &Arc<Shared>,
+    shared: &Arc<InstanceState>,
     request: SendRequest,
 ) -> Result<Started, (Arc<Emitter>, A2aError)> {
     let streaming = request.method == Method::SendStreamingMessage;
@@ -156,7 +157,7 @@ pub(crate) fn start(
 
 /// Runs a started task to its end: the handler raced against cancellation and the deadline,
 /// then exactly one final event, then the answers to cancel requests waiting for it.
-pub(crate) async fn drive(shared: Arc<Shared>, started: Started) {
+pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
     let Started {
         emitter,
         mut handle,
@@ -238,12 +239,7 @@ pub(crate) async fn drive(shared: Arc<Shared>, started: Started) {
     }
 
     shared.lock_running().remove(&task_id);
-    let waiters = std::mem::take(
-        &mut *running
-            .cancel_waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()),
-    );
+    let waiters = std::mem::take(&mut *running.cancel_waiters.locked());
     if !waiters.is_empty() {
         let task = emitter.task().await;
         for (topic, id, dialect) in waiters {

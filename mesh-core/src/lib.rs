@@ -32,5 +32,6 @@ pub mod registry;
 pub mod requester;
 pub mod rpc;
 pub mod seq_window;
+pub mod sync;
 pub mod tls;
 pub mod topic;

@@ -29,6 +29,7 @@ use crate::bus::{Bus, BusError, BusMessage, QoS};
 use crate::card_signing::{self, TrustedKeys, VerifyError};
 use crate::codec::card;
 use crate::model::AgentCard;
+use crate::sync::RwLockExt;
 use crate::topic::{REGISTRY_MARKER_AGENT, TopicKind, Topics};
 use foldhash::HashMap;
 use serde::{Deserialize, Serialize};
@@ -168,7 +169,7 @@ struct InstanceEntry {
     heartbeat: Option<Duration>,
 }
 
-struct Shared {
+struct RegistryState {
     agents: RwLock<HashMap<String, AgentEntry>>,
     events: broadcast::Sender<RegistryEvent>,
     loaded: watch::Sender<bool>,
@@ -186,7 +187,7 @@ pub const MAX_TAPS: usize = 16;
 /// The live view of the agents of one namespace. Cheap to clone.
 #[derive(Clone)]
 pub struct Registry {
-    shared: Arc<Shared>,
+    shared: Arc<RegistryState>,
 }
 
 impl Registry {
@@ -205,7 +206,7 @@ impl Registry {
         trusted: Option<TrustedKeys>,
     ) -> Result<Registry, BusError> {
         let (events, _) = broadcast::channel(1024);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(RegistryState {
             agents: RwLock::default(),
             events,
             loaded: watch::channel(false).0,
@@ -347,11 +348,7 @@ impl Registry {
     /// past it the receiver never sees a message.
     pub fn watch_topic(&self, topic: &str) -> watch::Receiver<Option<BusMessage>> {
         let (sender, receiver) = watch::channel(None);
-        let mut taps = self
-            .shared
-            .taps
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut taps = self.shared.taps.write_locked();
         taps.retain(|(_, sender)| !sender.is_closed());
         if taps.len() < MAX_TAPS {
             taps.push((topic.to_owned(), sender));
@@ -363,11 +360,7 @@ impl Registry {
 
     /// Hands `message` to the watchers of its topic.
     fn tap(&self, message: &BusMessage) {
-        let taps = self
-            .shared
-            .taps
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let taps = self.shared.taps.read_locked();
         for (topic, sender) in taps.iter() {
             if *topic == message.topic {
                 sender.send_replace(Some(message.clone()));
@@ -411,17 +404,11 @@ impl Registry {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, AgentEntry>> {
-        self.shared
-            .agents
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.shared.agents.read_locked()
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, AgentEntry>> {
-        self.shared
-            .agents
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.shared.agents.write_locked()
     }
 
     fn emit(&self, event: RegistryEvent) {
@@ -664,7 +651,7 @@ mod tests {
 
     fn registry_with(heard: Instant) -> Registry {
         let registry = Registry {
-            shared: Arc::new(Shared {
+            shared: Arc::new(RegistryState {
                 agents: RwLock::default(),
                 events: broadcast::channel(16).0,
                 loaded: watch::channel(true).0,

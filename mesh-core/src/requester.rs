@@ -33,6 +33,7 @@ use crate::model::{CancelTaskRequest, SendMessageRequest, Task};
 use crate::registry::{Registry, RegistryEvent};
 use crate::rpc::{Call, Reply, Request};
 use crate::seq_window::{Admit, SeqWindow};
+use crate::sync::MutexExt;
 pub use crate::topic::RequesterKind;
 use crate::topic::{TopicError, Topics};
 use foldhash::HashMap;
@@ -412,7 +413,7 @@ impl Requester {
             agent: agent.to_owned(),
             answered: false,
         };
-        lock(&self.pending).insert(rpc_id.clone(), entry);
+        self.pending.locked().insert(rpc_id.clone(), entry);
         ReplyStream {
             rx,
             rpc_id,
@@ -489,7 +490,7 @@ impl ReplyStream {
 
 impl Drop for ReplyStream {
     fn drop(&mut self) {
-        lock(&self.pending).remove(&self.rpc_id);
+        self.pending.locked().remove(&self.rpc_id);
     }
 }
 
@@ -543,7 +544,7 @@ async fn route(pending: &Pending, unexpected: &AtomicU64, answering: &str, paylo
         .ok()
         .and_then(|r| reply_position(r).1.map(str::to_owned));
     let tx = {
-        let mut pending = lock(pending);
+        let mut pending = pending.locked();
         let Some(entry) = pending.get_mut(&key) else {
             tracing::debug!(id = %key, "reply to no pending request, dropped");
             return;
@@ -596,7 +597,7 @@ fn fail_on_connection_loss(bus: &Bus, pending: &Pending) {
                 ConnectionState::Closed => break,
                 _ => continue,
             };
-            let pending = lock(&pending);
+            let pending = pending.locked();
             if !pending.is_empty() {
                 tracing::warn!(requests = pending.len(), %reason, "the bus connection dropped: requests in flight fail");
             }
@@ -627,7 +628,7 @@ fn fail_given_up(bus: &Bus, pending: &Pending) {
             let Some(key) = request_key(&publish.payload) else {
                 continue;
             };
-            if let Some(entry) = lock(&pending).get(&key) {
+            if let Some(entry) = pending.locked().get(&key) {
                 let message = format!(
                     "the broker refused the request on {} ({} bytes): it closed the connection on it \
                      {} times (over its packet size limit?)",
@@ -653,7 +654,8 @@ fn request_key(payload: &[u8]) -> Option<String> {
 /// [`PICKUP_GRACE`] after `instance` of `agent` went offline, fails the requests to `agent`
 /// that were waiting for their first answer then and still are.
 fn fail_unanswered_later(pending: &Pending, agent: String, instance: String) {
-    let waiting: Vec<String> = lock(pending)
+    let waiting: Vec<String> = pending
+        .locked()
         .iter()
         .filter(|(_, entry)| !entry.answered && entry.agent == agent)
         .map(|(key, _)| key.clone())
@@ -664,7 +666,7 @@ fn fail_unanswered_later(pending: &Pending, agent: String, instance: String) {
     let pending = pending.clone();
     tokio::spawn(async move {
         tokio::time::sleep(PICKUP_GRACE).await;
-        let pending = lock(&pending);
+        let pending = pending.locked();
         for key in waiting {
             let Some(entry) = pending.get(&key).filter(|e| !e.answered) else {
                 continue;
@@ -680,7 +682,7 @@ fn fail_unanswered_later(pending: &Pending, agent: String, instance: String) {
 }
 
 fn fail_instance(pending: &Pending, agent: &str, instance: &str) {
-    let pending = lock(pending);
+    let pending = pending.locked();
     for entry in pending.values() {
         if entry.instance.as_deref() == Some(instance) {
             let message =
@@ -688,10 +690,4 @@ fn fail_instance(pending: &Pending, agent: &str, instance: &str) {
             entry.end(Ended::InstanceOffline, &message);
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

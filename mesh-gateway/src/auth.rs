@@ -7,7 +7,7 @@
 //! preflights, answered before this layer)
 //! needs `Authorization: Bearer <key>` or `X-API-Key: <key>`; anything else gets `401` with
 //! `WWW-Authenticate: Bearer` and a JSON-RPC error body SDK clients can read. The caller's
-//! principal rides along in the request's extensions ([`Caller`]), is forwarded to agents
+//! principal rides along in the request's extensions ([`Authenticated`]), is forwarded to agents
 //! as `_mesh.caller.principal`, and owns the tasks it creates: another principal gets "task
 //! not found" for them.
 
@@ -75,7 +75,7 @@ impl ApiKey {
 
 /// The authenticated caller of a request (absent when the gateway has no keys).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
+pub struct Authenticated {
     /// The principal of the key used.
     pub principal: String,
 }
@@ -101,14 +101,14 @@ impl Keys {
     }
 
     /// The caller the headers authenticate, if any.
-    pub(crate) fn check(&self, headers: &HeaderMap) -> Option<Caller> {
+    pub(crate) fn check(&self, headers: &HeaderMap) -> Option<Authenticated> {
         let presented = presented(headers)?;
         // Every key is compared (in constant time per key), so timing tells nothing about
         // which key came close.
         let mut found = None;
         for key in &self.keys {
             if constant_time_eq(key.secret.as_bytes(), presented.as_bytes()) && found.is_none() {
-                found = Some(Caller {
+                found = Some(Authenticated {
                     principal: key.principal.clone(),
                 });
             }
@@ -237,11 +237,13 @@ pub(crate) async fn require(
         }
         None => {
             gw.metrics.unauthenticated();
-            unauthorized(
+            let refused = unauthorized(
                 request.headers().contains_key(header::AUTHORIZATION)
                     || request.headers().contains_key(API_KEY_HEADER),
                 Binding::of(&request),
-            )
+            );
+            // The body is not read for a caller without a key.
+            crate::http::closing(refused, request.version())
         }
     }
 }

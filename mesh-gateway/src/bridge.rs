@@ -31,6 +31,7 @@ use mesh_core::model::{
 };
 use mesh_core::requester::{Ended, ReplyStream, Requester, strip_reply_meta};
 use mesh_core::rpc::Reply;
+use mesh_core::sync::MutexExt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -109,7 +110,7 @@ pub(crate) struct LiveTask {
 impl LiveTask {
     fn subscribe(&self, capacity: usize, until_terminal: bool) -> Subscription {
         let (tx, rx) = mpsc::channel(capacity);
-        lock(&self.subscribers).push(Subscriber {
+        self.subscribers.locked().push(Subscriber {
             tx,
             lagged: false,
             until_terminal,
@@ -120,7 +121,7 @@ impl LiveTask {
     /// Hands `event` to every subscriber without waiting: one whose buffer is full misses it
     /// (and is told so before its next event); one that went away is forgotten.
     fn send(&self, seq: Seq, event: LiveEvent) {
-        lock(&self.subscribers).retain_mut(|subscriber| {
+        self.subscribers.locked().retain_mut(|subscriber| {
             if subscriber.lagged {
                 match subscriber.tx.try_send(Live::Lagged) {
                     Ok(()) => subscriber.lagged = false,
@@ -253,7 +254,7 @@ impl Bridge {
     }
 
     fn live_map(&self) -> MutexGuard<'_, HashMap<String, Arc<LiveTask>>> {
-        lock(&self.live)
+        self.live.locked()
     }
 
     /// True while a pump runs for the task.
@@ -274,7 +275,7 @@ impl Bridge {
             return None;
         }
         // The subscribers that waited for this message of an interrupted task follow it.
-        let adopted = lock(&self.waiting).remove(id).unwrap_or_default();
+        let adopted = self.waiting.locked().remove(id).unwrap_or_default();
         let task = Arc::new(LiveTask {
             subscribers: Mutex::new(adopted),
             gate: Mutex::new(()),
@@ -299,12 +300,15 @@ impl Bridge {
             .get(id)
             .is_some_and(|record| !record.task.status.state.is_terminal());
         if interrupted {
-            let followers: Vec<Subscriber> = lock(&task.subscribers)
+            let followers: Vec<Subscriber> = task
+                .subscribers
+                .locked()
                 .drain(..)
                 .filter(|s| s.until_terminal && !s.tx.is_closed())
                 .collect();
             if !followers.is_empty() {
-                lock(&self.waiting)
+                self.waiting
+                    .locked()
                     .entry(id.to_owned())
                     .or_default()
                     .extend(followers);
@@ -324,7 +328,7 @@ impl Bridge {
         let live = self.live_map();
         if let Some(task) = live.get(id).cloned() {
             drop(live);
-            let _gate = lock(&task.gate);
+            let _gate = task.gate.locked();
             let Some(record) = self.store.get(id) else {
                 return Ok(None);
             };
@@ -340,7 +344,7 @@ impl Bridge {
             return Ok(Some((record, None)));
         }
         // Under the `live` lock, so that no pump begins between this check and the wait.
-        let mut waiting = lock(&self.waiting);
+        let mut waiting = self.waiting.locked();
         // Subscribers that went away (and tasks left with none) are forgotten here: the map
         // holds open streams only.
         waiting.retain(|_, followers| {
@@ -374,7 +378,7 @@ impl Bridge {
     /// task lets them go.
     pub(crate) fn release_waiting(&self, record: &TaskRecord) {
         let _live = self.live_map();
-        let mut waiting = lock(&self.waiting);
+        let mut waiting = self.waiting.locked();
         let Some(followers) = waiting.get_mut(&record.task.id) else {
             return;
         };
@@ -438,7 +442,7 @@ impl Bridge {
                 Err(error) if !started && delivery.ended != Some(Ended::Deadline) => {
                     // The agent refused the message (bad params, a task it cannot resume, …):
                     // the task did not change, the request failed.
-                    let _gate = lock(&live.gate);
+                    let _gate = live.gate.locked();
                     match &undo {
                         Undo::Remove => self.store.remove(id),
                         // Replacing a record the store holds is never refused for its bounds.
@@ -467,7 +471,7 @@ impl Bridge {
     /// False when the task was stopped meanwhile (the event is dropped), or failed because
     /// the event would take it past the store's per-task limit.
     fn publish(&self, id: &str, live: &LiveTask, reply: Arc<Reply>) -> bool {
-        let _gate = lock(&live.gate);
+        let _gate = live.gate.locked();
         if live.stop.is_cancelled() {
             return false;
         }
@@ -548,7 +552,7 @@ impl Bridge {
     /// subscribers get the final canceled status, and the pump stops.
     pub(crate) fn cancel_locally(&self, id: &str, live: &LiveTask) -> Option<Arc<TaskRecord>> {
         let record = {
-            let _gate = lock(&live.gate);
+            let _gate = live.gate.locked();
             if live.stop.is_cancelled() {
                 return self.store.get(id);
             }
@@ -614,10 +618,6 @@ pub(crate) fn artifact_events(task: &Task) -> impl Iterator<Item = TaskArtifactU
         })
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A task as stream events: its artifacts, then its status (a 0.1 stream, which has no Task
 /// event, and a Task after a stream's first event).
 pub(crate) fn task_as_updates(task: &Task) -> impl Iterator<Item = Reply> + '_ {
@@ -641,18 +641,7 @@ mod tests {
     use mesh_core::dialect::Dialect;
 
     fn task(id: &str, state: TaskState) -> Task {
-        Task {
-            id: id.into(),
-            context_id: "c".into(),
-            status: TaskStatus {
-                state,
-                message: None,
-                timestamp: None,
-            },
-            artifacts: None,
-            history: None,
-            metadata: None,
-        }
+        crate::store::test_records::task(id, "c", state).task
     }
 
     fn bridge_with(id: &str, state: TaskState) -> Bridge {
@@ -745,6 +734,6 @@ mod tests {
             }
             assert!(follower.recv().await.is_none(), "and is let go");
         }
-        assert!(lock(&bridge.waiting).is_empty());
+        assert!(bridge.waiting.locked().is_empty());
     }
 }

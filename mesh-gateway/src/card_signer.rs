@@ -10,6 +10,7 @@
 //! [`MAX_SIGNED_CARDS`] are kept; past it the cache starts over.
 
 use mesh_core::card_signing::{self, SigningKey};
+use mesh_core::sync::MutexExt;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -80,7 +81,7 @@ impl CardSigner {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Value>> {
-        self.signatures.lock().unwrap_or_else(|p| p.into_inner())
+        self.signatures.locked()
     }
 }
 

@@ -22,7 +22,7 @@
 //!
 //! [`card_signer`]: crate::card_signer
 
-use crate::auth::{API_KEY_SCHEME, BEARER_SCHEME, Caller};
+use crate::auth::{API_KEY_SCHEME, Authenticated, BEARER_SCHEME};
 use crate::card_signer::CardSigner;
 use crate::http::json_status;
 use axum::Extension;
@@ -38,6 +38,7 @@ use mesh_core::model::{
     TRANSPORT_PROTOCOL_HTTP_JSON, TRANSPORT_PROTOCOL_JSONRPC,
 };
 use mesh_core::registry::{CardTrust, Registry};
+use mesh_core::sync::MutexExt;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -58,7 +59,7 @@ pub(crate) struct CardCache {
 
 impl CardCache {
     fn last_modified(&self, agent: &str, url: &str, shape: CardShape, etag: &str) -> SystemTime {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen.locked();
         let entry = seen
             .entry((agent.to_owned(), url.to_owned(), shape == CardShape::V1))
             .or_insert_with(|| (etag.to_owned(), SystemTime::now()));
@@ -260,7 +261,7 @@ pub(crate) fn agent_url(gw: &Cards, agent: &str) -> String {
 pub(crate) fn extended_card(
     gw: &Cards,
     agent: &str,
-    caller: Option<&Caller>,
+    caller: Option<&Authenticated>,
 ) -> Result<AgentCard, A2aError> {
     let Some(caller) = caller.filter(|_| gw.api_keys) else {
         return Err(A2aError::extended_card_not_configured());
@@ -288,7 +289,7 @@ pub(crate) fn extended_card(
 /// clients): the default agent's extended card.
 pub(crate) async fn default_extended_card_http(
     State(gw): State<Arc<Cards>>,
-    caller: Option<Extension<Caller>>,
+    caller: Option<Extension<Authenticated>>,
     headers: HeaderMap,
 ) -> Response {
     let Some(agent) = gw.default_agent.clone() else {
@@ -304,7 +305,7 @@ pub(crate) async fn default_extended_card_http(
 pub(crate) async fn extended_card_http(
     State(gw): State<Arc<Cards>>,
     Path(name): Path<String>,
-    caller: Option<Extension<Caller>>,
+    caller: Option<Extension<Authenticated>>,
     headers: HeaderMap,
 ) -> Response {
     let mut response = match extended_card(&gw, &name, caller.as_ref().map(|c| &c.0)) {

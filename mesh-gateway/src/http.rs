@@ -26,6 +26,19 @@ pub(crate) fn json_bytes(
     response
 }
 
+/// `response` to a request whose body was not read (refused before it, or for its size):
+/// over HTTP/1.x it says `Connection: close`, so that the client does not send its next
+/// request on a connection the server may close before reading what is left of this one.
+/// (HTTP/2 streams end on their own: nothing to say there.)
+pub(crate) fn closing(mut response: Response, version: axum::http::Version) -> Response {
+    if version < axum::http::Version::HTTP_2 {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
 /// The `A2A-Version` a request asks for (the header, else the query parameter of that name).
 pub(crate) fn version_asked(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     if let Some(v) = headers.get("a2a-version").and_then(|v| v.to_str().ok()) {

@@ -13,7 +13,7 @@
 //! Methods 0.1 and 0.3 share (`tasks/get`, `tasks/cancel`, `tasks/resubscribe`,
 //! `tasks/list`, the push-config methods) answer in the dialect that created the task.
 
-use crate::auth::Caller;
+use crate::auth::Authenticated;
 use crate::http::{BodyError, bad_content_type, bad_version, fallback_dialect, read_body};
 use crate::metrics::Metrics;
 use crate::service::{A2aService, RequestContext, SendOutcome};
@@ -67,7 +67,7 @@ struct Http {
     bad_version: Option<String>,
     traceparent: Option<String>,
     /// The authenticated caller (absent without API keys).
-    caller: Option<Caller>,
+    caller: Option<Authenticated>,
     /// Where a resubscription resumes (`Last-Event-ID`).
     last_event_id: Option<u64>,
 }
@@ -105,7 +105,7 @@ fn handle(
             bad_version: bad_version(&parts.headers, parts.uri.query()),
             traceparent: crate::http::traceparent(&parts.headers),
             last_event_id: crate::http::last_event_id(&parts.headers),
-            caller: parts.extensions.get::<Caller>().cloned(),
+            caller: parts.extensions.get::<Authenticated>().cloned(),
         };
         // The dialect of answers written before the request is read.
         let fallback = fallback_dialect(&parts.headers, parts.uri.query());
@@ -124,7 +124,9 @@ fn handle(
         };
         let bytes = match read_body(&parts.headers, body, limit).await {
             Ok(bytes) => bytes,
-            Err(BodyError::TooLarge) => return too_large(),
+            Err(BodyError::TooLarge) => {
+                return crate::http::closing(too_large(), parts.version);
+            }
             Err(BodyError::Broken(error)) => {
                 return json_response(
                     StatusCode::BAD_REQUEST,
@@ -150,16 +152,7 @@ fn handle(
             );
         }
         let Some(agent) = agent else {
-            let agents = gw.service.agent_names();
-            let error = A2aError::invalid_request(format!(
-            "this gateway has no default agent: POST to /agents/{{name}} (agents on the mesh: {})",
-            if agents.is_empty() {
-                "none".to_owned()
-            } else {
-                agents.join(", ")
-            }
-        ))
-        .with_data(serde_json::json!({ "agents": agents }));
+            let error = gw.service.no_default_agent("POST to /agents/{name}");
             // Without an id, the error goes back with `"id": null`.
             let id = request_id(&bytes).unwrap_or(JsonRpcId::Null);
             return json_response(

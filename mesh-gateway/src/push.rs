@@ -37,6 +37,7 @@ use axum::http::{HeaderValue, header};
 use mesh_core::bus::redact_url;
 use mesh_core::error::A2aError;
 use mesh_core::model::TaskPushNotificationConfig;
+use mesh_core::sync::MutexExt;
 use mesh_core::tls::TlsRoots;
 use reqwest::Url;
 use std::collections::HashMap;
@@ -357,7 +358,7 @@ impl Pusher {
 
     /// Hands a notification (counted in `pending` already) to its task's worker.
     fn enqueue(self: &Arc<Self>, task_id: &str, mut notification: Notification) {
-        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut workers = self.workers.locked();
         if let Some(sender) = workers.get(task_id) {
             match sender.send(notification) {
                 Ok(()) => return,
@@ -373,7 +374,7 @@ impl Pusher {
         let task_id = task_id.to_owned();
         tokio::spawn(async move {
             pusher.work(receiver).await;
-            let mut workers = pusher.workers.lock().unwrap_or_else(|p| p.into_inner());
+            let mut workers = pusher.workers.locked();
             if workers
                 .get(&task_id)
                 .is_some_and(|s| s.same_channel(&sender))

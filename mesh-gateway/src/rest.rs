@@ -27,7 +27,7 @@
 //! authentication layer).
 
 use crate::answers;
-use crate::auth::Caller;
+use crate::auth::Authenticated;
 use crate::cards::Cards;
 use crate::http::{BodyError, bad_content_type, read_body};
 use crate::metrics::Metrics;
@@ -217,21 +217,10 @@ pub(crate) async fn root(State(rest): State<Arc<Rest>>, request: Request) -> Res
         Ok((None, operation)) => match rest.default_agent.clone() {
             Some(agent) => serve(&rest, agent, operation, request).await,
             None => {
-                let agents = rest.service.agent_names();
-                error(
-                    StatusCode::NOT_FOUND,
-                    &A2aError::new(
-                        ErrorKind::MethodNotFound,
-                        format!(
-                            "this gateway has no default agent: use /agents/{{name}}{path} (agents on the mesh: {})",
-                            if agents.is_empty() {
-                                "none".to_owned()
-                            } else {
-                                agents.join(", ")
-                            }
-                        ),
-                    ),
-                )
+                let e = rest
+                    .service
+                    .no_default_agent(&format!("use /agents/{{name}}{path}"));
+                error(status_of(&e), &e)
             }
         },
         Err(NotAnOperation::WrongMethod) => wrong_method(request.method(), &path),
@@ -285,20 +274,28 @@ async fn serve(rest: &Rest, agent: String, operation: Operation, request: Reques
     let began = Instant::now();
     let method = operation.method();
     let (parts, body) = request.into_parts();
+    // A refusal before the body is read tells an HTTP/1 client not to reuse the connection.
+    let unread = |response: Response| {
+        if operation.has_body() {
+            crate::http::closing(response, parts.version)
+        } else {
+            response
+        }
+    };
     if let Some(version) = crate::http::version_asked(&parts.headers, parts.uri.query())
         .filter(|v| !(v.is_empty() || v == "1" || v.starts_with("1.")))
     {
-        return failed(
+        return unread(failed(
             rest,
             method,
             began,
             A2aError::version_not_supported(&version),
-        );
+        ));
     }
     let body = if operation.has_body() {
         if let Some(content_type) = bad_content_type(&parts.headers) {
             let e = A2aError::content_type_not_supported(&content_type);
-            return failed(rest, method, began, e);
+            return unread(failed(rest, method, began, e));
         }
         match read_object(&parts.headers, body, rest.body_limit).await {
             Ok(body) => body,
@@ -308,7 +305,7 @@ async fn serve(rest: &Rest, agent: String, operation: Operation, request: Reques
                     "the request body is larger than this gateway accepts ({} bytes)",
                     rest.body_limit
                 ));
-                return error(StatusCode::PAYLOAD_TOO_LARGE, &e);
+                return unread(error(StatusCode::PAYLOAD_TOO_LARGE, &e));
             }
             Err(BodyRefused::Invalid(e)) => return failed(rest, method, began, e),
         }
@@ -321,7 +318,7 @@ async fn serve(rest: &Rest, agent: String, operation: Operation, request: Reques
     };
     let cx = RequestContext {
         agent,
-        caller: parts.extensions.get::<Caller>().cloned(),
+        caller: parts.extensions.get::<Authenticated>().cloned(),
         traceparent: crate::http::traceparent(&parts.headers),
         dialect: Dialect::V1_0,
     };

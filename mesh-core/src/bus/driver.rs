@@ -14,6 +14,7 @@
 //! - [`ResendGuard`] (pure state, no I/O) decides which publish to give up when the broker
 //!   keeps closing the connection before acknowledging it.
 
+use crate::sync::MutexExt;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -67,7 +68,7 @@ struct Router {
 }
 
 /// The state shared by the bus handle, the subscriptions and the two tasks.
-pub(crate) struct Shared {
+pub(crate) struct BusState {
     router: Mutex<Router>,
     next_id: AtomicU64,
     /// Publishes handed to rumqttc and not yet written: while there is one, the next write
@@ -102,9 +103,9 @@ pub enum DropReason {
     GivenUp,
 }
 
-impl Default for Shared {
-    fn default() -> Shared {
-        Shared {
+impl Default for BusState {
+    fn default() -> BusState {
+        BusState {
             router: Mutex::default(),
             next_id: AtomicU64::default(),
             queued_publishes: AtomicUsize::default(),
@@ -130,13 +131,13 @@ pub(crate) enum Command {
     Resubscribe,
 }
 
-/// One publish on its way to rumqttc, counted in [`Shared::queued_publishes`] until it is
+/// One publish on its way to rumqttc, counted in [`BusState::queued_publishes`] until it is
 /// written; taken back from the count when it never reaches rumqttc (dropped unless
 /// [`QueuedPublish::handed_over`]).
-pub(crate) struct QueuedPublish<'a>(Option<&'a Shared>);
+pub(crate) struct QueuedPublish<'a>(Option<&'a BusState>);
 
 impl<'a> QueuedPublish<'a> {
-    pub(crate) fn new(shared: &'a Shared) -> QueuedPublish<'a> {
+    pub(crate) fn new(shared: &'a BusState) -> QueuedPublish<'a> {
         shared.queued_publishes.fetch_add(1, Ordering::Relaxed);
         QueuedPublish(Some(shared))
     }
@@ -155,7 +156,7 @@ impl Drop for QueuedPublish<'_> {
     }
 }
 
-impl Shared {
+impl BusState {
     /// A counted publish was written, or never reached rumqttc. Saturates: a publish rumqttc
     /// writes again after a reconnect is seen twice.
     fn publish_gone(&self) {
@@ -177,7 +178,7 @@ impl Shared {
 
     fn lock(&self) -> MutexGuard<'_, Router> {
         // A panic elsewhere never makes the bus panic.
-        self.router.lock().unwrap_or_else(|e| e.into_inner())
+        self.router.locked()
     }
 
     /// Adds a route; `None` if the bus is closed.
@@ -362,7 +363,7 @@ fn max_qos(a: QoS, b: QoS) -> QoS {
 /// The control task: every SUBSCRIBE and UNSUBSCRIBE, in order.
 pub(crate) async fn control(
     client: AsyncClient,
-    shared: Arc<Shared>,
+    shared: Arc<BusState>,
     mut rx: mpsc::UnboundedReceiver<Command>,
     state: watch::Sender<ConnectionState>,
 ) {
@@ -405,7 +406,7 @@ pub(crate) async fn control(
 /// The event-loop task (see the module documentation).
 pub(crate) struct Driver {
     pub(crate) eventloop: EventLoop,
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<BusState>,
     pub(crate) control: mpsc::UnboundedSender<Command>,
     pub(crate) state: watch::Sender<ConnectionState>,
     pub(crate) shutdown: watch::Receiver<bool>,
@@ -647,7 +648,7 @@ impl Driver {
 }
 
 /// Hands an incoming message to every subscription whose filter matches its topic.
-async fn route(shared: &Shared, p: rumqttc::Publish) {
+async fn route(shared: &BusState, p: rumqttc::Publish) {
     let (first, others) = shared.targets(&p.topic);
     let msg = BusMessage {
         topic: p.topic,
@@ -717,7 +718,7 @@ mod tests {
 
     #[test]
     fn a_publish_that_never_reaches_rumqttc_leaves_the_count() {
-        let shared = Shared::default();
+        let shared = BusState::default();
         let dropped = QueuedPublish::new(&shared);
         let handed = QueuedPublish::new(&shared);
         assert!(shared.publishes_queued());

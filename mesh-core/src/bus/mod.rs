@@ -56,6 +56,7 @@
 mod config;
 mod driver;
 
+use crate::sync::MutexExt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,7 +73,7 @@ pub use config::{
 };
 pub use rumqttc::QoS;
 
-use driver::{Command, Driver, QueuedPublish, ResendGuard, Shared};
+use driver::{BusState, Command, Driver, QueuedPublish, ResendGuard};
 pub use driver::{DropReason, Dropped, RESEND_LIMIT};
 
 /// Every way a bus operation can fail.
@@ -184,7 +185,7 @@ pub struct BusMessage {
 /// What the handles hold; dropping the last one ends the connection abruptly.
 struct Inner {
     client: rumqttc::AsyncClient,
-    shared: Arc<Shared>,
+    shared: Arc<BusState>,
     control: mpsc::UnboundedSender<Command>,
     state: watch::Receiver<ConnectionState>,
     shutdown: watch::Sender<bool>,
@@ -248,7 +249,7 @@ impl Bus {
         net.set_connection_timeout(secs);
         eventloop.set_network_options(net);
 
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(BusState::default());
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let (state_tx, state_rx) = watch::channel(ConnectionState::Connecting);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -446,12 +447,7 @@ impl Bus {
     /// when a process crashes, and publishes the last will. Every clone of this bus is closed.
     pub fn abort(&self) {
         self.inner.aborted.store(true, Ordering::Release);
-        let tasks = self
-            .inner
-            .tasks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let tasks = self.inner.tasks.locked().take();
         if let Some((event_loop, control)) = tasks {
             event_loop.abort();
             control.abort();
@@ -464,12 +460,7 @@ impl Bus {
     /// at most [`BusConfig::request_timeout`], then closes the socket anyway. Every clone of
     /// this bus is closed; their operations fail with [`BusError::Closed`].
     pub async fn disconnect(&self) -> Result<(), BusError> {
-        let tasks = self
-            .inner
-            .tasks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let tasks = self.inner.tasks.locked().take();
         let Some((mut event_loop, control)) = tasks else {
             return Ok(());
         };
@@ -598,7 +589,7 @@ pub struct Subscription {
     id: u64,
     filter: String,
     rx: mpsc::Receiver<BusMessage>,
-    shared: Arc<Shared>,
+    shared: Arc<BusState>,
     control: mpsc::UnboundedSender<Command>,
 }
 

@@ -30,7 +30,7 @@
 //! traffic (a broker may send a duplicate of an answer the gateway also subscribes to: the
 //! requester drops it by sequence number, as any QoS 1 redelivery).
 
-use crate::auth::Caller;
+use crate::auth::Authenticated;
 use crate::health::agents_json;
 use crate::http::json_status;
 use crate::service::A2aService;
@@ -85,12 +85,12 @@ pub(crate) struct Console {
 
 impl Console {
     /// True when the caller may see a task of `owner`.
-    fn may_see(&self, caller: Option<&Caller>, owner: Option<&str>) -> bool {
+    fn may_see(&self, caller: Option<&Authenticated>, owner: Option<&str>) -> bool {
         !self.service.settings.owned_tasks || caller.map(|c| c.principal.as_str()) == owner
     }
 
     /// The owner a listing is limited to (with API keys, the caller).
-    fn owner_filter(&self, caller: Option<&Caller>) -> Option<String> {
+    fn owner_filter(&self, caller: Option<&Authenticated>) -> Option<String> {
         self.service.settings.owned_tasks.then(|| {
             caller
                 .map(|c| c.principal.clone())
@@ -239,7 +239,7 @@ impl TasksQuery {
 /// `input-required`, …, or the 1.0 form `TASK_STATE_WORKING`).
 pub(crate) async fn tasks(
     State(console): State<Arc<Console>>,
-    caller: Option<Extension<Caller>>,
+    caller: Option<Extension<Authenticated>>,
     RawQuery(raw): RawQuery,
 ) -> Response {
     let Some(query) = TasksQuery::parse(raw.as_deref()) else {
@@ -343,7 +343,7 @@ impl EventsQuery {
 /// `after` of the next page, and `more` whether there may be one.
 pub(crate) async fn task_events(
     State(console): State<Arc<Console>>,
-    caller: Option<Extension<Caller>>,
+    caller: Option<Extension<Authenticated>>,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Response {

@@ -19,7 +19,7 @@
 use super::convert;
 use super::proto as pb;
 use super::status;
-use crate::auth::Caller;
+use crate::auth::Authenticated;
 use crate::bridge::{task_as_updates, view};
 use crate::metrics::Metrics;
 use crate::service::{A2aService, RequestContext, SendOutcome, TaskEvents};
@@ -81,15 +81,15 @@ impl Grpc {
         let agent = match tenant(&params).filter(|t| !t.is_empty()) {
             Some(tenant) => tenant.to_owned(),
             None => self.default_agent.clone().ok_or_else(|| {
-                refused(status::to_status(&A2aError::invalid_request(format!(
-                    "no tenant and no default agent: set the request's tenant to an agent's name (agents on the mesh: {})",
-                    names(&self.service.agent_names())
-                ))))
+                let e = self
+                    .service
+                    .no_default_agent("set the request's tenant to an agent's name");
+                refused(status::to_status(&e))
             })?,
         };
         let cx = RequestContext {
             agent,
-            caller: extensions.get::<Caller>().cloned(),
+            caller: extensions.get::<Authenticated>().cloned(),
             traceparent: metadata
                 .get("traceparent")
                 .and_then(|v| v.to_str().ok())
@@ -109,14 +109,6 @@ impl Grpc {
         self.metrics
             .request(Some(method), result.is_ok(), began.elapsed());
         result.map(Response::new).map_err(|e| status::to_status(&e))
-    }
-}
-
-fn names(agents: &[String]) -> String {
-    if agents.is_empty() {
-        "none".to_owned()
-    } else {
-        agents.join(", ")
     }
 }
 

@@ -134,22 +134,11 @@ mod tests {
     use crate::metrics::Metrics;
     use crate::store::{MemoryStore, StoreLimits, TaskRecord};
     use mesh_core::dialect::Dialect;
-    use mesh_core::model::{Task, TaskState, TaskStatus};
+    use mesh_core::model::{Task, TaskState};
     use tokio::sync::mpsc;
 
     fn task(state: TaskState) -> Task {
-        Task {
-            id: "t1".into(),
-            context_id: "c1".into(),
-            status: TaskStatus {
-                state,
-                message: None,
-                timestamp: None,
-            },
-            artifacts: None,
-            history: None,
-            metadata: None,
-        }
+        crate::store::test_records::task("t1", "c1", state).task
     }
 
     fn status(state: TaskState) -> Live {

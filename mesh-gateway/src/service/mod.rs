@@ -20,7 +20,7 @@ pub(crate) mod push_configs;
 pub(crate) mod send;
 pub(crate) mod tasks;
 
-use crate::auth::Caller;
+use crate::auth::Authenticated;
 use crate::bridge::Bridge;
 use crate::cards::Cards;
 use crate::metrics::Metrics;
@@ -59,7 +59,7 @@ pub(crate) struct RequestContext {
     /// The agent the request is for.
     pub agent: String,
     /// The authenticated caller (absent without API keys).
-    pub caller: Option<Caller>,
+    pub caller: Option<Authenticated>,
     /// The W3C trace context the client sent, forwarded to the agent.
     pub traceparent: Option<String>,
     /// The protocol generation the client speaks (1.0 for HTTP+JSON and gRPC).
@@ -96,9 +96,26 @@ impl A2aService {
         self.bridge.store()
     }
 
-    /// The names of the agents on the mesh (for the errors that list them).
-    pub(crate) fn agent_names(&self) -> Vec<String> {
-        self.registry.agents().into_iter().map(|a| a.name).collect()
+    /// The names of the agents on the mesh, as the errors that list them say it ("a, b", or
+    /// "none").
+    pub(crate) fn agents_on_the_mesh(&self) -> String {
+        let agents: Vec<String> = self.registry.agents().into_iter().map(|a| a.name).collect();
+        if agents.is_empty() {
+            "none".to_owned()
+        } else {
+            agents.join(", ")
+        }
+    }
+
+    /// A request for the default agent on a gateway that has none; `how` says how to name
+    /// an agent in the request's binding.
+    pub(crate) fn no_default_agent(&self, how: &str) -> A2aError {
+        let agents: Vec<String> = self.registry.agents().into_iter().map(|a| a.name).collect();
+        A2aError::invalid_request(format!(
+            "this gateway has no default agent: {how} (agents on the mesh: {})",
+            self.agents_on_the_mesh()
+        ))
+        .with_data(serde_json::json!({ "agents": agents }))
     }
 
     /// `GetExtendedAgentCard`: the agent's card for an authenticated caller. Without API keys

@@ -33,7 +33,7 @@ pub(crate) enum SendOutcome {
 }
 
 /// A task the gateway just handed to the bus.
-struct Started {
+struct Published {
     task_id: String,
     events: Subscription,
     /// The task's pump: polled in place or detached (dropping it detaches it).
@@ -138,17 +138,10 @@ impl A2aService {
                 Some(_) => A2aError::internal(format!(
                     "agent {agent:?} is offline: no instance of it is running"
                 )),
-                None => {
-                    let agents = self.agent_names();
-                    A2aError::invalid_params(format!(
-                        "no agent named {agent:?} on the mesh (agents: {})",
-                        if agents.is_empty() {
-                            "none".to_owned()
-                        } else {
-                            agents.join(", ")
-                        }
-                    ))
-                }
+                None => A2aError::invalid_params(format!(
+                    "no agent named {agent:?} on the mesh (agents: {})",
+                    self.agents_on_the_mesh()
+                )),
             });
         }
         if !self.bus.is_connected() {
@@ -180,7 +173,7 @@ impl A2aService {
         cx: &'a RequestContext,
         mut params: SendMessageRequest,
         streaming: bool,
-    ) -> impl Future<Output = Result<Started, A2aError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Published, A2aError>> + Send + 'a {
         async move {
             let agent = cx.agent.as_str();
             self.check_agent(agent, streaming)?;
@@ -209,7 +202,7 @@ impl A2aService {
             match self.requester.send(agent, params, options).await {
                 Ok(stream) => {
                     let pump = self.bridge.pump(task_id.clone(), live, stream, undo);
-                    Ok(Started {
+                    Ok(Published {
                         task_id,
                         events,
                         pump,

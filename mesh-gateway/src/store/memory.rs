@@ -25,6 +25,7 @@ use crate::task_events;
 use foldhash::HashMap;
 use mesh_core::model::TaskState;
 use mesh_core::rpc::Reply;
+use mesh_core::sync::RwLockExt;
 use std::collections::VecDeque;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::SystemTime;
@@ -157,11 +158,11 @@ impl MemoryStore {
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Inner> {
-        self.inner.read().unwrap_or_else(|p| p.into_inner())
+        self.inner.read_locked()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Inner> {
-        self.inner.write().unwrap_or_else(|p| p.into_inner())
+        self.inner.write_locked()
     }
 
     /// Adds or replaces a record (see [`TaskStore::insert`]); the ids it evicted to make room

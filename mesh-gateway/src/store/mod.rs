@@ -63,6 +63,9 @@ mod memory;
 mod size;
 mod sqlite;
 
+/// Records and events for the tests of the modules that use a store.
+#[cfg(test)]
+pub(crate) use memory::tests as test_records;
 pub use memory::{EVENT_LOG_BYTES, EVENT_LOG_EVENTS, MemoryStore};
 pub use sqlite::SqliteStore;
 

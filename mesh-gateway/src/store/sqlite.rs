@@ -49,6 +49,7 @@ use crate::task_events;
 use mesh_core::dialect::Dialect;
 use mesh_core::model::{Message, Part, Role, TaskState, TaskStatus, is_final_state};
 use mesh_core::rpc::Reply;
+use mesh_core::sync::MutexExt;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::HashMap;
@@ -144,7 +145,7 @@ struct QueueState {
 
 impl Queue {
     fn lock(&self) -> MutexGuard<'_, QueueState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     fn changed(&self, state: MutexGuard<'_, QueueState>) {
@@ -364,14 +365,14 @@ impl SqliteStore {
     pub fn close(&self) {
         self.queue.lock().closed = true;
         self.queue.wake.notify_all();
-        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let writer = self.writer.locked().take();
         if let Some(writer) = writer {
             let _ = writer.join();
         }
     }
 
     fn connection(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+        self.conn.locked()
     }
 }
 
@@ -519,12 +520,7 @@ impl TaskStore for SqliteStore {
     }
 
     fn take_pending_deliveries(&self) -> Vec<PendingDelivery> {
-        std::mem::take(
-            &mut *self
-                .pending_deliveries
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        )
+        std::mem::take(&mut *self.pending_deliveries.locked())
     }
 }
 
@@ -894,7 +890,7 @@ fn write_loop(conn: &Mutex<Connection>, queue: &Queue, memory: &MemoryStore, sta
         }
         // The connection first, then the batch: a reader holding the connection sees every
         // event either committed or queued.
-        let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut conn = conn.locked();
         let batch = {
             let mut state = queue.lock();
             let batch = Batch {
@@ -940,7 +936,7 @@ fn write_loop(conn: &Mutex<Connection>, queue: &Queue, memory: &MemoryStore, sta
     }
     queue.lock().stopped = true;
     queue.done.notify_all();
-    let conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+    let conn = conn.locked();
     let count: Option<i64> = conn
         .query_row("SELECT count(*) FROM tasks", [], |r| r.get(0))
         .optional()

@@ -438,3 +438,63 @@ async fn bus_reconnects_and_open_streams_are_counted() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// The head of the answer to `request`, sent as it is over a fresh HTTP/1.1 connection.
+async fn raw_head(mesh: &Mesh, request: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(mesh.gateway.local_addr())
+        .await
+        .unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let read = async {
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap_or(0) == 1 {
+            head.push(byte[0]);
+        }
+    };
+    tokio::time::timeout(WAIT, read).await.expect("an answer");
+    String::from_utf8_lossy(&head).to_ascii_lowercase()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_before_its_body_is_read_says_connection_close() {
+    let mut mesh = Mesh::start_with(|c| {
+        keys(c);
+        c.body_limit = 1024;
+    })
+    .await;
+    mesh.run(whoami()).await;
+    let body = rpc("message/send", json!({})).to_string();
+    let head = raw_head(
+        &mesh,
+        format!(
+            "POST /agents/whoami HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await;
+    assert!(head.starts_with("http/1.1 401"), "{head}");
+    assert!(head.contains("connection: close"), "a keyless POST: {head}");
+
+    // Too large to read, with a key: the same.
+    let head = raw_head(
+        &mesh,
+        "POST /agents/whoami HTTP/1.1\r\nhost: x\r\nx-api-key: alice-secret\r\ncontent-type: application/json\r\ncontent-length: 4096\r\n\r\n{".to_owned(),
+    )
+    .await;
+    assert!(head.starts_with("http/1.1 413"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+
+    // A request that was read keeps its connection.
+    let head = raw_head(
+        &mesh,
+        format!(
+            "POST /agents/whoami HTTP/1.1\r\nhost: x\r\nx-api-key: alice-secret\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(!head.contains("connection: close"), "{head}");
+}

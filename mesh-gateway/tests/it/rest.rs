@@ -291,7 +291,7 @@ async fn refusals_are_google_rpc_statuses_with_the_status_of_the_error_table() {
 
     // No default agent: the root operations say so; paths that are no operation stay 404.
     let (status, _, body) = call(&mesh, M::POST, "/message:send", Some(&message("hi")), &[]).await;
-    assert_eq!(status, 404, "{body}");
+    assert_eq!(status, 400, "{body}");
     assert!(body.to_string().contains("no default agent"), "{body}");
     let (status, _, body) = call(&mesh, M::GET, "/favicon.ico", None, &[]).await;
     assert_eq!((status, body), (404, json!({"error": "not found"})));
