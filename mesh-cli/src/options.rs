@@ -223,12 +223,22 @@ pub struct AuthOptions {
         hide_env_values = true
     )]
     pub api_keys: Vec<String>,
+    /// A principal that may watch the bus traffic in the web console when API keys are on
+    /// (repeatable; comma-separated in the environment variable). None: no one may.
+    #[arg(
+        long = "console-admin",
+        env = "MESH_CONSOLE_ADMINS",
+        value_name = "PRINCIPAL",
+        value_delimiter = ','
+    )]
+    pub console_admins: Vec<String>,
 }
 
 impl AuthOptions {
     /// Fills what was given.
     pub fn fill(&self, serve: &mut Serve) {
         serve.api_keys.clone_from(&self.api_keys);
+        serve.console_admins.clone_from(&self.console_admins);
     }
 }
 

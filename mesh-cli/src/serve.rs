@@ -296,6 +296,7 @@ fn gateway_config(settings: &Settings) -> GatewayConfig {
         store_max_bytes: settings.store_max_bytes,
         store_max_task_bytes: settings.store_max_task_bytes,
         api_keys: settings.api_keys.clone(),
+        console_admins: settings.console_admins.clone(),
         cors_origins: settings.cors_origins.clone(),
         allow_private_webhooks: settings.allow_private_webhooks,
         webhook_ca_file: settings.webhook_ca.clone(),

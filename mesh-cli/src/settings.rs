@@ -22,6 +22,7 @@
 //! | bytes the task store keeps (tasks and event logs) | `--store-max-bytes` | `MESH_STORE_MAX_BYTES` | `1GiB` |
 //! | bytes one task may take | `--store-max-task-bytes` | `MESH_STORE_MAX_TASK_BYTES` | `128MiB` |
 //! | API keys (`principal=secret` or `secret`) | `--api-key` (repeatable) | `MESH_API_KEYS` (comma-separated) | none: no auth |
+//! | principals that may watch the bus in the console with API keys on | `--console-admin` (repeatable) | `MESH_CONSOLE_ADMINS` (comma-separated) | none |
 //! | CORS origins (`*` for any) | `--cors-origin` (repeatable) | `MESH_CORS_ORIGINS` (comma-separated) | none: no CORS |
 //! | webhooks into private networks | `--allow-private-webhooks` | `MESH_ALLOW_PRIVATE_WEBHOOKS` | off |
 //! | CA file of `https://` webhooks (besides the system's roots) | `--webhook-ca` | `MESH_WEBHOOK_CA` | the system's roots only |
@@ -97,6 +98,7 @@ pub struct Serve {
     pub store_max_bytes: Option<usize>,
     pub store_max_task_bytes: Option<usize>,
     pub api_keys: Vec<String>,
+    pub console_admins: Vec<String>,
     pub cors_origins: Vec<String>,
     pub allow_private_webhooks: bool,
     pub webhook_ca: Option<PathBuf>,
@@ -147,6 +149,7 @@ struct File {
     store_max_bytes: Option<String>,
     store_max_task_bytes: Option<String>,
     api_keys: Option<Vec<String>>,
+    console_admins: Option<Vec<String>>,
     cors_origins: Option<Vec<String>>,
     allow_private_webhooks: Option<bool>,
     webhook_ca: Option<PathBuf>,
@@ -181,6 +184,7 @@ impl File {
                 store_max_bytes: None,
                 store_max_task_bytes: None,
                 api_keys: None,
+                console_admins: None,
                 cors_origins: None,
                 allow_private_webhooks: None,
                 webhook_ca: None,
@@ -235,6 +239,8 @@ pub struct Settings {
     pub store_max_bytes: usize,
     pub store_max_task_bytes: usize,
     pub api_keys: Vec<ApiKey>,
+    /// The principals that may watch the bus in the console when API keys are on.
+    pub console_admins: Vec<String>,
     pub cors_origins: Vec<String>,
     pub allow_private_webhooks: bool,
     /// The CA file for `https://` webhooks; `None`: the system's roots only.
@@ -357,6 +363,15 @@ impl Settings {
             .enumerate()
             .map(|(i, k)| ApiKey::parse(k, i + 1).map_err(|e| format!("{e} (--api-key)")))
             .collect::<Result<Vec<_>, _>>()?;
+        let console_admins: Vec<String> = if serve.console_admins.is_empty() {
+            file.console_admins.unwrap_or_default()
+        } else {
+            serve.console_admins.clone()
+        }
+        .into_iter()
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect();
         let cors_origins = if serve.cors_origins.is_empty() {
             file.cors_origins.unwrap_or_default()
         } else {
@@ -477,6 +492,7 @@ impl Settings {
             store_max_bytes,
             store_max_task_bytes,
             api_keys,
+            console_admins,
             cors_origins,
             allow_private_webhooks: serve.allow_private_webhooks
                 || file.allow_private_webhooks.unwrap_or(false),

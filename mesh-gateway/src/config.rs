@@ -88,6 +88,9 @@ pub struct GatewayConfig {
     /// route but the cards, `/healthz` and `/readyz` needs `Authorization: Bearer <key>` or
     /// `X-API-Key: <key>`.
     pub api_keys: Vec<ApiKey>,
+    /// The principals that may watch the bus traffic in the web console when API keys are on
+    /// (it shows every principal's traffic); empty: no one may then.
+    pub console_admins: Vec<String>,
     /// Origins browsers may call from (`--cors-origin`); `*` for any. Empty: no CORS headers.
     pub cors_origins: Vec<String>,
     /// Serve the push-notification methods and deliver webhooks.
@@ -155,6 +158,7 @@ impl Default for GatewayConfig {
             shutdown_grace: Duration::from_secs(5),
             data_dir: None,
             api_keys: Vec::new(),
+            console_admins: Vec::new(),
             cors_origins: Vec::new(),
             push_notifications: true,
             allow_private_webhooks: false,

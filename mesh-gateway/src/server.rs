@@ -295,6 +295,7 @@ impl Gateway {
                 keep_alive: config.sse_keep_alive,
                 bus_filter,
                 bus_views: Default::default(),
+                admins: config.console_admins.clone(),
             }),
         };
         let grpc = crate::grpc::server::server(

@@ -16,12 +16,14 @@
 //! | `GET` | `/ui/api/agents/events` | SSE: the agents (the body of `GET /agents`) now and after every change of the registry (`event: agents`) |
 //! | `GET` | `/ui/api/tasks` | the tasks across agents (`?agent=&state=&contextId=&pageSize=&pageToken=`), newest first, paged |
 //! | `GET` | `/ui/api/tasks/{id}/events` | one task's timeline: its logged events with their time and raw JSON (`?after=&limit=`) |
-//! | `GET` | `/ui/api/bus` | SSE: the bus traffic of the namespace (`event: bus`), like `mesh tail`; only on a gateway without API keys |
+//! | `GET` | `/ui/api/bus` | SSE: the bus traffic of the namespace (`event: bus`), like `mesh tail`; with API keys, for the console admins only |
 //!
 //! The page and its assets are public (with API keys on, the page asks for a key and sends it
 //! as `Authorization: Bearer`); the `/ui/api/` feeds need a key like every other route, and
 //! a principal sees only the tasks it created. The bus view shows every principal's traffic,
-//! so a gateway with API keys does not serve it (`403`).
+//! so with API keys only the principals named as console admins
+//! ([`GatewayConfig::console_admins`](crate::GatewayConfig::console_admins), `--console-admin`)
+//! may watch it; anyone else gets `403`.
 //!
 //! The bus view never slows the bus: the gateway's bus connection waits for room in each
 //! subscription, so each view's subscription is drained at once into a small queue, and what
@@ -81,6 +83,8 @@ pub(crate) struct Console {
     pub bus_filter: String,
     /// The bus views open now.
     pub bus_views: Arc<AtomicUsize>,
+    /// The principals that may watch the bus when API keys are on.
+    pub admins: Vec<String>,
 }
 
 impl Console {
@@ -430,13 +434,18 @@ fn internal(message: &str) -> Response {
 /// `GET /ui/api/bus`: the namespace's bus traffic as it passes, each message as `event: bus`
 /// with its `topic`, `retain`, `bytes` and `payload` (the JSON, or the text when it is not
 /// JSON; cut at 16 KiB with `truncated: true`), and `event: dropped` with a count when the
-/// reader fell behind. `403` on a gateway with API keys (the traffic of every principal),
+/// reader fell behind. `403` on a gateway with API keys for a caller that is not a console
+/// admin (the traffic of every principal),
 /// `503` when [`MAX_BUS_VIEWS`] are open.
-pub(crate) async fn bus(State(console): State<Arc<Console>>) -> Response {
-    if console.service.settings.owned_tasks {
+pub(crate) async fn bus(
+    State(console): State<Arc<Console>>,
+    caller: Option<axum::Extension<Authenticated>>,
+) -> Response {
+    let admin = caller.is_some_and(|c| console.admins.contains(&c.principal));
+    if console.service.settings.owned_tasks && !admin {
         return json_status(
             StatusCode::FORBIDDEN,
-            json!({"error": "the bus view shows every principal's traffic: a gateway with API keys does not serve it"}),
+            json!({"error": "the bus view shows every principal's traffic: with API keys, only the principals named by --console-admin may watch it"}),
         );
     }
     let views = console.bus_views.clone();

@@ -497,9 +497,13 @@ async fn the_bus_view_shows_the_namespaces_traffic_to_a_few_readers_without_api_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_api_keys_the_bus_view_is_not_served() {
+async fn with_api_keys_only_a_console_admin_watches_the_bus() {
     let mesh = Mesh::start_with(|c| {
-        c.api_keys = vec![ApiKey::parse("alice=alice-secret", 1).unwrap()];
+        c.api_keys = vec![
+            ApiKey::parse("alice=alice-secret", 1).unwrap(),
+            ApiKey::parse("root=root-secret", 2).unwrap(),
+        ];
+        c.console_admins = vec!["root".into()];
     })
     .await;
     let (status, body) = get(
@@ -509,5 +513,20 @@ async fn with_api_keys_the_bus_view_is_not_served() {
     )
     .await;
     assert_eq!(status, 403, "{body}");
-    assert!(body["error"].as_str().unwrap().contains("API keys"));
+    assert!(body["error"].as_str().unwrap().contains("--console-admin"));
+    // The admin gets the feed (its head: the body is an endless stream).
+    let response = mesh
+        .http
+        .get(mesh.url("/ui/api/bus"))
+        .header("authorization", "Bearer root-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
 }
