@@ -25,6 +25,17 @@ pub struct LoadResult {
     /// Latency percentiles (p50, p99).
     pub p50: Duration,
     pub p99: Duration,
+    /// The CPU time the run took, when measured (the suite does at concurrency 64).
+    pub cpu: Option<CaseCpu>,
+}
+
+/// CPU time spent during a run, user plus system, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CaseCpu {
+    /// The gateway's.
+    pub gateway: f64,
+    /// The load generator's (wrk, or the gRPC load's thread).
+    pub load: f64,
 }
 
 impl LoadResult {
@@ -183,6 +194,7 @@ fn parse(stdout: &str) -> Result<LoadResult, String> {
             elapsed,
             p50,
             p99,
+            cpu: None,
         }),
         _ => Err(format!("cannot read wrk's output:\n{stdout}")),
     }

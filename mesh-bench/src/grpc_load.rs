@@ -203,6 +203,7 @@ fn summary(total: Tally, elapsed: Duration) -> LoadResult {
         elapsed,
         p50: total.latencies.percentile(50.0),
         p99: total.latencies.percentile(99.0),
+        cpu: None,
     }
 }
 

@@ -204,6 +204,15 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
         "",
         &mut |f, n| cell(&f.c64_grpc, n, |r| throughput_against(r, &f.c64)),
     );
+    row(
+        "3. CPU per request at concurrency 64, gateway / load generator: JSON-RPC; HTTP+JSON; gRPC",
+        "",
+        &mut |f, n| {
+            let all = [&f.c64, &f.c64_rest, &f.c64_grpc];
+            let each: Vec<String> = all.iter().map(|r| cpu_per_request(r)).collect();
+            cell(&f.c64, n, |_| each.join("; "))
+        },
+    );
     row("4. SSE, one stream: events/s", "", &mut |f, n| {
         cell(&f.sse, n, |s| {
             let cut = if s.complete {
@@ -356,6 +365,21 @@ fn throughput_against(r: &LoadResult, jsonrpc: &Figure<LoadResult>) -> String {
     )
 }
 
+/// A run's CPU time per answer, the gateway's and the load generator's.
+fn cpu_per_request(r: &Figure<LoadResult>) -> String {
+    match r {
+        Ok(LoadResult {
+            responses,
+            cpu: Some(cpu),
+            ..
+        }) if *responses > 0 => {
+            let per = |s: f64| dur(Duration::from_secs_f64(s.max(0.0) / *responses as f64));
+            format!("{} / {}", per(cpu.gateway), per(cpu.load))
+        }
+        _ => "—".into(),
+    }
+}
+
 fn errors(n: u64) -> String {
     if n == 0 {
         String::new()
@@ -391,7 +415,20 @@ mod tests {
             elapsed: Duration::from_secs(1),
             p50: Duration::from_micros(p50_us),
             p99: Duration::from_micros(p99_us),
+            cpu: None,
         }
+    }
+
+    #[test]
+    fn cpu_is_per_answer() {
+        let mut r = load(20_000, 0, 4000, 8000);
+        r.cpu = Some(crate::e2e::CaseCpu {
+            gateway: 1.0,
+            load: 0.4,
+        });
+        assert_eq!(cpu_per_request(&Ok(r)), "50 µs / 20 µs");
+        assert_eq!(cpu_per_request(&Ok(load(1, 0, 1, 1))), "—");
+        assert_eq!(cpu_per_request(&Err("no wrk".into())), "—");
     }
 
     #[test]

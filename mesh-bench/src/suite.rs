@@ -9,7 +9,7 @@
 //! agent, timed until the gateway lists it offline. Every case is bounded in time; a case that
 //! cannot run says why instead of giving a figure.
 
-use crate::e2e::{self, Load, LoadResult};
+use crate::e2e::{self, CaseCpu, Load, LoadResult};
 use crate::memory::{self, Rss};
 use crate::paired::{self, Paired};
 use crate::procs::{self, BrokerKind, BrokerProc};
@@ -193,11 +193,15 @@ async fn mesh_cases(
         }
     };
     log(&format!("[{label}] JSON-RPC message/send, concurrency 64"));
-    let c64 = wrk_case(plan, &base, &jsonrpc, &mut sent, 64, plan.case, None);
+    let c64 = with_cpu(&gateway, || {
+        wrk_case(plan, &base, &jsonrpc, &mut sent, 64, plan.case, None)
+    });
     log(&format!("[{label}] HTTP+JSON message:send, concurrency 64"));
-    let c64_rest = wrk_case(plan, &base, &rest, &mut sent, 64, plan.case, None);
+    let c64_rest = with_cpu(&gateway, || {
+        wrk_case(plan, &base, &rest, &mut sent, 64, plan.case, None)
+    });
     log(&format!("[{label}] gRPC SendMessage, concurrency 64"));
-    let c64_grpc = grpc_case(plan, &base, &mut sent, 64);
+    let c64_grpc = with_cpu(&gateway, || grpc_case(plan, &base, &mut sent, 64));
     log(&format!(
         "[{label}] JSON-RPC message/send, concurrency 64, through a gateway with the SQLite store"
     ));
@@ -351,6 +355,26 @@ fn wrk_case(
     };
     if let Ok(r) = &result {
         *sent += r.responses;
+    }
+    result
+}
+
+/// `case` with the CPU time it took the gateway and the load generator (this process and
+/// the children it waited for: wrk); without it when `/proc` cannot be read.
+fn with_cpu(
+    gateway: &procs::Proc,
+    case: impl FnOnce() -> Figure<LoadResult>,
+) -> Figure<LoadResult> {
+    let before = gateway.cpu_seconds().zip(procs::own_cpu_seconds());
+    let mut result = case();
+    let after = gateway.cpu_seconds().zip(procs::own_cpu_seconds());
+    if let (Ok(r), Some((gateway_0, load_0)), Some((gateway_1, load_1))) =
+        (&mut result, before, after)
+    {
+        r.cpu = Some(CaseCpu {
+            gateway: gateway_1 - gateway_0,
+            load: load_1 - load_0,
+        });
     }
     result
 }
