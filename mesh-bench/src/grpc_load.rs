@@ -29,16 +29,11 @@ use mesh_gateway::grpc_client::{
     Message, Part, Role, SendMessageRequest, SendMessageResponse, TaskState, part,
     send_message_response,
 };
-use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
-use tonic::codegen::http;
 use tonic::metadata::MetadataValue;
+use tonic::transport::{Channel, Endpoint};
 
 /// The most callers (connections) one run opens.
 pub const MAX_CALLERS: usize = 1024;
@@ -96,20 +91,18 @@ async fn drive(
     duration: Duration,
     first: u64,
 ) -> Result<LoadResult, String> {
-    let origin: http::Uri = base
-        .parse()
-        .map_err(|e| format!("not a gRPC endpoint: {base}: {e}"))?;
-    let addr = origin
-        .authority()
-        .ok_or_else(|| format!("not a gRPC endpoint: {base}: no host"))?
-        .as_str()
-        .to_owned();
+    let endpoint = Endpoint::from_shared(base.to_owned())
+        .map_err(|e| format!("not a gRPC endpoint: {base}: {e}"))?
+        .tcp_nodelay(true)
+        .connect_timeout(CONNECT_TIMEOUT);
     let mut clients = Vec::with_capacity(callers);
     for _ in 0..callers {
-        let connection = connect(&addr)
+        // One `connect` per caller: a connection (and HTTP/2 session) of its own.
+        let channel = endpoint
+            .connect()
             .await
             .map_err(|e| format!("cannot connect to {base} over gRPC: {e}"))?;
-        clients.push(A2aServiceClient::with_origin(connection, origin.clone()));
+        clients.push(A2aServiceClient::new(channel));
     }
     let next = Arc::new(AtomicU64::new(first));
     let text: Arc<str> = payload::send_text().into();
@@ -142,46 +135,9 @@ async fn drive(
     Ok(summary(total, began.elapsed()))
 }
 
-/// One HTTP/2 connection (h2c, prior knowledge) to `addr`, driven by a task of its own that
-/// ends when the connection closes or its last [`H2`] is dropped.
-async fn connect(addr: &str) -> Result<H2, String> {
-    let tcp = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
-        .await
-        .map_err(|_| format!("no connection within {CONNECT_TIMEOUT:?}"))?
-        .map_err(|e| e.to_string())?;
-    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-    let (sender, connection) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .map_err(|e| e.to_string())?;
-    tokio::spawn(connection);
-    Ok(H2(sender))
-}
-
-/// A caller's HTTP/2 connection as the service tonic's generated client calls through:
-/// straight to hyper's connection, with none of tonic's `Channel` layers (a buffer task,
-/// reconnection, limits) between them.
-#[derive(Clone)]
-struct H2(SendRequest<tonic::body::Body>);
-
-impl tonic::codegen::Service<http::Request<tonic::body::Body>> for H2 {
-    type Response = http::Response<hyper::body::Incoming>;
-    type Error = hyper::Error;
-    type Future =
-        Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        Box::pin(self.0.send_request(request))
-    }
-}
-
 /// One caller: one call in flight until `deadline`.
 async fn caller(
-    mut client: A2aServiceClient<H2>,
+    mut client: A2aServiceClient<Channel>,
     tenant: Arc<str>,
     text: Arc<str>,
     next: Arc<AtomicU64>,
