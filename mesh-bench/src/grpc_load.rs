@@ -7,11 +7,12 @@
 //!
 //! - **One thread**: the load runs on a current-thread tokio runtime of its own, as wrk runs
 //!   its connections on one thread, so it takes at most one core from the processes under
-//!   test.
+//!   test. It costs more CPU per call than wrk (HTTP/2 and protobuf on this side too): the
+//!   suite reports both, per request.
 //! - **One HTTP/2 connection per caller**, each with one call in flight, as wrk keeps one
 //!   request in flight on each of its N HTTP/1.1 connections: the gateway serves N
-//!   connections in both cases (not N streams multiplexed on one, which would let HTTP/2
-//!   batch frames of different calls in one write and so measure a different thing).
+//!   connections in both cases (N streams on one connection would be another load: one
+//!   socket's reads and writes carrying the frames of many calls).
 //! - **The same request**: the JSON-RPC payload's text in a 1.0 `SendMessageRequest` with
 //!   the agent as its `tenant`, a fresh `messageId` per call, `a2a-version: 1.0` in the
 //!   metadata; every answer must be a task in `TASK_STATE_COMPLETED`, else it counts as an
