@@ -3,7 +3,9 @@
 //! No protoc: `protox` (a protobuf compiler in Rust) parses the vendored protos into a
 //! `FileDescriptorSet` (its own copies of the google/protobuf well-known types, the google/api
 //! files from `proto/google/api`), and `tonic-build` turns it into prost messages and the
-//! tonic server. The client is generated for the crate's tests only.
+//! tonic server. The client is generated for the crate's tests, and for everyone with the
+//! `grpc-client` feature (`mesh_gateway::grpc_client`; no transport: the caller brings its
+//! channel).
 
 use std::path::Path;
 
@@ -27,12 +29,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .include_source_info(true)
         .open_file(&main_file)?
         .file_descriptor_set();
-    tonic_build::configure()
+    // Cargo sets CARGO_FEATURE_<NAME> for each enabled feature (and reruns this script when
+    // the features change).
+    let client_for_all = std::env::var_os("CARGO_FEATURE_GRPC_CLIENT").is_some();
+    let mut builder = tonic_build::configure()
         .build_server(true)
         .build_client(true)
         .build_transport(false)
-        .client_mod_attribute("lf.a2a.v1", "#[cfg(test)]")
-        .emit_rerun_if_changed(false)
-        .compile_fds(fds)?;
+        .emit_rerun_if_changed(false);
+    if !client_for_all {
+        builder = builder.client_mod_attribute("lf.a2a.v1", "#[cfg(test)]");
+    }
+    builder.compile_fds(fds)?;
     Ok(())
 }

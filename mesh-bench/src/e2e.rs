@@ -1,29 +1,44 @@
-//! End to end: HTTP JSON-RPC `message/send` through gateway → bus → echo agent → bus →
-//! gateway, driven by wrk (a real load generator, not this process) with a Lua script that
-//! POSTs the 306-byte payload, a fresh id and `messageId` per request, and counts as an
-//! error any answer that is not HTTP 200 with a completed task. The percentiles come from
-//! wrk's own histogram, printed by the script's `done` hook in microseconds.
+//! End to end: an HTTP `SendMessage` through gateway → bus → echo agent → bus → gateway,
+//! driven by wrk (a real load generator, not this process) with a Lua script that POSTs the
+//! payload with a fresh `messageId` per request, and counts as an error any answer that is not
+//! HTTP 200 with a completed task. The script is generated for a [`Load`]: JSON-RPC
+//! `message/send` (the 306-byte payload, with a fresh JSON-RPC id too) or the HTTP+JSON
+//! binding's `message:send` (the same text in a 1.0 `SendMessageRequest`). The percentiles
+//! come from wrk's own histogram, printed by the script's `done` hook in microseconds. (gRPC,
+//! which wrk cannot speak, is [`crate::grpc_load`]'s, with the same [`LoadResult`].)
 
 use crate::payload;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// What one wrk run measured.
+/// What one load run measured (wrk's, or the gRPC load's).
 #[derive(Debug, Clone)]
-pub struct WrkResult {
-    /// Answers received (HTTP responses).
+pub struct LoadResult {
+    /// Answers received (HTTP responses, gRPC calls answered).
     pub responses: u64,
-    /// Answers that were not HTTP 200 with a completed task, plus socket errors.
+    /// Answers that were not a completed task (or not HTTP 200), plus socket errors and
+    /// time-outs.
     pub errors: u64,
     /// Wall time of the run.
     pub elapsed: Duration,
     /// Latency percentiles (p50, p99).
     pub p50: Duration,
     pub p99: Duration,
+    /// The CPU time the run took, when measured (the suite does at concurrency 64).
+    pub cpu: Option<CaseCpu>,
 }
 
-impl WrkResult {
+/// CPU time spent during a run, user plus system, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CaseCpu {
+    /// The gateway's.
+    pub gateway: f64,
+    /// The load generator's (wrk, or the gRPC load's thread).
+    pub load: f64,
+}
+
+impl LoadResult {
     /// Answers per second.
     pub fn per_s(&self) -> f64 {
         self.responses as f64 / self.elapsed.as_secs_f64().max(1e-9)
@@ -38,21 +53,71 @@ pub fn wrk_binary() -> Option<PathBuf> {
 /// What to say when wrk is missing.
 pub const WRK_MISSING: &str = "wrk is not installed: `sudo apt-get install -y wrk` (scripts/bench does it); the HTTP rows are skipped";
 
-/// Runs wrk against `url` with `connections` connections on one thread for at most
-/// `duration`, stopping after `limit` answers when given. Request numbers start after
-/// `first`, so ids stay unique across runs. It waits for wrk in place: called from the
-/// bench's multi-thread runtime, whose other worker goes on meanwhile.
+/// What a wrk run sends, and what it takes for a completed answer.
+#[derive(Debug, Clone)]
+pub struct Load {
+    /// A short name for the script's file (`jsonrpc`, `rest`).
+    pub name: &'static str,
+    /// The path every request is POSTed to.
+    pub path: String,
+    /// The body as a Lua `string.format` template: each `%010d` takes the request's number,
+    /// and it has no other `%`.
+    pub template: String,
+    /// The request's `Content-Type`.
+    pub content_type: &'static str,
+    /// Further request headers.
+    pub headers: Vec<(&'static str, &'static str)>,
+    /// What the body of every completed answer contains.
+    pub completed: &'static str,
+}
+
+impl Load {
+    /// JSON-RPC `message/send` (A2A 0.3, the 306-byte payload) to `/agents/{agent}`.
+    pub fn jsonrpc(agent: &str) -> Load {
+        Load {
+            name: "jsonrpc",
+            path: format!("/agents/{agent}"),
+            template: payload::send_lua_template(),
+            content_type: "application/json",
+            headers: Vec::new(),
+            completed: "\"completed\"",
+        }
+    }
+
+    /// The HTTP+JSON binding's `SendMessage` (A2A 1.0, the same text) to
+    /// `/agents/{agent}/message:send`.
+    pub fn rest(agent: &str) -> Load {
+        Load {
+            name: "rest",
+            path: format!("/agents/{agent}/message:send"),
+            template: payload::rest_send_lua_template(),
+            content_type: "application/a2a+json",
+            headers: vec![("A2A-Version", "1.0")],
+            completed: "\"TASK_STATE_COMPLETED\"",
+        }
+    }
+}
+
+/// Runs wrk with `load` against the gateway at `base` (`http://host:port`) with
+/// `connections` connections on one thread for at most `duration`, stopping after `limit`
+/// answers when given. Request numbers start after `first`, so ids stay unique across runs.
+/// It waits for wrk in place: called from the bench's multi-thread runtime, whose other
+/// worker goes on meanwhile.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     wrk: &Path,
     dir: &Path,
-    url: &str,
+    base: &str,
+    load: &Load,
     connections: usize,
     duration: Duration,
     limit: Option<u64>,
     first: u64,
-) -> Result<WrkResult, String> {
-    let script = dir.join(format!("send-{first}.lua"));
-    std::fs::write(&script, lua_script(first, limit.unwrap_or(0))).map_err(|e| e.to_string())?;
+) -> Result<LoadResult, String> {
+    let script = dir.join(format!("send-{}-{first}.lua", load.name));
+    std::fs::write(&script, lua_script(load, first, limit.unwrap_or(0)))
+        .map_err(|e| e.to_string())?;
+    let url = format!("{base}{}", load.path);
     let secs = duration.as_secs().max(1);
     let mut command = Command::new(wrk);
     command
@@ -63,7 +128,7 @@ pub fn run(
             "--timeout=10s".to_string(),
             "-s".to_string(),
             script.display().to_string(),
-            url.to_string(),
+            url,
         ])
         .stdin(Stdio::null());
     let output = tokio::task::block_in_place(|| command.output())
@@ -79,7 +144,7 @@ pub fn run(
     parse(&stdout)
 }
 
-fn parse(stdout: &str) -> Result<WrkResult, String> {
+fn parse(stdout: &str) -> Result<LoadResult, String> {
     let mut responses = None;
     let mut errors = 0;
     let mut elapsed = None;
@@ -123,38 +188,52 @@ fn parse(stdout: &str) -> Result<WrkResult, String> {
         }
     }
     match (responses, elapsed, p50, p99) {
-        (Some(responses), Some(elapsed), Some(p50), Some(p99)) => Ok(WrkResult {
+        (Some(responses), Some(elapsed), Some(p50), Some(p99)) => Ok(LoadResult {
             responses,
             errors,
             elapsed,
             p50,
             p99,
+            cpu: None,
         }),
         _ => Err(format!("cannot read wrk's output:\n{stdout}")),
     }
 }
 
-/// The Lua script: the payload with a fresh id per request, the answer checked, the
+/// The Lua script: `load`'s body with a fresh number per request, the answer checked, the
 /// summary printed as `BENCH_*` lines.
-fn lua_script(first: u64, limit: u64) -> String {
-    let template = payload::send_lua_template();
+fn lua_script(load: &Load, first: u64, limit: u64) -> String {
+    let template = &load.template;
+    let path = &load.path;
+    let completed = load.completed;
+    let numbers = ", counter".repeat(template.matches("%010d").count());
+    let mut headers = format!(
+        "wrk.headers[\"Content-Type\"] = [==[{}]==]\n",
+        load.content_type
+    );
+    for (name, value) in &load.headers {
+        headers.push_str(&format!(
+            "wrk.headers[ [==[{name}]==] ] = [==[{value}]==]\n"
+        ));
+    }
     format!(
-        r#"-- generated by mesh-bench
+        r#"-- generated by mesh-bench ({name})
 local template = [==[{template}]==]
+local path = [==[{path}]==]
+local completed = [==[{completed}]==]
 local counter = {first}
 local limit = {limit}
 local threads = {{}}
 function setup(thread) table.insert(threads, thread) end
 function init(args) responses = 0; errors = 0 end
 wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-function request()
+{headers}function request()
   counter = counter + 1
-  return wrk.format("POST", nil, nil, string.format(template, counter, counter))
+  return wrk.format("POST", path, nil, string.format(template{numbers}))
 end
 function response(status, headers, body)
   responses = responses + 1
-  if status ~= 200 or not string.find(body, '"completed"', 1, true) then errors = errors + 1 end
+  if status ~= 200 or not string.find(body, completed, 1, true) then errors = errors + 1 end
   if limit > 0 and responses >= limit then wrk.thread:stop() end
 end
 function done(summary, latency, requests)
@@ -168,7 +247,8 @@ function done(summary, latency, requests)
     io.write(string.format("BENCH_P %d %d\n", p, latency:percentile(p)))
   end
 end
-"#
+"#,
+        name = load.name,
     )
 }
 
@@ -191,8 +271,27 @@ mod tests {
 
     #[test]
     fn the_script_embeds_the_template() {
-        let s = lua_script(7, 0);
+        let s = lua_script(&Load::jsonrpc("echo"), 7, 0);
         assert!(s.contains("bench-%010d"));
         assert!(s.contains("local counter = 7"));
+        assert!(s.contains("local path = [==[/agents/echo]==]"));
+        assert!(s.contains(r#"local completed = [==["completed"]==]"#));
+        assert!(s.contains("string.format(template, counter, counter)"));
+        assert!(s.contains(r#"wrk.headers["Content-Type"] = [==[application/json]==]"#));
+    }
+
+    #[test]
+    fn the_rest_script_posts_to_message_send_and_wants_the_1_0_state() {
+        let s = lua_script(&Load::rest("echo"), 0, 5);
+        assert!(s.contains("local path = [==[/agents/echo/message:send]==]"));
+        assert!(s.contains(r#"local completed = [==["TASK_STATE_COMPLETED"]==]"#));
+        assert!(
+            s.contains("string.format(template, counter))"),
+            "one number: the messageId"
+        );
+        assert!(s.contains("local limit = 5"));
+        assert!(s.contains(r#"wrk.headers["Content-Type"] = [==[application/a2a+json]==]"#));
+        assert!(s.contains("wrk.headers[ [==[A2A-Version]==] ] = [==[1.0]==]"));
+        assert!(s.contains(r#""role":"ROLE_USER""#));
     }
 }

@@ -1,7 +1,8 @@
 //! # mesh-bench
 //!
 //! The mesh measured against the physical limit (raw MQTT request/reply through the same
-//! broker, in the same run) and against its peers, in one command:
+//! broker, in the same run) and against its peers, through each of the gateway's bindings
+//! (JSON-RPC, HTTP+JSON, gRPC), in one command:
 //! `cargo run --release -p mesh-bench` (or `scripts/bench`, which installs wrk and builds the
 //! `mesh` binary first). See `docs/benchmarks.md` for the table and what dominates each
 //! figure. The criterion micro-benchmarks of the codecs are `benches/codecs.rs`.
@@ -9,6 +10,7 @@
 pub mod codecs;
 pub mod discovery;
 pub mod e2e;
+pub mod grpc_load;
 pub mod memory;
 pub mod paired;
 pub mod payload;

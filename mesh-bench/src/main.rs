@@ -1,5 +1,6 @@
 //! `mesh-bench`: starts what it needs (brokers, gateway and agents as separate processes, wrk
-//! as the HTTP load), runs each case for a bounded time, and prints one table.
+//! as the HTTP load, its own tonic client as the gRPC load), runs each case for a bounded
+//! time, and prints one table.
 //!
 //! ```text
 //! cargo build --release -p mesh-cli -p mesh-bench
@@ -90,7 +91,7 @@ fn main() {
         Duration::from_millis(500)
     });
     let header = format!(
-        "mesh-bench: {} s per case, {} cores, {}; HTTP load: wrk (1 thread); payload {} bytes",
+        "mesh-bench: {} s per case, {} cores, {}; HTTP load: wrk (1 thread); gRPC load: tonic (1 thread, a connection per caller); payload {} bytes",
         plan.case.as_secs(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_model(),

@@ -7,7 +7,7 @@
 //! the drift as much as the mesh. Rounds a second long, side by side, see the same machine,
 //! and the median of their ratios is the figure the target is checked against.
 
-use crate::e2e::{self, WrkResult};
+use crate::e2e::{self, Load, LoadResult};
 use crate::raw_mqtt::RawPair;
 use rumqttc::QoS;
 use std::path::Path;
@@ -54,22 +54,25 @@ impl Paired {
     }
 }
 
-/// Runs [`ROUNDS`] rounds of `round` each against the broker on `port` and the gateway's
-/// `url`. `sent` counts the HTTP answers (request ids stay unique across wrk runs).
+/// Runs [`ROUNDS`] rounds of `round` each against the broker on `port` and JSON-RPC
+/// `message/send` to `agent` at the gateway's `base`. `sent` counts the HTTP answers
+/// (request ids stay unique across wrk runs).
 pub async fn run(
     wrk: &Path,
     dir: &Path,
     port: u16,
-    url: &str,
+    base: &str,
+    agent: &str,
     round: Duration,
     sent: &mut u64,
 ) -> Result<Paired, String> {
     let mut raw = RawPair::connect(port, QoS::AtLeastOnce).await?; // closed when dropped
+    let load = Load::jsonrpc(agent);
     let mut rounds = Vec::with_capacity(ROUNDS);
     for _ in 0..ROUNDS {
         let raw_p50 = raw.rtt(round).await?.percentile(50.0);
         let first = *sent;
-        let mesh: WrkResult = e2e::run(wrk, dir, url, 1, round, None, first)?;
+        let mesh: LoadResult = e2e::run(wrk, dir, base, &load, 1, round, None, first)?;
         *sent += mesh.responses;
         if mesh.errors > 0 {
             return Err(format!(

@@ -119,12 +119,8 @@ impl Proc {
     /// `/proc/<pid>/stat`, in USER_HZ ticks: 100 per second on Linux).
     pub fn cpu_seconds(&self) -> Option<f64> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).ok()?;
-        // The fields after the command name (which may hold spaces), from the state on.
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let fields: Vec<&str> = rest.split(' ').collect();
-        let ticks = |i: usize| fields.get(i)?.parse::<u64>().ok();
-        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the state.
-        Some((ticks(11)? + ticks(12)?) as f64 / 100.0)
+        let [utime, stime, _, _] = stat_cpu_ticks(&stat)?;
+        Some((utime + stime) as f64 / 100.0)
     }
 
     /// Resident set size in KiB (`VmRSS` of `/proc/<pid>/status`).
@@ -141,6 +137,26 @@ impl Drop for Proc {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// CPU time used so far by this process and by its children that have been waited for (wrk
+/// runs, once each has ended), user plus system, in seconds (`utime`, `stime`, `cutime` and
+/// `cstime` of `/proc/self/stat`).
+pub fn own_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let ticks = stat_cpu_ticks(&stat)?;
+    Some(ticks.iter().sum::<u64>() as f64 / 100.0)
+}
+
+/// `utime`, `stime`, `cutime` and `cstime` of a `/proc/<pid>/stat` line (fields 14 to 17, in
+/// USER_HZ ticks: 100 per second on Linux).
+fn stat_cpu_ticks(stat: &str) -> Option<[u64; 4]> {
+    // The fields after the command name (which may hold spaces), from the state on: utime is
+    // the 12th of them.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = rest.split(' ').skip(11);
+    let mut next = || fields.next()?.parse::<u64>().ok();
+    Some([next()?, next()?, next()?, next()?])
 }
 
 /// Waits until something accepts TCP connections on `addr`.
@@ -298,4 +314,18 @@ pub fn spawn_agent(
         ],
     )
     .map_err(|e| format!("cannot start agent {name}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_read_after_the_command_name() {
+        let stat = "4242 (a (b) c) S 1 4242 4242 0 -1 4194304 100 0 0 0 250 30 7 3 20 0 1 0 5 0";
+        assert_eq!(stat_cpu_ticks(stat), Some([250, 30, 7, 3]));
+        assert_eq!(stat_cpu_ticks("4242 (cut"), None);
+        assert_eq!(stat_cpu_ticks("4242 (x) S 1 2"), None);
+        assert!(own_cpu_seconds().is_some_and(|s| s >= 0.0));
+    }
 }

@@ -4,6 +4,7 @@
 //! see [`crate::paired`]), each target marked met or MISSED.
 
 use crate::codecs::CodecCost;
+use crate::e2e::LoadResult;
 use crate::suite::{Figure, Figures};
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -109,7 +110,7 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
         &mut |f, n| cell(&f.raw, n, |r| rate(r.qos0.pipelined_per_s)),
     );
     row(
-        "2. HTTP message/send → echo, concurrency 1: p50 / p99",
+        "2. JSON-RPC message/send → echo, concurrency 1: p50 / p99",
         "",
         &mut |f, n| {
             cell(&f.c1, n, |r| {
@@ -133,7 +134,7 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
         },
     );
     row(
-        "2. … p50 / raw QoS 1 p50, the two rows above (measured minutes apart)",
+        "2. … p50 / raw QoS 1 p50 of row 1 (measured minutes apart)",
         "reference",
         &mut |f, n| {
             let pair = both(&f.c1, &f.raw);
@@ -144,7 +145,17 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
         },
     );
     row(
-        "3. HTTP message/send → echo, concurrency 64: requests/s",
+        "2. HTTP+JSON message:send → echo, concurrency 1: p50 / p99",
+        "",
+        &mut |f, n| cell(&f.c1_rest, n, |r| latency_against(r, &f.c1)),
+    );
+    row(
+        "2. gRPC SendMessage → echo, concurrency 1: p50 / p99",
+        "",
+        &mut |f, n| cell(&f.c1_grpc, n, |r| latency_against(r, &f.c1)),
+    );
+    row(
+        "3. JSON-RPC message/send → echo, concurrency 64: requests/s",
         "≥ 20× Python SDK (≥ 8,000/s)",
         &mut |f, n| {
             cell(&f.c64, n, |r| {
@@ -183,6 +194,25 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
             format!("{pct:.0} %{}", verdict(pct >= 40.0))
         })
     });
+    row(
+        "3. HTTP+JSON message:send → echo, concurrency 64: requests/s; p50 / p99",
+        "",
+        &mut |f, n| cell(&f.c64_rest, n, |r| throughput_against(r, &f.c64)),
+    );
+    row(
+        "3. gRPC SendMessage → echo, concurrency 64: requests/s; p50 / p99",
+        "",
+        &mut |f, n| cell(&f.c64_grpc, n, |r| throughput_against(r, &f.c64)),
+    );
+    row(
+        "3. CPU per request at concurrency 64, gateway / load generator: JSON-RPC; HTTP+JSON; gRPC",
+        "",
+        &mut |f, n| {
+            let all = [&f.c64, &f.c64_rest, &f.c64_grpc];
+            let each: Vec<String> = all.iter().map(|r| cpu_per_request(r)).collect();
+            cell(&f.c64, n, |_| each.join("; "))
+        },
+    );
     row("4. SSE, one stream: events/s", "", &mut |f, n| {
         cell(&f.sse, n, |s| {
             let cut = if s.complete {
@@ -299,6 +329,57 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
     out
 }
 
+/// Another binding's latencies at concurrency 1, its p50 against JSON-RPC's of the same run.
+fn latency_against(r: &LoadResult, jsonrpc: &Figure<LoadResult>) -> String {
+    let against = match jsonrpc {
+        Ok(j) if !j.p50.is_zero() => format!(
+            " (p50 {:+.0} % against JSON-RPC)",
+            100.0 * (r.p50.as_secs_f64() / j.p50.as_secs_f64() - 1.0)
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "{} / {}{against}{}",
+        dur(r.p50),
+        dur(r.p99),
+        errors(r.errors)
+    )
+}
+
+/// Another binding's requests/s and latencies at concurrency 64, its requests/s against
+/// JSON-RPC's of the same run.
+fn throughput_against(r: &LoadResult, jsonrpc: &Figure<LoadResult>) -> String {
+    let against = match jsonrpc {
+        Ok(j) if j.per_s() > 0.0 => format!(
+            " ({:+.0} % against JSON-RPC)",
+            100.0 * (r.per_s() / j.per_s() - 1.0)
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "{}{against}; {} / {}{}",
+        rate(r.per_s()),
+        dur(r.p50),
+        dur(r.p99),
+        errors(r.errors)
+    )
+}
+
+/// A run's CPU time per answer, the gateway's and the load generator's.
+fn cpu_per_request(r: &Figure<LoadResult>) -> String {
+    match r {
+        Ok(LoadResult {
+            responses,
+            cpu: Some(cpu),
+            ..
+        }) if *responses > 0 => {
+            let per = |s: f64| dur(Duration::from_secs_f64(s.max(0.0) / *responses as f64));
+            format!("{} / {}", per(cpu.gateway), per(cpu.load))
+        }
+        _ => "—".into(),
+    }
+}
+
 fn errors(n: u64) -> String {
     if n == 0 {
         String::new()
@@ -325,5 +406,50 @@ mod tests {
         assert_eq!(dur(Duration::from_micros(90)), "90 µs");
         assert_eq!(dur(Duration::from_micros(2200)), "2.20 ms");
         assert_eq!(dur(Duration::from_nanos(450)), "450 ns");
+    }
+
+    fn load(responses: u64, errors: u64, p50_us: u64, p99_us: u64) -> LoadResult {
+        LoadResult {
+            responses,
+            errors,
+            elapsed: Duration::from_secs(1),
+            p50: Duration::from_micros(p50_us),
+            p99: Duration::from_micros(p99_us),
+            cpu: None,
+        }
+    }
+
+    #[test]
+    fn cpu_is_per_answer() {
+        let mut r = load(20_000, 0, 4000, 8000);
+        r.cpu = Some(crate::e2e::CaseCpu {
+            gateway: 1.0,
+            load: 0.4,
+        });
+        assert_eq!(cpu_per_request(&Ok(r)), "50 µs / 20 µs");
+        assert_eq!(cpu_per_request(&Ok(load(1, 0, 1, 1))), "—");
+        assert_eq!(cpu_per_request(&Err("no wrk".into())), "—");
+    }
+
+    #[test]
+    fn other_bindings_are_compared_with_json_rpc_of_the_same_run() {
+        let jsonrpc = Ok(load(10_000, 0, 200, 1000));
+        assert_eq!(
+            latency_against(&load(4000, 0, 250, 900), &jsonrpc),
+            "250 µs / 900 µs (p50 +25 % against JSON-RPC)"
+        );
+        assert_eq!(
+            throughput_against(&load(9000, 3, 4000, 8000), &jsonrpc),
+            "9,000 (-10 % against JSON-RPC); 4.00 ms / 8.00 ms (3 errors)"
+        );
+        let missing: Figure<LoadResult> = Err("wrk is not installed".into());
+        assert_eq!(
+            throughput_against(&load(9000, 0, 4000, 8000), &missing),
+            "9,000; 4.00 ms / 8.00 ms"
+        );
+        assert_eq!(
+            latency_against(&load(9000, 0, 180, 400), &missing),
+            "180 µs / 400 µs"
+        );
     }
 }

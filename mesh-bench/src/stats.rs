@@ -14,6 +14,21 @@ impl Latencies {
         self.samples.push(d);
     }
 
+    /// How many samples.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Whether there is no sample.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// Takes in every sample of `other`.
+    pub fn merge(&mut self, other: Latencies) {
+        self.samples.extend(other.samples);
+    }
+
     /// The `p`-th percentile (0–100), nearest rank; zero without samples.
     pub fn percentile(&self, p: f64) -> Duration {
         if self.samples.is_empty() {
@@ -40,5 +55,20 @@ mod tests {
         assert_eq!(l.percentile(99.0), Duration::from_micros(99));
         assert_eq!(l.percentile(100.0), Duration::from_micros(100));
         assert_eq!(Latencies::default().percentile(50.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn merged_samples_count_in_the_percentiles() {
+        let mut a = Latencies::default();
+        let mut b = Latencies::default();
+        for us in 1..=50 {
+            a.push(Duration::from_micros(us));
+            b.push(Duration::from_micros(us + 50));
+        }
+        a.merge(b);
+        assert_eq!(a.len(), 100);
+        assert!(!a.is_empty());
+        assert_eq!(a.percentile(99.0), Duration::from_micros(99));
+        assert!(Latencies::default().is_empty());
     }
 }

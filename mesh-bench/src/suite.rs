@@ -1,19 +1,21 @@
 //! One broker's run, in order: the broker process; the raw MQTT limit through it; a gateway
 //! process (its idle RSS); `mesh agent echo` spawned and timed until the gateway lists it
-//! (then its idle RSS); `mesh agent writer`; wrk at concurrency 1; the interleaved rounds of
-//! raw MQTT and concurrency 1 that the ratio is taken from; wrk at concurrency 64 (also
+//! (then its idle RSS); `mesh agent writer`; `SendMessage` at concurrency 1 through each
+//! binding, one after the other (JSON-RPC and HTTP+JSON by wrk, gRPC by [`grpc_load`]); the
+//! interleaved rounds of raw MQTT and JSON-RPC at concurrency 1 that the ratio is taken
+//! from; the three bindings again at concurrency 64; JSON-RPC at concurrency 64 (also
 //! through a second gateway that keeps its tasks in SQLite, then one long SSE stream through
 //! that one: its CPU and wall time); one SSE stream; wrk again until the gateway holds 100,000 tasks (its RSS); SIGKILL of the echo
 //! agent, timed until the gateway lists it offline. Every case is bounded in time; a case that
 //! cannot run says why instead of giving a figure.
 
-use crate::e2e::{self, WrkResult};
+use crate::e2e::{self, CaseCpu, Load, LoadResult};
 use crate::memory::{self, Rss};
 use crate::paired::{self, Paired};
 use crate::procs::{self, BrokerKind, BrokerProc};
 use crate::raw_mqtt::{self, RawResult};
 use crate::sse::{self, SseResult};
-use crate::{discovery, log};
+use crate::{discovery, grpc_load, log};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -44,12 +46,22 @@ pub type Figure<T> = Result<T, String>;
 pub struct Figures {
     pub broker: BrokerKind,
     pub raw: Figure<RawResult>,
-    pub c1: Figure<WrkResult>,
+    /// JSON-RPC `message/send` at concurrency 1.
+    pub c1: Figure<LoadResult>,
+    /// The HTTP+JSON binding's `message:send` at concurrency 1.
+    pub c1_rest: Figure<LoadResult>,
+    /// gRPC `SendMessage` at concurrency 1.
+    pub c1_grpc: Figure<LoadResult>,
     /// Concurrency 1 and raw MQTT QoS 1, in interleaved rounds (the ratio's source).
     pub paired: Figure<Paired>,
-    pub c64: Figure<WrkResult>,
+    /// JSON-RPC `message/send` at concurrency 64.
+    pub c64: Figure<LoadResult>,
+    /// The HTTP+JSON binding's `message:send` at concurrency 64.
+    pub c64_rest: Figure<LoadResult>,
+    /// gRPC `SendMessage` at concurrency 64.
+    pub c64_grpc: Figure<LoadResult>,
     /// Concurrency 64 through a second gateway that keeps its tasks in SQLite.
-    pub c64_durable: Figure<WrkResult>,
+    pub c64_durable: Figure<LoadResult>,
     pub sse: Figure<SseResult>,
     /// One long stream through the gateway with the SQLite store.
     pub sse_durable: Figure<DurableStream>,
@@ -77,8 +89,12 @@ impl Figures {
             broker,
             raw: Err(why.clone()),
             c1: Err(why.clone()),
+            c1_rest: Err(why.clone()),
+            c1_grpc: Err(why.clone()),
             paired: Err(why.clone()),
             c64: Err(why.clone()),
+            c64_rest: Err(why.clone()),
+            c64_grpc: Err(why.clone()),
             c64_durable: Err(why.clone()),
             sse: Err(why.clone()),
             sse_durable: Err(why.clone()),
@@ -156,10 +172,15 @@ async fn mesh_cases(
         return Err("the writer agent was not listed within 10 s".into());
     }
 
-    let echo_url = format!("{base}/agents/echo");
+    let jsonrpc = Load::jsonrpc("echo");
+    let rest = Load::rest("echo");
     let mut sent = 0u64;
-    log(&format!("[{label}] HTTP message/send, concurrency 1"));
-    let c1 = wrk_case(plan, &echo_url, &mut sent, 1, plan.case, None);
+    log(&format!("[{label}] JSON-RPC message/send, concurrency 1"));
+    let c1 = wrk_case(plan, &base, &jsonrpc, &mut sent, 1, plan.case, None);
+    log(&format!("[{label}] HTTP+JSON message:send, concurrency 1"));
+    let c1_rest = wrk_case(plan, &base, &rest, &mut sent, 1, plan.case, None);
+    log(&format!("[{label}] gRPC SendMessage, concurrency 1"));
+    let c1_grpc = grpc_case(plan, &base, &mut sent, 1);
     log(&format!(
         "[{label}] concurrency 1 against raw MQTT QoS 1, {} interleaved rounds",
         paired::ROUNDS
@@ -168,13 +189,21 @@ async fn mesh_cases(
         None => Err(e2e::WRK_MISSING.to_string()),
         Some(wrk) => {
             let round = Duration::from_secs((plan.case.as_secs() / 3).max(1));
-            paired::run(wrk, &plan.dir, broker.port, &echo_url, round, &mut sent).await
+            paired::run(wrk, &plan.dir, broker.port, &base, "echo", round, &mut sent).await
         }
     };
-    log(&format!("[{label}] HTTP message/send, concurrency 64"));
-    let c64 = wrk_case(plan, &echo_url, &mut sent, 64, plan.case, None);
+    log(&format!("[{label}] JSON-RPC message/send, concurrency 64"));
+    let c64 = with_cpu(&gateway, || {
+        wrk_case(plan, &base, &jsonrpc, &mut sent, 64, plan.case, None)
+    });
+    log(&format!("[{label}] HTTP+JSON message:send, concurrency 64"));
+    let c64_rest = with_cpu(&gateway, || {
+        wrk_case(plan, &base, &rest, &mut sent, 64, plan.case, None)
+    });
+    log(&format!("[{label}] gRPC SendMessage, concurrency 64"));
+    let c64_grpc = with_cpu(&gateway, || grpc_case(plan, &base, &mut sent, 64));
     log(&format!(
-        "[{label}] HTTP message/send, concurrency 64, through a gateway with the SQLite store"
+        "[{label}] JSON-RPC message/send, concurrency 64, through a gateway with the SQLite store"
     ));
     let c64_durable = match procs::start_gateway(
         &plan.dir,
@@ -190,7 +219,8 @@ async fn mesh_cases(
             let mut uncounted = 0u64;
             let figure = wrk_case(
                 plan,
-                &format!("{durable_base}/agents/echo"),
+                &durable_base,
+                &jsonrpc,
                 &mut uncounted,
                 64,
                 plan.case,
@@ -225,7 +255,8 @@ async fn mesh_cases(
     let fill = if missing > 0 {
         wrk_case(
             plan,
-            &echo_url,
+            &base,
+            &jsonrpc,
             &mut sent,
             64,
             Duration::from_secs(120),
@@ -253,8 +284,12 @@ async fn mesh_cases(
         broker: kind,
         raw,
         c1,
+        c1_rest,
+        c1_grpc,
         paired,
         c64,
+        c64_rest,
+        c64_grpc,
         c64_durable,
         sse,
         sse_durable,
@@ -303,21 +338,54 @@ async fn durable_stream(
     })
 }
 
-/// One wrk run against `url`; `sent` counts the answers of every run (the tasks stored).
+/// One wrk run of `load` against the gateway at `base`; `sent` counts the answers of every
+/// run (the tasks stored).
 fn wrk_case(
     plan: &Plan,
-    url: &str,
+    base: &str,
+    load: &Load,
     sent: &mut u64,
     connections: usize,
     bound: Duration,
     limit: Option<u64>,
-) -> Figure<WrkResult> {
+) -> Figure<LoadResult> {
     let result = match &plan.wrk {
         None => Err(e2e::WRK_MISSING.to_string()),
-        Some(wrk) => e2e::run(wrk, &plan.dir, url, connections, bound, limit, *sent),
+        Some(wrk) => e2e::run(wrk, &plan.dir, base, load, connections, bound, limit, *sent),
     };
     if let Ok(r) = &result {
         *sent += r.responses;
+    }
+    result
+}
+
+/// `case` with the CPU time it took the gateway and the load generator (this process and
+/// the children it waited for: wrk); without it when `/proc` cannot be read.
+fn with_cpu(
+    gateway: &procs::Proc,
+    case: impl FnOnce() -> Figure<LoadResult>,
+) -> Figure<LoadResult> {
+    let before = gateway.cpu_seconds().zip(procs::own_cpu_seconds());
+    let mut result = case();
+    let after = gateway.cpu_seconds().zip(procs::own_cpu_seconds());
+    if let (Ok(r), Some((gateway_0, load_0)), Some((gateway_1, load_1))) =
+        (&mut result, before, after)
+    {
+        r.cpu = Some(CaseCpu {
+            gateway: gateway_1 - gateway_0,
+            load: load_1 - load_0,
+        });
+    }
+    result
+}
+
+/// One gRPC load run of `callers` against the echo agent at the gateway at `base`, for the
+/// case's length; `sent` counts its answers too.
+fn grpc_case(plan: &Plan, base: &str, sent: &mut u64, callers: usize) -> Figure<LoadResult> {
+    let result = grpc_load::run(base, "echo", callers, plan.case, *sent);
+    if let Ok(r) = &result {
+        // Numbers are drawn per call, answered or not: skip past every one that may be used.
+        *sent += r.responses + r.errors;
     }
     result
 }

@@ -53,6 +53,16 @@ pub mod store;
 pub mod task_events;
 pub mod tls;
 
+/// The gRPC binding's generated client (`a2a_service_client::A2aServiceClient`) and the
+/// messages and enums of package `lf.a2a.v1` (`SendMessageRequest`, `Message`, `Part`,
+/// `Task`, …), for load generators and tools that call a gateway over gRPC. Feature
+/// `grpc-client`; no transport in this crate: build the client over tonic's `Channel`
+/// (feature `channel` of tonic) or any HTTP/2 service.
+#[cfg(feature = "grpc-client")]
+pub mod grpc_client {
+    pub use crate::grpc::proto::*;
+}
+
 pub use auth::ApiKey;
 pub use config::{DEFAULT_GATEWAY_NAME, GATEWAY_ID_FILE, GatewayConfig};
 pub use server::{Gateway, GatewayError, RunningGateway};

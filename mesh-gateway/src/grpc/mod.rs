@@ -15,7 +15,7 @@ pub(crate) mod server;
 pub(crate) mod status;
 
 /// The code generated from `proto/a2a.proto` (messages, enums and the server; the client
-/// only in tests).
+/// in tests and with the `grpc-client` feature).
 #[allow(
     clippy::all,
     clippy::pedantic,
