@@ -10,10 +10,17 @@
 //! (the bus is open to whoever can publish on the reply topic) is dropped, and a forged
 //! position inside the window never hides a genuine event with another position. When
 //! genuine events stream on past a lost one, the window fills up; once it is at least half
-//! full it slides forward and forgets the gap rather than stall.
+//! full it slides forward and forgets the gap rather than stall. When more events were lost
+//! in a row than the window spans (a broker that dropped a backlog), nothing after the gap
+//! lands in the window: once [`RESYNC_RUN`] consecutive positions have come beyond it, the
+//! stream is taken to go on from there (the run's earlier events are lost with the gap)
+//! rather than wait for its deadline. Random forged positions never form such a run.
 
 /// How many positions ahead of the oldest unseen one the window admits.
 pub const SPAN: u64 = 1024;
+
+/// How many consecutive positions beyond the window make the window move to them.
+pub const RESYNC_RUN: u64 = SPAN / 2;
 
 const WORDS: usize = (SPAN / 64) as usize;
 
@@ -24,6 +31,10 @@ pub struct SeqWindow {
     base: u64,
     /// Bit `i` set: position `base + i` was seen. Bit 0 is never set.
     seen: [u64; WORDS],
+    /// The position after the last one that came beyond the window, and how many came in a
+    /// row up to it.
+    ahead_next: u64,
+    ahead_run: u64,
 }
 
 /// What [`SeqWindow::admit`] makes of a position.
@@ -42,6 +53,8 @@ impl Default for SeqWindow {
         SeqWindow {
             base: 0,
             seen: [0; WORDS],
+            ahead_next: 0,
+            ahead_run: 0,
         }
     }
 }
@@ -55,11 +68,24 @@ impl SeqWindow {
         if seq - self.base >= SPAN {
             let seen: u32 = self.seen.iter().map(|w| w.count_ones()).sum();
             if u64::from(seen) < SPAN / 2 {
-                return Admit::OutOfWindow;
+                self.ahead_run = if seq == self.ahead_next && self.ahead_run > 0 {
+                    self.ahead_run + 1
+                } else {
+                    1
+                };
+                self.ahead_next = seq.saturating_add(1);
+                if self.ahead_run < RESYNC_RUN {
+                    return Admit::OutOfWindow;
+                }
+                // More was lost in a row than the window spans: go on from here.
+                self.base = seq;
+                self.seen = [0; WORDS];
+            } else {
+                // Genuine events stream on past a gap: forget it.
+                self.shift(seq - self.base - SPAN + 1);
             }
-            // Genuine events stream on past a gap: forget it.
-            self.shift(seq - self.base - SPAN + 1);
         }
+        self.ahead_run = 0;
         let offset = seq - self.base;
         let (word, bit) = ((offset / 64) as usize, offset % 64);
         if self.seen[word] & (1 << bit) != 0 {
@@ -143,6 +169,37 @@ mod tests {
         assert_eq!(w.admit(0), Admit::New);
         // Position 1 is lost for good; the stream goes on.
         for seq in 2..10_000 {
+            assert_eq!(w.admit(seq), Admit::New, "{seq}");
+        }
+    }
+
+    #[test]
+    fn a_stream_goes_on_past_more_lost_events_than_the_window_spans() {
+        let mut w = SeqWindow::default();
+        for seq in 0..100 {
+            assert_eq!(w.admit(seq), Admit::New, "{seq}");
+        }
+        // 5,000 events lost in a row: the next RESYNC_RUN - 1 are beyond the window, then the
+        // stream goes on.
+        let resumed = 5_100 + RESYNC_RUN - 1;
+        for seq in 5_100..resumed {
+            assert_eq!(w.admit(seq), Admit::OutOfWindow, "{seq}");
+        }
+        for seq in resumed..resumed + 3_000 {
+            assert_eq!(w.admit(seq), Admit::New, "{seq}");
+        }
+        assert_eq!(w.admit(resumed), Admit::Duplicate);
+    }
+
+    #[test]
+    fn scattered_positions_beyond_the_window_never_move_it() {
+        let mut w = SeqWindow::default();
+        assert_eq!(w.admit(0), Admit::New);
+        for i in 0..10 * RESYNC_RUN {
+            // Never two consecutive positions in a row.
+            assert_eq!(w.admit(10_000 + 3 * i), Admit::OutOfWindow, "{i}");
+        }
+        for seq in 1..2_000 {
             assert_eq!(w.admit(seq), Admit::New, "{seq}");
         }
     }
