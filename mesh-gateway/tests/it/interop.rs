@@ -3,7 +3,6 @@
 //! `MESH_INTEROP_PYTHON`; without it the test says so and passes.
 
 use crate::support::*;
-use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_a2a_sdk_drives_the_gateway_in_1_0_and_0_3() {
@@ -22,18 +21,5 @@ async fn the_python_a2a_sdk_drives_the_gateway_in_1_0_and_0_3() {
         env!("CARGO_MANIFEST_DIR"),
         "/../scripts/interop/a2a_sdk_client.py"
     );
-    let mut child = tokio::process::Command::new(python);
-    child.arg(script).arg(&mesh.base).kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(120), child.output())
-        .await
-        .expect("the interop script finishes within 120 s")
-        .expect("the interop script runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "the a2a-sdk client failed:\n{stdout}\n{stderr}"
-    );
-    assert!(stdout.contains("interop: all checks passed"));
+    run_interop_script(&python, script, &[&mesh.base], "interop: all checks passed").await;
 }

@@ -7,7 +7,6 @@
 //! names a Python with that SDK (scripts/test sets it); otherwise it says so and passes.
 
 use crate::support::*;
-use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_a2a_sdk_0_3_reads_cards_sends_streams_and_gets_task_not_found() {
@@ -22,18 +21,11 @@ async fn the_python_a2a_sdk_0_3_reads_cards_sends_streams_and_gets_task_not_foun
     mesh.run(mesh_examples::echo::agent()).await;
     mesh.run(mesh_examples::writer::agent()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/a2a_sdk_03.py");
-    let mut child = tokio::process::Command::new(python);
-    child.arg(script).arg(&mesh.base).kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(120), child.output())
-        .await
-        .expect("the interop script finishes within 120 s")
-        .expect("the interop script runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "the a2a-sdk 0.3 client failed:\n{stdout}\n{stderr}"
-    );
-    assert!(stdout.contains("interop 0.3: all checks passed"));
+    run_interop_script(
+        &python,
+        script,
+        &[&mesh.base],
+        "interop 0.3: all checks passed",
+    )
+    .await;
 }

@@ -8,7 +8,6 @@
 
 use crate::support::*;
 use mesh_gateway::ApiKey;
-use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_a2a_sdk_authenticates_with_a_bearer_or_api_key_over_every_binding() {
@@ -22,20 +21,11 @@ async fn the_python_a2a_sdk_authenticates_with_a_bearer_or_api_key_over_every_bi
     .await;
     mesh.run(mesh_examples::echo::agent()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/a2a_sdk_auth.py");
-    let mut child = tokio::process::Command::new(python);
-    child
-        .args([script, &mesh.base, "carol-key-1", "carol"])
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(Duration::from_secs(120), child.output())
-        .await
-        .expect("the interop script finishes within 120 s")
-        .expect("the interop script runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "the a2a-sdk client failed:\n{stdout}\n{stderr}"
-    );
-    assert!(stdout.contains("interop auth: all checks passed"));
+    run_interop_script(
+        &python,
+        script,
+        &[&mesh.base, "carol-key-1", "carol"],
+        "interop auth: all checks passed",
+    )
+    .await;
 }

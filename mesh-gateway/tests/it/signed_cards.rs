@@ -14,7 +14,6 @@ use mesh_core::registry::{CardTrust, Registry, RegistryEvent};
 use mesh_core::topic::Topics;
 use mesh_gateway::ApiKey;
 use serde_json::{Value, json};
-use std::time::Duration;
 
 /// The echo example with a tag on its skill (the A2A SDK's canonical form drops an empty
 /// `tags`, which the specification keeps).
@@ -129,20 +128,13 @@ async fn a_trusted_card_is_served_signed_by_the_gateway() {
             env!("CARGO_MANIFEST_DIR"),
             "/tests/interop/a2a_sdk_signed_card.py"
         );
-        let mut child = tokio::process::Command::new(python);
-        child.args([script, &mesh.base, "echo"]).kill_on_drop(true);
-        let output = tokio::time::timeout(Duration::from_secs(120), child.output())
-            .await
-            .expect("the interop script finishes within 120 s")
-            .expect("the interop script runs");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        println!("{stdout}");
-        assert!(
-            output.status.success(),
-            "a2a-sdk did not verify the card:\n{stdout}\n{stderr}"
-        );
-        assert!(stdout.contains("signed card: all checks passed"));
+        run_interop_script(
+            &python,
+            script,
+            &[&mesh.base, "echo"],
+            "signed card: all checks passed",
+        )
+        .await;
     } else {
         eprintln!("SKIPPED the a2a-sdk check: MESH_INTEROP_PYTHON is unset (scripts/test sets it)");
     }

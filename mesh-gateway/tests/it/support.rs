@@ -570,3 +570,32 @@ pub async fn wait_metric(mesh: &Mesh, line_start: &str, least: f64) -> f64 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Runs one of the interoperability scripts with `python` and `args` (bounded: 120 s),
+/// prints what it printed, and asserts that it succeeded and printed `passed` (its last
+/// word on success). Its standard output.
+pub async fn run_interop_script(
+    python: &std::ffi::OsStr,
+    script: &str,
+    args: &[&str],
+    passed: &str,
+) -> String {
+    let mut child = tokio::process::Command::new(python);
+    child.arg(script).args(args).kill_on_drop(true);
+    let output = tokio::time::timeout(Duration::from_secs(120), child.output())
+        .await
+        .expect("the interop script finishes within 120 s")
+        .expect("the interop script runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains(passed),
+        "{script}: no {passed:?} in\n{stdout}"
+    );
+    stdout
+}
