@@ -96,9 +96,22 @@ pub(crate) fn respond(events: TaskEvents, render: impl Render, keep_alive: Durat
         render,
         pending: VecDeque::new(),
     };
-    let mut response = Sse::new(lines(state))
-        .keep_alive(KeepAlive::new().interval(keep_alive))
-        .into_response();
+    stream_response(lines(state), Some(keep_alive))
+}
+
+/// A server-sent events response of `events`, with keep-alive comments every `keep_alive`
+/// while idle (when given), that caches and buffering proxies pass on as it comes.
+pub(crate) fn stream_response(
+    events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static,
+    keep_alive: Option<Duration>,
+) -> Response {
+    let sse = Sse::new(events);
+    let mut response = match keep_alive {
+        Some(every) => sse
+            .keep_alive(KeepAlive::new().interval(every))
+            .into_response(),
+        None => sse.into_response(),
+    };
     // A buffering reverse proxy (nginx) passes each event on at once instead of holding
     // the stream back in its buffer; axum already sends `Cache-Control: no-cache`.
     response.headers_mut().insert(
@@ -150,12 +163,7 @@ fn lines<R: Render>(state: State<R>) -> impl Stream<Item = Result<Event, Infalli
 pub(crate) fn one_event(body: Vec<u8>) -> Response {
     let line = String::from_utf8(body).unwrap_or_default();
     let event = stream::once(async move { Ok::<_, Infallible>(Event::default().data(line)) });
-    let mut response = Sse::new(event).into_response();
-    response.headers_mut().insert(
-        HeaderName::from_static("x-accel-buffering"),
-        HeaderValue::from_static("no"),
-    );
-    response
+    stream_response(event, None)
 }
 
 /// The `data:` lines one event becomes in `dialect` (see the module docs), each reply written

@@ -39,10 +39,10 @@ use crate::service::A2aService;
 use crate::store::{STATES, StoreError, TaskQuery};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, body::Body};
-use futures_util::stream::{self, Stream};
+use futures_util::stream;
 use mesh_core::model::{TaskState, state_name};
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -85,22 +85,6 @@ pub(crate) struct Console {
     pub bus_views: Arc<AtomicUsize>,
     /// The principals that may watch the bus when API keys are on.
     pub admins: Vec<String>,
-}
-
-impl Console {
-    /// True when the caller may see a task of `owner`.
-    fn may_see(&self, caller: Option<&Authenticated>, owner: Option<&str>) -> bool {
-        !self.service.settings.owned_tasks || caller.map(|c| c.principal.as_str()) == owner
-    }
-
-    /// The owner a listing is limited to (with API keys, the caller).
-    fn owner_filter(&self, caller: Option<&Authenticated>) -> Option<String> {
-        self.service.settings.owned_tasks.then(|| {
-            caller
-                .map(|c| c.principal.clone())
-                .unwrap_or_else(|| "\u{0}".into())
-        })
-    }
 }
 
 /// `GET /`: the console.
@@ -191,21 +175,7 @@ pub(crate) async fn agents_events(State(console): State<Arc<Console>>) -> Respon
             ))
         },
     );
-    sse(events, console.keep_alive)
-}
-
-fn sse(
-    events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static,
-    keep_alive: Duration,
-) -> Response {
-    let mut response = Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(keep_alive))
-        .into_response();
-    response.headers_mut().insert(
-        HeaderName::from_static("x-accel-buffering"),
-        HeaderValue::from_static("no"),
-    );
-    response
+    crate::sse::stream_response(events, Some(console.keep_alive))
 }
 
 /// The query of `GET /ui/api/tasks`.
@@ -270,7 +240,9 @@ pub(crate) async fn tasks(
         agent: query.agent.filter(|a| !a.is_empty()),
         context_id: query.context_id.filter(|c| !c.is_empty()),
         state,
-        owner: console.owner_filter(caller.as_ref()),
+        owner: console
+            .service
+            .owner_filter(caller.as_ref().map(|c| c.principal.as_str())),
         page_size,
         page_token: query.page_token.filter(|t| !t.is_empty()),
     };
@@ -356,10 +328,12 @@ pub(crate) async fn task_events(
     };
     let caller = caller.map(|Extension(c)| c);
     let store = console.service.store().clone();
-    let Some(record) = store
-        .get(&id)
-        .filter(|r| console.may_see(caller.as_ref(), r.owner.as_deref()))
-    else {
+    let Some(record) = store.get(&id).filter(|r| {
+        console.service.may_see(
+            caller.as_ref().map(|c| c.principal.as_str()),
+            r.owner.as_deref(),
+        )
+    }) else {
         return json_status(
             StatusCode::NOT_FOUND,
             json!({"error": format!("task {id} not found")}),
@@ -502,7 +476,7 @@ pub(crate) async fn bus(
             .await
             .map(|event| (Ok::<_, Infallible>(event), rx))
     });
-    sse(events, console.keep_alive)
+    crate::sse::stream_response(events, Some(console.keep_alive))
 }
 
 /// Counts a bus view as open while it lives.

@@ -99,21 +99,20 @@ impl A2aService {
     /// The names of the agents on the mesh, as the errors that list them say it ("a, b", or
     /// "none").
     pub(crate) fn agents_on_the_mesh(&self) -> String {
-        let agents: Vec<String> = self.registry.agents().into_iter().map(|a| a.name).collect();
-        if agents.is_empty() {
-            "none".to_owned()
-        } else {
-            agents.join(", ")
-        }
+        listed(&self.agent_names())
+    }
+
+    fn agent_names(&self) -> Vec<String> {
+        self.registry.agents().into_iter().map(|a| a.name).collect()
     }
 
     /// A request for the default agent on a gateway that has none; `how` says how to name
     /// an agent in the request's binding.
     pub(crate) fn no_default_agent(&self, how: &str) -> A2aError {
-        let agents: Vec<String> = self.registry.agents().into_iter().map(|a| a.name).collect();
+        let agents = self.agent_names();
         A2aError::invalid_request(format!(
             "this gateway has no default agent: {how} (agents on the mesh: {})",
-            self.agents_on_the_mesh()
+            listed(&agents)
         ))
         .with_data(serde_json::json!({ "agents": agents }))
     }
@@ -146,20 +145,35 @@ impl A2aService {
     /// True when the caller may see the task: always without API keys; with them, only the
     /// principal that created it.
     fn owns(&self, cx: &RequestContext, record: &TaskRecord) -> bool {
-        !self.settings.owned_tasks || record.owner.as_deref() == cx.principal()
+        self.may_see(cx.principal(), record.owner.as_deref())
     }
 
-    /// The owner a listing is limited to.
-    fn owner_filter(&self, cx: &RequestContext) -> Option<String> {
+    /// True when `principal` may see a task created by `owner`: always without API keys;
+    /// with them, only the principal that created it.
+    pub(crate) fn may_see(&self, principal: Option<&str>, owner: Option<&str>) -> bool {
+        !self.settings.owned_tasks || owner == principal
+    }
+
+    /// The owner a listing for `principal` is limited to (with API keys: that principal).
+    pub(crate) fn owner_filter(&self, principal: Option<&str>) -> Option<String> {
         if !self.settings.owned_tasks {
             return None;
         }
         // Without a caller (cannot happen behind the auth layer) nothing matches.
-        Some(cx.principal().unwrap_or("\u{0}").to_owned())
+        Some(principal.unwrap_or("\u{0}").to_owned())
     }
 
     /// Whether webhooks may point at private addresses.
     fn allow_private(&self) -> bool {
         self.pusher.as_ref().is_some_and(|p| p.allow_private())
+    }
+}
+
+/// Names as the errors that list them say them: "a, b", or "none".
+fn listed(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
     }
 }

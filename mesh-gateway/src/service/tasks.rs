@@ -66,7 +66,7 @@ impl A2aService {
             agent: Some(cx.agent.clone()),
             context_id: params.context_id.filter(|c| !c.is_empty()),
             state: params.status.filter(|s| *s != TaskState::Unspecified),
-            owner: self.owner_filter(cx),
+            owner: self.owner_filter(cx.principal()),
             page_size,
             page_token: params.page_token,
         };
