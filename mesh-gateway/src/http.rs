@@ -6,6 +6,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mesh_core::dialect::Dialect;
+use mesh_core::error::A2aError;
 
 /// A JSON body with a status.
 pub(crate) fn json_status(status: StatusCode, body: serde_json::Value) -> Response {
@@ -99,12 +100,22 @@ pub(crate) fn traceparent(headers: &HeaderMap) -> Option<String> {
 }
 
 /// The `Last-Event-ID` a client resumes a stream from: the sequence number of the last event
-/// it received (the SSE `id` the gateway wrote); absent or not a number: none.
-pub(crate) fn last_event_id(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok())
+/// it received (the SSE `id` the gateway wrote); absent or empty: none. Anything else than a
+/// number is not an id this gateway wrote: invalid params, rather than a stream that starts
+/// over while the client believes it resumed.
+pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, A2aError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("\u{fffd}").trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| {
+        A2aError::invalid_params(format!(
+            "Last-Event-ID {text:?} is not an event id of this gateway (the number of an event it sent)"
+        ))
+    })
 }
 
 /// Why a body could not be read.

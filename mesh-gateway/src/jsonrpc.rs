@@ -69,7 +69,7 @@ struct Http {
     /// The authenticated caller (absent without API keys).
     caller: Option<Authenticated>,
     /// Where a resubscription resumes (`Last-Event-ID`).
-    last_event_id: Option<u64>,
+    last_event_id: Result<Option<u64>, A2aError>,
 }
 
 /// `POST /`: the default agent.
@@ -304,7 +304,7 @@ fn triage(
                 bad_version: None,
                 traceparent: http.traceparent.clone(),
                 caller: http.caller.clone(),
-                last_event_id: None,
+                last_event_id: Ok(None),
             };
             tokio::spawn(async move {
                 let _ = dispatch(&gw, &agent, &http, request, JsonRpcId::Null).await;
@@ -416,12 +416,11 @@ fn dispatch<'a>(
                     None,
                 )
             }),
-            Call::Subscribe(params) => service
-                .subscribe(&cx, params, http.last_event_id)
-                .await
-                .map(|(record, events)| {
-                    Answer::Stream(events, answer_in(record.dialect), id.clone())
-                }),
+            Call::Subscribe(params) => match http.last_event_id.clone() {
+                Ok(resume) => service.subscribe(&cx, params, resume).await,
+                Err(e) => Err(e),
+            }
+            .map(|(record, events)| Answer::Stream(events, answer_in(record.dialect), id.clone())),
             Call::SetPushConfig(config) => {
                 service
                     .set_push_config(&cx, config)

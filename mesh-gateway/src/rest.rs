@@ -372,7 +372,7 @@ async fn answer(
             ok(codec::write_task_json(method, d, &record.task, None))
         }
         Call::Subscribe(params) => {
-            let resume = crate::http::last_event_id(headers);
+            let resume = crate::http::last_event_id(headers)?;
             let (_, events) = service.subscribe(cx, params, resume).await?;
             crate::sse::respond(events, RestEvents, rest.keep_alive)
         }

@@ -165,6 +165,17 @@ async fn a_lost_stream_resumes_after_its_last_event_id_with_every_event_once() {
         assert_eq!(code(&events[0]), -32004, "{events:?}");
     }
 
+    // An id this gateway never wrote is refused, not taken as "from the start".
+    let mut request = mesh
+        .http
+        .post(mesh.url("/agents/paced"))
+        .header("content-type", "application/json")
+        .header("last-event-id", "not-a-number")
+        .body(rpc("tasks/resubscribe", json!({"id": task})).to_string());
+    request = request.header("accept", "text/event-stream");
+    let events = read_sse(request.send().await.unwrap()).await;
+    assert_eq!(code(&events[0]), -32602, "{events:?}");
+
     // HTTP+JSON: the same events, the same ids, as bare StreamResponses.
     let mut rest = mesh
         .http
