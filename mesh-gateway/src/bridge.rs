@@ -314,6 +314,7 @@ impl Bridge {
                     .extend(followers);
             }
         }
+        self.store.release(id);
     }
 
     /// The task as it stands and a receiver of every event after that snapshot: while it is

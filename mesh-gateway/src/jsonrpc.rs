@@ -392,7 +392,7 @@ fn dispatch<'a>(
                         )),
                     })
             }
-            Call::GetTask(params) => service.get_task(&cx, &params).map(|record| {
+            Call::GetTask(params) => service.get_task(&cx, &params).await.map(|record| {
                 task_answer(
                     Method::GetTask,
                     answer_in(record.dialect),
@@ -401,7 +401,7 @@ fn dispatch<'a>(
                     params.history_length,
                 )
             }),
-            Call::ListTasks(params) => service.list_tasks(&cx, params).map(|list| {
+            Call::ListTasks(params) => service.list_tasks(&cx, params).await.map(|list| {
                 Answer::Json(jsonrpc::write_result(
                     &id,
                     crate::answers::task_list(dialect, list),
@@ -436,6 +436,7 @@ fn dispatch<'a>(
             Call::GetPushConfig(params) => {
                 service
                     .get_push_config(&cx, &params)
+                    .await
                     .map(|(config, task_dialect)| {
                         Answer::Json(codec::encode_reply(
                             answer_in(task_dialect),
@@ -447,6 +448,7 @@ fn dispatch<'a>(
             Call::ListPushConfigs(params) => {
                 service
                     .list_push_configs(&cx, &params)
+                    .await
                     .map(|(configs, task_dialect)| {
                         Answer::Json(codec::encode_reply(
                             answer_in(task_dialect),
@@ -461,6 +463,7 @@ fn dispatch<'a>(
             Call::DeletePushConfig(params) => {
                 service
                     .delete_push_config(&cx, &params)
+                    .await
                     .map(|task_dialect| {
                         Answer::Json(codec::encode_reply(
                             answer_in(task_dialect),

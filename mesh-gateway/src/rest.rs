@@ -359,12 +359,12 @@ async fn answer(
             }
         }
         Call::GetTask(params) => {
-            let record = service.get_task(cx, &params)?;
+            let record = service.get_task(cx, &params).await?;
             let tail = answers::history_tail(params.history_length);
             ok(codec::write_task_json(method, d, &record.task, tail))
         }
         Call::ListTasks(params) => {
-            let list = service.list_tasks(cx, params)?;
+            let list = service.list_tasks(cx, params).await?;
             ok(serde_json::to_vec(&answers::task_list(d, list)).unwrap_or_default())
         }
         Call::CancelTask(params) => {
@@ -385,7 +385,7 @@ async fn answer(
             ))
         }
         Call::GetPushConfig(params) => {
-            let (config, _) = service.get_push_config(cx, &params)?;
+            let (config, _) = service.get_push_config(cx, &params).await?;
             ok(codec::write_reply_to_json(
                 method,
                 d,
@@ -393,7 +393,7 @@ async fn answer(
             ))
         }
         Call::ListPushConfigs(params) => {
-            let (configs, _) = service.list_push_configs(cx, &params)?;
+            let (configs, _) = service.list_push_configs(cx, &params).await?;
             let list = ListTaskPushNotificationConfigsResponse {
                 configs,
                 next_page_token: None,
@@ -405,7 +405,7 @@ async fn answer(
             ))
         }
         Call::DeletePushConfig(params) => {
-            service.delete_push_config(cx, &params)?;
+            service.delete_push_config(cx, &params).await?;
             // google.protobuf.Empty.
             ok(b"{}".to_vec())
         }

@@ -246,12 +246,10 @@ pub(crate) async fn tasks(
         page_size,
         page_token: query.page_token.filter(|t| !t.is_empty()),
     };
-    let store = console.service.store().clone();
-    let listed = tokio::task::spawn_blocking(move || store.list(&store_query)).await;
-    let page = match listed {
-        Ok(Ok(page)) => page,
-        Ok(Err(error)) => return bad_request(&error.to_string()),
-        Err(_) => return internal("the task listing failed"),
+    let page = match console.service.store().list(&store_query).await {
+        Ok(page) => page,
+        Err(error @ StoreError::InvalidPageToken(_)) => return bad_request(&error.to_string()),
+        Err(error) => return internal(&error.to_string()),
     };
     let tasks: Vec<Value> = page
         .records
@@ -327,8 +325,12 @@ pub(crate) async fn task_events(
         return bad_request("the query is not valid: after and limit are numbers");
     };
     let caller = caller.map(|Extension(c)| c);
-    let store = console.service.store().clone();
-    let Some(record) = store.get(&id).filter(|r| {
+    let store = console.service.store();
+    let loaded = match store.load(&id).await {
+        Ok(loaded) => loaded,
+        Err(error) => return internal(&error.to_string()),
+    };
+    let Some(record) = loaded.filter(|r| {
         console.service.may_see(
             caller.as_ref().map(|c| c.principal.as_str()),
             r.owner.as_deref(),
@@ -341,27 +343,24 @@ pub(crate) async fn task_events(
     };
     let after = query.after.unwrap_or(0);
     let limit = query.limit.unwrap_or(MAX_EVENTS).clamp(1, MAX_EVENTS);
-    let task_id = id.clone();
-    let read =
-        tokio::task::spawn_blocking(move || match store.events_after(&task_id, after, limit) {
-            Err(StoreError::EventsForgotten { first, .. }) if first > after + 1 => store
-                .events_after(&task_id, first - 1, limit)
-                .map(|events| (Some(first), events)),
-            other => other.map(|events| (None, events)),
-        })
-        .await;
+    let read = match store.events_after(&id, after, limit).await {
+        Err(StoreError::EventsForgotten { first, .. }) if first > after + 1 => store
+            .events_after(&id, first - 1, limit)
+            .await
+            .map(|events| (Some(first), events)),
+        other => other.map(|events| (None, events)),
+    };
     let (forgotten_before, events) = match read {
-        Ok(Ok(read)) => read,
+        Ok(read) => read,
         // The log holds none of them any more (a finished task on the memory store).
-        Ok(Err(StoreError::EventsForgotten { first, .. })) => (Some(first), Vec::new()),
-        Ok(Err(StoreError::TaskNotFound(_))) => {
+        Err(StoreError::EventsForgotten { first, .. }) => (Some(first), Vec::new()),
+        Err(StoreError::TaskNotFound(_)) => {
             return json_status(
                 StatusCode::NOT_FOUND,
                 json!({"error": format!("task {id} not found")}),
             );
         }
-        Ok(Err(error)) => return internal(&error.to_string()),
-        Err(_) => return internal("reading the task's events failed"),
+        Err(error) => return internal(&error.to_string()),
     };
     let next = events.last().map_or(after, |e| e.seq);
     let more = events.len() == limit;

@@ -231,6 +231,7 @@ impl pb::a2a_service_server::A2aService for Grpc {
         let answer = self
             .service
             .get_task(&cx, &params)
+            .await
             .map(|record| pb::Task::from(trimmed(record.task.clone(), params.history_length)));
         self.answered(method, began, answer)
     }
@@ -243,7 +244,7 @@ impl pb::a2a_service_server::A2aService for Grpc {
         let (cx, params) = self.read(method, began, request, convert::list_tasks_request, |p| {
             p.tenant.as_deref()
         })?;
-        let answer = self.service.list_tasks(&cx, params).map(|list| {
+        let answer = self.service.list_tasks(&cx, params).await.map(|list| {
             let tasks = list
                 .records
                 .iter()
@@ -341,6 +342,7 @@ impl pb::a2a_service_server::A2aService for Grpc {
         let answer = self
             .service
             .get_push_config(&cx, &params)
+            .await
             .map(|(config, _)| pb::TaskPushNotificationConfig::from(config));
         self.answered(method, began, answer)
     }
@@ -360,6 +362,7 @@ impl pb::a2a_service_server::A2aService for Grpc {
         let answer = self
             .service
             .list_push_configs(&cx, &params)
+            .await
             .map(|(configs, _)| {
                 pb::ListTaskPushNotificationConfigsResponse::from(
                     m::ListTaskPushNotificationConfigsResponse {
@@ -399,7 +402,11 @@ impl pb::a2a_service_server::A2aService for Grpc {
             convert::delete_push_config_request,
             |p| p.tenant.as_deref(),
         )?;
-        let answer = self.service.delete_push_config(&cx, &params).map(|_| ());
+        let answer = self
+            .service
+            .delete_push_config(&cx, &params)
+            .await
+            .map(|_| ());
         self.answered(method, began, answer)
     }
 }

@@ -131,12 +131,12 @@ impl A2aService {
     }
 
     /// The stored task of the context's agent, when the caller may see it.
-    pub(crate) fn find(
+    pub(crate) async fn find(
         &self,
         cx: &RequestContext,
         task_id: &str,
     ) -> Result<Arc<TaskRecord>, A2aError> {
-        match self.store().get(task_id) {
+        match self.store().load(task_id).await? {
             Some(record) if record.agent == cx.agent && self.owns(cx, &record) => Ok(record),
             _ => Err(A2aError::task_not_found(task_id)),
         }

@@ -29,7 +29,7 @@ impl A2aService {
         config: TaskPushNotificationConfig,
     ) -> Result<(TaskPushNotificationConfig, Dialect), A2aError> {
         self.push_enabled()?;
-        let record = self.find(cx, &config.task_id)?;
+        let record = self.find(cx, &config.task_id).await?;
         let field = if cx.dialect == Dialect::V1_0 {
             "params"
         } else {
@@ -39,56 +39,60 @@ impl A2aService {
         let task_id = config.task_id.clone();
         let mut outcome = Err(A2aError::task_not_found(&task_id));
         let mut config = Some(config);
-        self.store().update(&task_id, &mut |record| {
-            if let Some(config) = config.take() {
-                outcome = add(record, config, cx.dialect);
-            }
-        });
+        self.store()
+            .modify(&task_id, &mut |record| {
+                if let Some(config) = config.take() {
+                    outcome = add(record, config, cx.dialect);
+                }
+            })
+            .await?;
         Ok((outcome?, record.dialect))
     }
 
     /// `GetTaskPushNotificationConfig`: the config named (a 0.x request naming none gets the
     /// task's first).
-    pub(crate) fn get_push_config(
+    pub(crate) async fn get_push_config(
         &self,
         cx: &RequestContext,
         params: &GetTaskPushNotificationConfigRequest,
     ) -> Result<(TaskPushNotificationConfig, Dialect), A2aError> {
         self.push_enabled()?;
-        let record = self.find(cx, &params.task_id)?;
+        let record = self.find(cx, &params.task_id).await?;
         let config = pick(&record, &params.id)
             .ok_or_else(|| no_config(cx.dialect, &params.task_id, &params.id))?;
         Ok((config.clone(), record.dialect))
     }
 
     /// `ListTaskPushNotificationConfigs`: every config of the task (one page: a task has few).
-    pub(crate) fn list_push_configs(
+    pub(crate) async fn list_push_configs(
         &self,
         cx: &RequestContext,
         params: &ListTaskPushNotificationConfigsRequest,
     ) -> Result<(Vec<TaskPushNotificationConfig>, Dialect), A2aError> {
         self.push_enabled()?;
-        let record = self.find(cx, &params.task_id)?;
+        let record = self.find(cx, &params.task_id).await?;
         Ok((record.push_configs.clone(), record.dialect))
     }
 
     /// `DeleteTaskPushNotificationConfig`: idempotent (spec 1.0 §3.1.10): a config that is not
     /// there (any more) is deleted already.
-    pub(crate) fn delete_push_config(
+    pub(crate) async fn delete_push_config(
         &self,
         cx: &RequestContext,
         params: &DeleteTaskPushNotificationConfigRequest,
     ) -> Result<Dialect, A2aError> {
         self.push_enabled()?;
-        let record = self.find(cx, &params.task_id)?;
+        let record = self.find(cx, &params.task_id).await?;
         if params.id.is_empty() {
             return Err(no_config(cx.dialect, &params.task_id, &params.id));
         }
         if pick(&record, &params.id).is_some() {
-            self.store().update(&params.task_id, &mut |r| {
-                r.push_configs
-                    .retain(|c| c.id.as_deref() != Some(params.id.as_str()));
-            });
+            self.store()
+                .modify(&params.task_id, &mut |r| {
+                    r.push_configs
+                        .retain(|c| c.id.as_deref() != Some(params.id.as_str()));
+                })
+                .await?;
         }
         Ok(record.dialect)
     }

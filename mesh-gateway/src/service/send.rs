@@ -192,7 +192,12 @@ impl A2aService {
                 };
                 check_config(config, self.allow_private(), field).await?;
             }
-            let (begun, params, options) = self.begin(cx, params, push, streaming)?;
+            // The task the message continues, wherever the store holds it.
+            let previous = match params.message.task_id.as_deref() {
+                Some(task_id) if !task_id.is_empty() => self.store().load(task_id).await?,
+                _ => None,
+            };
+            let (begun, params, options) = self.begin(cx, params, previous, streaming, push)?;
             let Begun {
                 task_id,
                 events,
@@ -242,41 +247,44 @@ impl A2aService {
         &self,
         cx: &RequestContext,
         mut params: SendMessageRequest,
-        push: Option<TaskPushNotificationConfig>,
+        previous: Option<Arc<TaskRecord>>,
         streaming: bool,
+        push: Option<TaskPushNotificationConfig>,
     ) -> Result<(Begun, SendMessageRequest, SendOptions), A2aError> {
         let store = self.store();
         let agent = cx.agent.as_str();
-        let previous = match params.message.task_id.as_deref() {
-            Some("") => {
+        let previous = match (params.message.task_id.as_deref(), previous) {
+            (Some(""), _) => {
                 return Err(A2aError::invalid_params(
                     "the task id is empty: give a task's id, or none to start a new task",
                 ));
             }
-            Some(task_id) => match store.get(task_id) {
-                Some(record) if record.agent != agent || !self.owns(cx, &record) => {
+            (Some(task_id), Some(record)) => {
+                if record.agent != agent || !self.owns(cx, &record) {
                     return Err(A2aError::task_not_found(task_id));
                 }
-                Some(record) => {
-                    let state = &record.task.status.state;
-                    if state.is_terminal() {
-                        return Err(A2aError::unsupported_operation(format!(
-                            "task {task_id} is {}: it takes no more messages",
-                            mesh_core::model::state_name(state)
-                        )));
-                    }
-                    if self.bridge.is_live(task_id) {
-                        return Err(A2aError::unsupported_operation(format!(
-                            "task {task_id} is still running: send the next message when it asks for input"
-                        )));
-                    }
-                    Some(record)
+                let state = &record.task.status.state;
+                if state.is_terminal() {
+                    return Err(A2aError::unsupported_operation(format!(
+                        "task {task_id} is {}: it takes no more messages",
+                        mesh_core::model::state_name(state)
+                    )));
                 }
-                // 0.1 clients choose the id of a new task.
-                None if cx.dialect == Dialect::V0_1 => None,
-                None => return Err(A2aError::task_not_found(task_id)),
-            },
-            None => None,
+                // Submitted or working: its stream runs, here or at another gateway that
+                // shares the store.
+                if self.bridge.is_live(task_id)
+                    || matches!(state, TaskState::Submitted | TaskState::Working)
+                {
+                    return Err(A2aError::unsupported_operation(format!(
+                        "task {task_id} is still running: send the next message when it asks for input"
+                    )));
+                }
+                Some(record)
+            }
+            // 0.1 clients choose the id of a new task.
+            (Some(_), None) if cx.dialect == Dialect::V0_1 => None,
+            (Some(task_id), None) => return Err(A2aError::task_not_found(task_id)),
+            (None, _) => None,
         };
         let task_id = params
             .message

@@ -4,7 +4,7 @@
 use super::{A2aService, RequestContext, TaskEvents};
 use crate::bridge::{LiveEvent, Seq, set_status};
 use crate::store::EVENT_LOG_EVENTS;
-use crate::store::{TaskQuery, TaskRecord};
+use crate::store::{StoreError, TaskQuery, TaskRecord};
 use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
 use mesh_core::model::{
@@ -38,16 +38,16 @@ pub(crate) struct TaskList {
 
 impl A2aService {
     /// `GetTask`: the stored task (the caller trims its history to `historyLength`).
-    pub(crate) fn get_task(
+    pub(crate) async fn get_task(
         &self,
         cx: &RequestContext,
         params: &GetTaskRequest,
     ) -> Result<Arc<TaskRecord>, A2aError> {
-        self.find(cx, &params.id)
+        self.find(cx, &params.id).await
     }
 
     /// `ListTasks`: a page of the agent's tasks the caller may see.
-    pub(crate) fn list_tasks(
+    pub(crate) async fn list_tasks(
         &self,
         cx: &RequestContext,
         params: ListTasksRequest,
@@ -70,10 +70,13 @@ impl A2aService {
             page_size,
             page_token: params.page_token,
         };
-        let page = self
-            .store()
-            .list(&query)
-            .map_err(|e| A2aError::invalid_params_at("pageToken", e))?;
+        let page = match self.store().list(&query).await {
+            Ok(page) => page,
+            Err(e @ StoreError::InvalidPageToken(_)) => {
+                return Err(A2aError::invalid_params_at("pageToken", e));
+            }
+            Err(e) => return Err(e.into()),
+        };
         Ok(TaskList {
             records: page.records,
             next_page_token: page.next_page_token,
@@ -93,24 +96,27 @@ impl A2aService {
         cx: &RequestContext,
         params: CancelTaskRequest,
     ) -> Result<Arc<TaskRecord>, A2aError> {
-        let record = self.find(cx, &params.id)?;
+        let record = self.find(cx, &params.id).await?;
         if record.task.status.state.is_terminal() {
             return Err(A2aError::task_not_cancelable(&params.id));
         }
         let Some(live) = self.bridge.live(&params.id) else {
             // No instance runs it (it waits for input at the gateway): cancel it here.
-            let canceled = self.store().update(&params.id, &mut |r| {
-                if !r.task.status.state.is_terminal() {
-                    set_status(
-                        &mut r.task,
-                        TaskStatus {
-                            state: TaskState::Canceled,
-                            message: None,
-                            timestamp: Some(chrono::Utc::now()),
-                        },
-                    );
-                }
-            });
+            let canceled = self
+                .store()
+                .modify(&params.id, &mut |r| {
+                    if !r.task.status.state.is_terminal() {
+                        set_status(
+                            &mut r.task,
+                            TaskStatus {
+                                state: TaskState::Canceled,
+                                message: None,
+                                timestamp: Some(chrono::Utc::now()),
+                            },
+                        );
+                    }
+                })
+                .await?;
             return match canceled {
                 Some(record) => {
                     self.bridge.notify_push(&record);
@@ -130,11 +136,14 @@ impl A2aService {
         match asked {
             Ok(Some(Ok(mut task))) => {
                 mesh_core::meta::MeshMeta::take(&mut task.metadata);
-                let updated = self.store().update(&params.id, &mut |r| {
-                    if !r.task.status.state.is_terminal() {
-                        set_status(&mut r.task, task.status.clone());
-                    }
-                });
+                let updated = self
+                    .store()
+                    .modify(&params.id, &mut |r| {
+                        if !r.task.status.state.is_terminal() {
+                            set_status(&mut r.task, task.status.clone());
+                        }
+                    })
+                    .await?;
                 match updated {
                     Some(record) => {
                         self.bridge.notify_push(&record);
@@ -166,7 +175,7 @@ impl A2aService {
         params: SubscribeToTaskRequest,
         resume_after: Option<Seq>,
     ) -> Result<(Arc<TaskRecord>, TaskEvents), A2aError> {
-        let record = self.find(cx, &params.id)?;
+        let record = self.find(cx, &params.id).await?;
         let terminal = record.task.status.state.is_terminal();
         if terminal && resume_after.is_none_or(|after| after >= record.seq) {
             return Err(A2aError::unsupported_operation(format!(
@@ -189,14 +198,10 @@ impl A2aService {
             Some(after) if after >= snapshot.seq => Vec::new(),
             Some(after) => {
                 let missed = usize::try_from(snapshot.seq - after).unwrap_or(usize::MAX);
-                let store = self.store().clone();
-                let id = params.id.clone();
-                // A durable store may read its disk.
-                let logged = tokio::task::spawn_blocking(move || {
-                    store.events_after(&id, after, missed.min(EVENT_LOG_EVENTS))
-                })
-                .await
-                .map_err(|e| A2aError::internal(format!("reading the task's events: {e}")))?;
+                let logged = self
+                    .store()
+                    .events_after(&params.id, after, missed.min(EVENT_LOG_EVENTS))
+                    .await;
                 match logged {
                     Ok(events)
                         if events.first().map(|e| e.seq) == Some(after + 1)

@@ -414,21 +414,10 @@ impl Inner {
     }
 }
 
-impl TaskStore for MemoryStore {
-    fn insert(&self, record: TaskRecord) -> Result<(), StoreError> {
-        self.insert_record(record, &mut Vec::new())
-    }
-
-    fn get(&self, id: &str) -> Option<Arc<TaskRecord>> {
-        self.read().tasks.get(id).map(|e| e.record.clone())
-    }
-
-    fn append(&self, id: &str, event: &Arc<Reply>) -> Result<Arc<TaskRecord>, StoreError> {
-        self.append_event(id, event, &mut Vec::new())
-            .map(|a| a.record)
-    }
-
-    fn events_after(
+impl MemoryStore {
+    /// The task's logged events after `after` ([`TaskStore::events_after`], here without
+    /// waiting: the log is in memory).
+    pub fn events_after(
         &self,
         id: &str,
         after: u64,
@@ -458,15 +447,8 @@ impl TaskStore for MemoryStore {
         Ok(events.iter().map(LoggedEvent::stored).collect())
     }
 
-    fn update(&self, id: &str, apply: &mut dyn FnMut(&mut TaskRecord)) -> Option<Arc<TaskRecord>> {
-        self.update_record(id, apply)
-    }
-
-    fn remove(&self, id: &str) {
-        self.remove_record(id);
-    }
-
-    fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
+    /// The tasks matching `query` ([`TaskStore::list`], here without waiting).
+    pub fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
         let offset = match &query.page_token {
             None => 0,
             Some(token) if token.is_empty() => 0,
@@ -520,6 +502,43 @@ impl TaskStore for MemoryStore {
             next_page_token,
             total_size,
         })
+    }
+}
+
+#[async_trait::async_trait]
+impl TaskStore for MemoryStore {
+    async fn events_after(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        MemoryStore::events_after(self, id, after, limit)
+    }
+
+    async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
+        MemoryStore::list(self, query)
+    }
+
+    fn insert(&self, record: TaskRecord) -> Result<(), StoreError> {
+        self.insert_record(record, &mut Vec::new())
+    }
+
+    fn get(&self, id: &str) -> Option<Arc<TaskRecord>> {
+        self.read().tasks.get(id).map(|e| e.record.clone())
+    }
+
+    fn append(&self, id: &str, event: &Arc<Reply>) -> Result<Arc<TaskRecord>, StoreError> {
+        self.append_event(id, event, &mut Vec::new())
+            .map(|a| a.record)
+    }
+
+    fn update(&self, id: &str, apply: &mut dyn FnMut(&mut TaskRecord)) -> Option<Arc<TaskRecord>> {
+        self.update_record(id, apply)
+    }
+
+    fn remove(&self, id: &str) {
+        self.remove_record(id);
     }
 
     fn len(&self) -> usize {

@@ -349,18 +349,35 @@ impl From<StoreError> for A2aError {
 }
 
 /// Where the gateway keeps its tasks. Implementations must be cheap to call from async code:
-/// no method blocks for long, none awaits. Every store keeps the contract of the module docs
-/// (events, bounds, one task's size).
+/// no synchronous method blocks for long, none awaits. Every store keeps the contract of the
+/// module docs (events, bounds, one task's size).
+///
+/// Two views of the tasks. The synchronous methods ([`get`](TaskStore::get),
+/// [`insert`](TaskStore::insert), [`append`](TaskStore::append),
+/// [`update`](TaskStore::update), [`remove`](TaskStore::remove)) work on the gateway's
+/// *working set*: the tasks it bridges now, which its pumps change event by event and which
+/// are always in memory. The asynchronous ones ([`load`](TaskStore::load),
+/// [`modify`](TaskStore::modify), [`list`](TaskStore::list),
+/// [`events_after`](TaskStore::events_after)) reach every task the store holds, wherever it
+/// is: a store shared by several gateways reads its database there. For the memory and
+/// SQLite stores both views are the same tasks.
+#[async_trait::async_trait]
 pub trait TaskStore: Send + Sync + 'static {
-    /// Adds a task, or replaces the record of the same id (a follow-up turn, an undo).
+    /// Adds a task to the working set, or replaces the record of the same id (a follow-up
+    /// turn, an undo).
     ///
     /// A new task is refused with [`StoreError::Full`] when the store is at `max_tasks` or
     /// `max_bytes` and evicting every finished task would not make room; a record larger than
     /// `max_task_bytes` is refused with [`StoreError::TaskTooLarge`]. Replacing a record is
     /// never refused for the store's bounds.
     fn insert(&self, record: TaskRecord) -> Result<(), StoreError>;
-    /// The record of a task.
+    /// The record of a task of the working set.
     fn get(&self, id: &str) -> Option<Arc<TaskRecord>>;
+    /// The record of any task the store holds, as it is now. The default is
+    /// [`get`](TaskStore::get).
+    async fn load(&self, id: &str) -> Result<Option<Arc<TaskRecord>>, StoreError> {
+        Ok(self.get(id))
+    }
     /// Applies one event of the task's reply stream, logs it with the task's next sequence
     /// number (see the module docs) and returns the record as it is now. The event is kept
     /// shared (a reference count, no copy) and is not encoded here.
@@ -372,21 +389,41 @@ pub trait TaskStore: Send + Sync + 'static {
     /// The task's logged events with a sequence number above `after`, in order, at most
     /// `limit` of them. [`StoreError::EventsForgotten`] when the log no longer holds the
     /// first of them (event `after + 1`); [`StoreError::TaskNotFound`] for an unknown task.
-    /// A durable store may read its disk: call it off the async workers.
-    fn events_after(
+    async fn events_after(
         &self,
         id: &str,
         after: u64,
         limit: usize,
     ) -> Result<Vec<StoredEvent>, StoreError>;
-    /// Changes a record in place (its `updated` time is set) and returns it as it is now;
-    /// `None` if there is no such task. Not an event: the sequence stays, and a durable store
-    /// writes the whole record.
+    /// Changes a record of the working set in place (its `updated` time is set) and returns
+    /// it as it is now; `None` if there is no such task. Not an event: the sequence stays,
+    /// and a durable store writes the whole record.
     fn update(&self, id: &str, apply: &mut dyn FnMut(&mut TaskRecord)) -> Option<Arc<TaskRecord>>;
+    /// Changes any task the store holds, as [`update`](TaskStore::update) does the working
+    /// set's. The default is [`update`](TaskStore::update).
+    async fn modify(
+        &self,
+        id: &str,
+        apply: &mut (dyn for<'r> FnMut(&'r mut TaskRecord) + Send),
+    ) -> Result<Option<Arc<TaskRecord>>, StoreError> {
+        Ok(self.update(id, apply))
+    }
     /// Forgets a task.
     fn remove(&self, id: &str);
+    /// Says that the gateway bridges the task no more (its turn's stream ended): a store
+    /// shared by several gateways may then let it leave the working set, once written. The
+    /// default keeps it.
+    fn release(&self, id: &str) {
+        let _ = id;
+    }
     /// The tasks matching `query`, most recently updated first.
-    fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError>;
+    async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError>;
+    /// A store shared by several gateways: the ids of the tasks whose events or records
+    /// another gateway (or this one) wrote, as they are written, so that a subscriber here
+    /// can follow a task another gateway bridges. `None` for a store of one gateway.
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<Arc<str>>> {
+        None
+    }
     /// How many tasks the store holds.
     fn len(&self) -> usize;
     /// The bytes the store counts against `max_bytes` now (records and event logs, estimated).
@@ -395,23 +432,8 @@ pub trait TaskStore: Send + Sync + 'static {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// How many tasks are in each state (for `/metrics`). The default lists once per state.
-    fn state_counts(&self) -> Vec<(TaskState, usize)> {
-        STATES
-            .iter()
-            .map(|state| {
-                let query = TaskQuery {
-                    state: Some(state.clone()),
-                    page_size: 1,
-                    ..TaskQuery::default()
-                };
-                (
-                    state.clone(),
-                    self.list(&query).map(|p| p.total_size).unwrap_or(0),
-                )
-            })
-            .collect()
-    }
+    /// How many tasks are in each state (for `/metrics`).
+    fn state_counts(&self) -> Vec<(TaskState, usize)>;
     /// Changes not yet written to durable storage (0 for a store that has none).
     fn pending_writes(&self) -> usize {
         0

@@ -371,8 +371,21 @@ impl SqliteStore {
         }
     }
 
-    fn connection(&self) -> MutexGuard<'_, Connection> {
-        self.conn.locked()
+    /// The task's logged events after `after` ([`TaskStore::events_after`]), read here:
+    /// blocks on the database.
+    pub fn events_after(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        logged_events(&self.memory, &self.queue, &self.conn, id, after, limit)
+    }
+
+    /// The tasks matching `query` ([`TaskStore::list`], here without waiting: they are in
+    /// memory).
+    pub fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
+        self.memory.list(query)
     }
 }
 
@@ -382,6 +395,7 @@ impl Drop for SqliteStore {
     }
 }
 
+#[async_trait::async_trait]
 impl TaskStore for SqliteStore {
     fn insert(&self, record: TaskRecord) -> Result<(), StoreError> {
         let id = record.task.id.clone();
@@ -412,50 +426,20 @@ impl TaskStore for SqliteStore {
         Ok(appended.record)
     }
 
-    fn events_after(
+    async fn events_after(
         &self,
         id: &str,
         after: u64,
         limit: usize,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        if self.memory.get(id).is_none() {
-            return Err(StoreError::TaskNotFound(id.to_owned()));
-        }
-        // With the connection held the writer is between batches: every event is either
-        // committed or still queued.
-        let conn = self.connection();
-        let queued: Vec<LoggedEvent> = self
-            .queue
-            .lock()
-            .events
-            .get(id)
-            .map(|events| {
-                events
-                    .iter()
-                    .filter(|e| e.seq > after)
-                    .take(limit)
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut events = read_events(&conn, id, after, limit)
-            .map_err(|e| StoreError::Storage(format!("cannot read the events of {id}: {e}")))?;
-        drop(conn);
-        let last = events.last().map_or(after, |e| e.seq);
-        events.extend(
-            queued
-                .iter()
-                .filter(|e| e.seq > last)
-                .map(LoggedEvent::stored),
-        );
-        events.truncate(limit);
-        match events.first() {
-            Some(first) if first.seq != after + 1 => Err(StoreError::EventsForgotten {
-                task: id.to_owned(),
-                first: first.seq,
-            }),
-            _ => Ok(events),
-        }
+        let (memory, queue, conn) = (self.memory.clone(), self.queue.clone(), self.conn.clone());
+        let id = id.to_owned();
+        // The database is read off the async workers.
+        tokio::task::spawn_blocking(move || {
+            logged_events(&memory, &queue, &conn, &id, after, limit)
+        })
+        .await
+        .map_err(|e| StoreError::Storage(format!("reading a task's events: {e}")))?
     }
 
     fn update(&self, id: &str, apply: &mut dyn FnMut(&mut TaskRecord)) -> Option<Arc<TaskRecord>> {
@@ -469,7 +453,7 @@ impl TaskStore for SqliteStore {
         self.queue.delete(&[id.to_owned()]);
     }
 
-    fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
+    async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
         self.memory.list(query)
     }
 
@@ -521,6 +505,55 @@ impl TaskStore for SqliteStore {
 
     fn take_pending_deliveries(&self) -> Vec<PendingDelivery> {
         std::mem::take(&mut *self.pending_deliveries.locked())
+    }
+}
+
+/// The events of `id` after `after` (at most `limit`): those committed, then those still
+/// queued. Blocks on the database.
+fn logged_events(
+    memory: &MemoryStore,
+    queue: &Queue,
+    conn: &Mutex<Connection>,
+    id: &str,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    if memory.get(id).is_none() {
+        return Err(StoreError::TaskNotFound(id.to_owned()));
+    }
+    // With the connection held the writer is between batches: every event is either
+    // committed or still queued.
+    let conn = conn.locked();
+    let queued: Vec<LoggedEvent> = queue
+        .lock()
+        .events
+        .get(id)
+        .map(|events| {
+            events
+                .iter()
+                .filter(|e| e.seq > after)
+                .take(limit)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut events = read_events(&conn, id, after, limit)
+        .map_err(|e| StoreError::Storage(format!("cannot read the events of {id}: {e}")))?;
+    drop(conn);
+    let last = events.last().map_or(after, |e| e.seq);
+    events.extend(
+        queued
+            .iter()
+            .filter(|e| e.seq > last)
+            .map(LoggedEvent::stored),
+    );
+    events.truncate(limit);
+    match events.first() {
+        Some(first) if first.seq != after + 1 => Err(StoreError::EventsForgotten {
+            task: id.to_owned(),
+            first: first.seq,
+        }),
+        _ => Ok(events),
     }
 }
 
