@@ -188,6 +188,16 @@ pub struct StoreOptions {
     /// Keep the gateway's tasks in memory only (lost on restart).
     #[arg(long, env = "MESH_MEMORY_STORE", value_parser = FalseyValueParser::new())]
     pub memory_store: bool,
+    /// Keep the gateway's tasks in PostgreSQL, shared with every gateway given the same
+    /// database (`postgres://user:password@host:port/db`): replicas. The data directory then
+    /// keeps only the gateway's id, and is used only when given.
+    #[arg(
+        long,
+        env = "MESH_STORE",
+        value_name = "URL",
+        conflicts_with = "memory_store"
+    )]
+    pub store: Option<String>,
     /// The most bytes the gateway's task store keeps (tasks and their event logs, in memory
     /// and on disk), e.g. `512MiB`; over it finished tasks are evicted, then new tasks are
     /// refused [default: 1GiB].
@@ -204,6 +214,7 @@ impl StoreOptions {
     pub fn fill(&self, serve: &mut Serve) {
         serve.data_dir.clone_from(&self.data_dir);
         serve.memory_store = self.memory_store;
+        serve.store.clone_from(&self.store);
         serve.store_max_bytes = self.store_max_bytes;
         serve.store_max_task_bytes = self.store_max_task_bytes;
     }

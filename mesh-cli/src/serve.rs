@@ -104,9 +104,10 @@ pub async fn up(settings: &Settings, secure: Option<&Path>) -> Outcome {
 
 /// Where the gateway keeps its tasks, said for a person.
 fn store_line(settings: &Settings) -> String {
-    match &settings.data_dir {
-        Some(dir) => format!("{} (SQLite)", dir.display()),
-        None => "in memory (--memory-store)".into(),
+    match (&settings.store_url, &settings.data_dir) {
+        (Some(url), _) => format!("{} (PostgreSQL, shared)", mesh_core::bus::redact_url(url)),
+        (None, Some(dir)) => format!("{} (SQLite)", dir.display()),
+        (None, None) => "in memory (--memory-store)".into(),
     }
 }
 
@@ -293,6 +294,7 @@ fn gateway_config(settings: &Settings) -> GatewayConfig {
         name: settings.gateway_name.clone(),
         default_agent: settings.default_agent.clone(),
         data_dir: settings.data_dir.clone(),
+        store_url: settings.store_url.clone(),
         store_max_bytes: settings.store_max_bytes,
         store_max_task_bytes: settings.store_max_task_bytes,
         api_keys: settings.api_keys.clone(),

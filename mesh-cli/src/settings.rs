@@ -95,6 +95,7 @@ pub struct Serve {
     pub public_url: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub memory_store: bool,
+    pub store: Option<String>,
     pub store_max_bytes: Option<usize>,
     pub store_max_task_bytes: Option<usize>,
     pub api_keys: Vec<String>,
@@ -146,6 +147,7 @@ struct File {
     public_url: Option<String>,
     data_dir: Option<PathBuf>,
     memory_store: Option<bool>,
+    store: Option<String>,
     store_max_bytes: Option<String>,
     store_max_task_bytes: Option<String>,
     api_keys: Option<Vec<String>>,
@@ -181,6 +183,7 @@ impl File {
                 public_url: None,
                 data_dir: None,
                 memory_store: None,
+                store: None,
                 store_max_bytes: None,
                 store_max_task_bytes: None,
                 api_keys: None,
@@ -234,8 +237,11 @@ pub struct Settings {
     pub http_addr: SocketAddr,
     pub default_agent: Option<String>,
     pub public_url: Option<String>,
-    /// The gateway's data directory; `None` with `--memory-store`.
+    /// The gateway's data directory; `None` with `--memory-store`, and with `--store` when
+    /// none is given.
     pub data_dir: Option<PathBuf>,
+    /// The PostgreSQL store the gateway shares (`--store`).
+    pub store_url: Option<String>,
     pub store_max_bytes: usize,
     pub store_max_task_bytes: usize,
     pub api_keys: Vec<ApiKey>,
@@ -308,13 +314,25 @@ impl Settings {
             None => File::default(),
         };
         let memory_store = serve.memory_store || file.memory_store.unwrap_or(false);
+        let store_url = serve.store.clone().or(file.store);
+        if let Some(url) = &store_url {
+            if memory_store {
+                return Err("--store and --memory-store name two task stores: give one".into());
+            }
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(format!(
+                    "--store {}: not a PostgreSQL URL (postgres://user:password@host:port/database)",
+                    mesh_core::bus::redact_url(url)
+                ));
+            }
+        }
         let data_dir = if memory_store {
             None
         } else {
             match serve.data_dir.clone().or(file.data_dir) {
                 Some(dir) => Some(dir),
-                // Only a command that starts a gateway needs one.
-                None if !serve.starts_gateway => None,
+                // Only a command that starts a gateway needs one; a shared store none.
+                None if !serve.starts_gateway || store_url.is_some() => None,
                 None => Some(default_data_dir().ok_or(
                     "no data directory for the gateway's tasks: neither HOME nor XDG_DATA_HOME is set; \
                      give --data-dir (or --memory-store)",
@@ -489,6 +507,7 @@ impl Settings {
                 .or(file.gateway_signing_key),
             signing_key: serve.signing_key.clone().or(file.signing_key),
             data_dir,
+            store_url,
             store_max_bytes,
             store_max_task_bytes,
             api_keys,
@@ -655,6 +674,7 @@ impl std::fmt::Debug for Serve {
             .field("public_url", &self.public_url.as_deref().map(Shown))
             .field("data_dir", &self.data_dir)
             .field("memory_store", &self.memory_store)
+            .field("store", &self.store.as_deref().map(Shown))
             .field("api_keys", &HiddenKeys(&self.api_keys))
             .field("cors_origins", &self.cors_origins)
             .field("tls_cert", &self.tls_cert)
@@ -675,6 +695,7 @@ impl std::fmt::Debug for Settings {
             .field("default_agent", &self.default_agent)
             .field("public_url", &self.public_url.as_deref().map(Shown))
             .field("data_dir", &self.data_dir)
+            .field("store_url", &self.store_url.as_deref().map(Shown))
             .field("api_keys", &self.api_keys)
             .field("cors_origins", &self.cors_origins)
             .field("tls", &self.tls)

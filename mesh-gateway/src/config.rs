@@ -84,6 +84,10 @@ pub struct GatewayConfig {
     /// only ([`Gateway::start`](crate::Gateway::start) then uses a
     /// [`MemoryStore`](crate::MemoryStore)).
     pub data_dir: Option<PathBuf>,
+    /// A task store shared with other gateways (`--store postgres://…`): PostgreSQL at this
+    /// URL ([`PostgresStore`](crate::PostgresStore)). It takes the place of the SQLite store;
+    /// the data directory still keeps the gateway's id.
+    pub store_url: Option<String>,
     /// API keys (`--api-key`, `MESH_API_KEYS`). Empty: no authentication. Otherwise every
     /// route but the cards, `/healthz` and `/readyz` needs `Authorization: Bearer <key>` or
     /// `X-API-Key: <key>`.
@@ -157,6 +161,7 @@ impl Default for GatewayConfig {
             store_max_task_bytes: StoreLimits::default().max_task_bytes,
             shutdown_grace: Duration::from_secs(5),
             data_dir: None,
+            store_url: None,
             api_keys: Vec::new(),
             console_admins: Vec::new(),
             cors_origins: Vec::new(),

@@ -67,7 +67,7 @@ pub use auth::ApiKey;
 pub use config::{DEFAULT_GATEWAY_NAME, GATEWAY_ID_FILE, GatewayConfig};
 pub use server::{Gateway, GatewayError, RunningGateway};
 pub use store::{
-    MemoryStore, PendingDelivery, SqliteStore, StoreError, StoreLimits, StoredEvent, TaskPage,
-    TaskQuery, TaskRecord, TaskStore,
+    ANY_TASK, MemoryStore, PendingDelivery, PostgresStore, SqliteStore, StoreError, StoreLimits,
+    StoredEvent, TaskPage, TaskQuery, TaskRecord, TaskStore,
 };
 pub use tls::TlsFiles;

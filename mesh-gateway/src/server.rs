@@ -43,7 +43,7 @@ use crate::metrics::{Exposition, Metrics};
 use crate::push::{PushSettings, Pusher};
 use crate::rest::Rest;
 use crate::service::{A2aService, ServiceSettings};
-use crate::store::{MemoryStore, SqliteStore, StoreError, TaskStore};
+use crate::store::{MemoryStore, PostgresStore, SqliteStore, StoreError, TaskStore};
 use crate::tls::{TlsFiles, TlsListener};
 use crate::{auth, cards, console, health, jsonrpc, metrics, rest};
 use axum::Router;
@@ -114,7 +114,8 @@ struct AppState {
 pub struct Gateway;
 
 impl Gateway {
-    /// Starts a gateway on `bus`: with the durable [`SqliteStore`] in
+    /// Starts a gateway on `bus`: with the [`PostgresStore`] at
+    /// [`GatewayConfig::store_url`] when one is set, else with the durable [`SqliteStore`] in
     /// [`GatewayConfig::data_dir`] when one is set, else with an in-memory store.
     pub async fn start(
         mut config: GatewayConfig,
@@ -124,14 +125,19 @@ impl Gateway {
             config.gateway_id = Some(kept_gateway_id(dir)?);
         }
         let limits = config.store_limits();
-        let store: Arc<dyn TaskStore> = match config.data_dir.clone() {
-            Some(dir) => {
+        let gateway_id = config
+            .gateway_id
+            .get_or_insert_with(|| format!("gw-{}", uuid::Uuid::new_v4().simple()))
+            .clone();
+        let store: Arc<dyn TaskStore> = match (&config.store_url, config.data_dir.clone()) {
+            (Some(url), _) => Arc::new(PostgresStore::open(url, limits, &gateway_id).await?),
+            (None, Some(dir)) => {
                 let opened = tokio::task::spawn_blocking(move || SqliteStore::open(&dir, limits))
                     .await
                     .map_err(|e| GatewayError::Store(StoreError::Storage(e.to_string())))??;
                 Arc::new(opened)
             }
-            None => Arc::new(MemoryStore::new(limits)),
+            (None, None) => Arc::new(MemoryStore::new(limits)),
         };
         Gateway::start_with_store(config, bus, store).await
     }

@@ -29,6 +29,11 @@
 //!   the tests of what a client does when the broker refuses a message.
 //! - [`both_brokers!`]: one scenario as two tests, one per broker.
 //!
+//! ## Databases
+//!
+//! - [`TestDatabase`]: a fresh PostgreSQL database per test (on `MESH_TEST_POSTGRES`, by
+//!   default the machine's server at 127.0.0.1:5432), dropped with the value.
+//!
 //! ## Certificates
 //!
 //! - [`TestCertificates`]: a CA and a server certificate for `localhost` / `127.0.0.1`,
@@ -44,7 +49,9 @@ use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
 mod certs;
+mod postgres;
 pub use certs::TestCertificates;
+pub use postgres::TestDatabase;
 
 /// How long a broker may take to accept connections after it is started.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

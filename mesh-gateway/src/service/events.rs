@@ -117,7 +117,7 @@ impl TaskEvents {
 
 /// True for an event after which the task never changes again: a terminal state, a direct
 /// message, an error.
-fn ends_for_good(event: Result<&Reply, &A2aError>) -> bool {
+pub(super) fn ends_for_good(event: Result<&Reply, &A2aError>) -> bool {
     match event {
         Ok(Reply::Task(task)) => task.status.state.is_terminal(),
         Ok(Reply::StatusUpdate(update)) => update.status.state.is_terminal(),

@@ -16,6 +16,7 @@
 //! and [`events`] (a task's events as a binding streams them).
 
 pub(crate) mod events;
+mod follow;
 pub(crate) mod push_configs;
 pub(crate) mod send;
 pub(crate) mod tasks;

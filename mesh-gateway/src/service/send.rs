@@ -63,32 +63,41 @@ impl A2aService {
             .unwrap_or(false);
         async move {
             let mut started = self.start(cx, params, false).await?;
-            let task = |service: &A2aService| match service.store().get(&started.task_id) {
-                Some(record) => Ok(SendOutcome::Task(record)),
-                None => Err(A2aError::task_not_found(&started.task_id)),
+            // The answer waits until the task is where every gateway sharing the store
+            // reads it (at once with a store of one gateway), so that a client may read it
+            // through any of them next.
+            let task = |service: &'a A2aService, task_id: String| async move {
+                let record = service.store().get(&task_id);
+                service.store().written(&task_id).await;
+                match record {
+                    Some(record) => Ok(SendOutcome::Task(record)),
+                    None => Err(A2aError::task_not_found(&task_id)),
+                }
             };
             if immediately {
-                return task(self);
+                return task(self, started.task_id).await;
             }
             let deadline = Instant::now() + self.settings.blocking_wait;
             loop {
                 let received = tokio::select! {
                     // Shutting down: the task as it stands, as when the wait is over.
-                    _ = self.shutdown.cancelled() => return task(self),
+                    _ = self.shutdown.cancelled() => return task(self, started.task_id).await,
                     // The pump runs here, in the request's own task, until the task's stream ends.
                     () = &mut started.pump, if !started.pump.finished() => continue,
                     received = tokio::time::timeout_at(deadline, started.events.recv()) => received,
                 };
                 match received {
                     // The wait is over: the task as it stands, for the client to poll or resubscribe.
-                    Err(_) | Ok(None) => return task(self),
+                    Err(_) | Ok(None) => return task(self, started.task_id).await,
                     Ok(Some(Live::Lagged)) => continue,
                     Ok(Some(Live::Event(_, event))) => match crate::bridge::view(&event) {
                         Err(e) => return Err(e.clone()),
                         Ok(Reply::Message(message)) => {
                             return Ok(SendOutcome::Message(message.clone()));
                         }
-                        Ok(reply) if crate::bridge::ends_task(reply) => return task(self),
+                        Ok(reply) if crate::bridge::ends_task(reply) => {
+                            return task(self, started.task_id).await;
+                        }
                         Ok(_) => {}
                     },
                 }
@@ -126,6 +135,9 @@ impl A2aService {
             if let Err(e) = &first.1 {
                 return Err(A2aError::clone(e));
             }
+            // As for a send: the task is where every gateway sharing the store reads it
+            // before its client hears of it.
+            self.store().written(&started.task_id).await;
             Ok(self.events(started.task_id, vec![first], Some(started.events), false))
         }
     }

@@ -100,32 +100,19 @@ impl A2aService {
         if record.task.status.state.is_terminal() {
             return Err(A2aError::task_not_cancelable(&params.id));
         }
-        let Some(live) = self.bridge.live(&params.id) else {
+        let live = self.bridge.live(&params.id);
+        // Submitted or working without a pump here: another gateway sharing the store
+        // bridges it, and its agent is asked as when it runs here.
+        let elsewhere = live.is_none()
+            && self.store().changes().is_some()
+            && matches!(
+                record.task.status.state,
+                TaskState::Submitted | TaskState::Working
+            );
+        if live.is_none() && !elsewhere {
             // No instance runs it (it waits for input at the gateway): cancel it here.
-            let canceled = self
-                .store()
-                .modify(&params.id, &mut |r| {
-                    if !r.task.status.state.is_terminal() {
-                        set_status(
-                            &mut r.task,
-                            TaskStatus {
-                                state: TaskState::Canceled,
-                                message: None,
-                                timestamp: Some(chrono::Utc::now()),
-                            },
-                        );
-                    }
-                })
-                .await?;
-            return match canceled {
-                Some(record) => {
-                    self.bridge.notify_push(&record);
-                    self.bridge.release_waiting(&record);
-                    Ok(record)
-                }
-                None => Err(A2aError::task_not_found(&params.id)),
-            };
-        };
+            return self.cancel_here(&params.id).await;
+        }
         let asked = if self.bus.is_connected() {
             self.requester
                 .cancel(&cx.agent, &params.id, self.settings.cancel_wait)
@@ -154,10 +141,40 @@ impl A2aService {
             }
             Ok(Some(Err(e))) => Err(e),
             // No instance answered in time (or the bus is down): the gateway cancels it itself.
-            Ok(None) | Err(_) => self
-                .bridge
-                .cancel_locally(&params.id, &live)
-                .ok_or_else(|| A2aError::task_not_found(&params.id)),
+            Ok(None) | Err(_) => match live {
+                Some(live) => self
+                    .bridge
+                    .cancel_locally(&params.id, &live)
+                    .ok_or_else(|| A2aError::task_not_found(&params.id)),
+                None => self.cancel_here(&params.id).await,
+            },
+        }
+    }
+
+    /// Cancels a task no instance runs (or none answered for) in the store.
+    async fn cancel_here(&self, id: &str) -> Result<Arc<TaskRecord>, A2aError> {
+        let canceled = self
+            .store()
+            .modify(id, &mut |r| {
+                if !r.task.status.state.is_terminal() {
+                    set_status(
+                        &mut r.task,
+                        TaskStatus {
+                            state: TaskState::Canceled,
+                            message: None,
+                            timestamp: Some(chrono::Utc::now()),
+                        },
+                    );
+                }
+            })
+            .await?;
+        match canceled {
+            Some(record) => {
+                self.bridge.notify_push(&record);
+                self.bridge.release_waiting(&record);
+                Ok(record)
+            }
+            None => Err(A2aError::task_not_found(id)),
         }
     }
 
@@ -183,6 +200,26 @@ impl A2aService {
                 params.id,
                 mesh_core::model::state_name(&record.task.status.state)
             )));
+        }
+        // Another gateway sharing the store may bridge it: follow its log.
+        if !self.bridge.is_live(&params.id) {
+            if let Some(changes) = self.store().changes() {
+                let after = resume_after.unwrap_or(record.seq);
+                let first = match resume_after {
+                    None => vec![(record.seq, Ok(Arc::new(Reply::Task(record.task.clone()))))],
+                    Some(_) => Vec::new(),
+                };
+                let live = super::follow::follow(
+                    self.store().clone(),
+                    changes,
+                    params.id.clone(),
+                    after,
+                    self.shutdown.clone(),
+                );
+                let mut events = self.events(params.id, first, Some(live), true);
+                events.resumed = resume_after.is_some();
+                return Ok((record, events));
+            }
         }
         let Some((snapshot, live)) = self.bridge.attach(&params.id, true)? else {
             return Err(A2aError::task_not_found(&params.id));

@@ -332,6 +332,23 @@ impl MemoryStore {
         inner.tasks.get(id).map(|e| (e.record.clone(), e.log_bytes))
     }
 
+    /// Forgets a task when its record is still `record` (unchanged since it was read: any
+    /// change makes a new record while `record` is held); true when it did.
+    pub(crate) fn remove_if_unchanged(&self, id: &str, record: &Arc<TaskRecord>) -> bool {
+        let mut inner = self.write();
+        if !inner
+            .tasks
+            .get(id)
+            .is_some_and(|e| Arc::ptr_eq(&e.record, record))
+        {
+            return false;
+        }
+        if let Some(entry) = inner.tasks.remove(id) {
+            inner.bytes -= entry.bytes();
+        }
+        true
+    }
+
     /// Forgets a task; false when there was none.
     pub(crate) fn remove_record(&self, id: &str) -> bool {
         let mut inner = self.write();

@@ -60,13 +60,16 @@
 //! limit and asks its agent to cancel it.
 
 mod memory;
+mod postgres;
 mod size;
 mod sqlite;
+mod write_behind;
 
 /// Records and events for the tests of the modules that use a store.
 #[cfg(test)]
 pub(crate) use memory::tests as test_records;
 pub use memory::{EVENT_LOG_BYTES, EVENT_LOG_EVENTS, MemoryStore};
+pub use postgres::{ANY_TASK, PostgresStore};
 pub use sqlite::SqliteStore;
 
 use mesh_core::bus::redact_url;
@@ -407,6 +410,13 @@ pub trait TaskStore: Send + Sync + 'static {
         apply: &mut (dyn for<'r> FnMut(&'r mut TaskRecord) + Send),
     ) -> Result<Option<Arc<TaskRecord>>, StoreError> {
         Ok(self.update(id, apply))
+    }
+    /// Waits until what the working set changed of task `id` so far is where every
+    /// gateway sharing the store reads it (bounded: a database that is away does not hold
+    /// the caller for long). The default returns at once: a store of one gateway serves
+    /// its reads from the working set.
+    async fn written(&self, id: &str) {
+        let _ = id;
     }
     /// Forgets a task.
     fn remove(&self, id: &str);

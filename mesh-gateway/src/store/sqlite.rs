@@ -41,6 +41,7 @@
 //! corrupting the first one's view.
 
 use super::memory::{LogMode, LoggedEvent};
+use super::write_behind::{Batch, Queue, RecordWork};
 use super::{
     MemoryStore, PendingDelivery, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery,
     TaskRecord, TaskStore,
@@ -52,10 +53,9 @@ use mesh_core::rpc::Reply;
 use mesh_core::sync::MutexExt;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -67,9 +67,6 @@ const RETENTION_EVERY: Duration = Duration::from_secs(60);
 
 /// A pending webhook delivery whose next attempt is older than this is dropped at start.
 const DELIVERY_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
-
-/// The most bytes of events the write-behind queue holds (see the module docs).
-const MAX_QUEUED_EVENT_BYTES: usize = 64 << 20;
 
 /// Tasks in SQLite, served from memory. See the module docs.
 pub struct SqliteStore {
@@ -103,131 +100,6 @@ struct Counters {
     event_bytes: AtomicU64,
     snapshots: AtomicU64,
     snapshot_bytes: AtomicU64,
-}
-
-/// What the writer has not taken yet, and what it is writing now.
-struct Queue {
-    state: Mutex<QueueState>,
-    /// Wakes the writer.
-    wake: Condvar,
-    /// Wakes flushers when a batch is committed.
-    done: Condvar,
-}
-
-/// What to write of a task's record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RecordWork {
-    /// Its snapshot, as the record is in memory when the writer gets to it; `fresh`: first
-    /// delete what the disk holds of an earlier task of the same id.
-    Snapshot { fresh: bool },
-    /// Delete its rows.
-    Delete,
-}
-
-#[derive(Default)]
-struct QueueState {
-    /// Task id → what to write of its record.
-    records: HashMap<String, RecordWork>,
-    /// Task id → its events not written yet, in order (encoded by the writer).
-    events: HashMap<String, Vec<LoggedEvent>>,
-    /// The bytes of the events in `events` (estimated).
-    event_bytes: usize,
-    /// How many events are in `events`.
-    event_count: usize,
-    /// Delivery id → the delivery as it is now, or `None` to delete it.
-    deliveries: HashMap<u64, Option<Arc<PendingDelivery>>>,
-    /// How many changes the writer is committing now.
-    in_flight: usize,
-    closed: bool,
-    /// The writer thread has ended.
-    stopped: bool,
-}
-
-impl Queue {
-    fn lock(&self) -> MutexGuard<'_, QueueState> {
-        self.state.locked()
-    }
-
-    fn changed(&self, state: MutexGuard<'_, QueueState>) {
-        drop(state);
-        self.wake.notify_one();
-    }
-
-    fn snapshot(&self, id: &str) {
-        let mut state = self.lock();
-        state.snapshot(id);
-        self.changed(state);
-    }
-
-    fn delete(&self, ids: &[String]) {
-        if ids.is_empty() {
-            return;
-        }
-        let mut state = self.lock();
-        for id in ids {
-            state.delete(id);
-        }
-        self.changed(state);
-    }
-
-    fn event(&self, id: &str, event: LoggedEvent, snapshot: bool, evicted: &[String]) {
-        let mut state = self.lock();
-        if state.event_bytes + event.bytes > MAX_QUEUED_EVENT_BYTES {
-            // The disk fell far behind: the task's snapshot stands in for the event.
-            state.snapshot(id);
-        } else {
-            state.event_bytes += event.bytes;
-            state.event_count += 1;
-            match state.events.get_mut(id) {
-                Some(events) => events.push(event),
-                None => {
-                    state.events.insert(id.to_owned(), vec![event]);
-                }
-            }
-            if snapshot {
-                state.snapshot(id);
-            }
-        }
-        for id in evicted {
-            state.delete(id);
-        }
-        self.changed(state);
-    }
-
-    fn push_delivery(&self, id: u64, delivery: Option<Arc<PendingDelivery>>) {
-        let mut state = self.lock();
-        state.deliveries.insert(id, delivery);
-        self.changed(state);
-    }
-}
-
-impl QueueState {
-    fn is_empty(&self) -> bool {
-        self.records.is_empty() && self.events.is_empty() && self.deliveries.is_empty()
-    }
-
-    fn len(&self) -> usize {
-        self.records.len() + self.event_count + self.deliveries.len()
-    }
-
-    fn snapshot(&mut self, id: &str) {
-        match self.records.get_mut(id) {
-            Some(work @ RecordWork::Delete) => *work = RecordWork::Snapshot { fresh: true },
-            Some(RecordWork::Snapshot { .. }) => {}
-            None => {
-                self.records
-                    .insert(id.to_owned(), RecordWork::Snapshot { fresh: false });
-            }
-        }
-    }
-
-    fn delete(&mut self, id: &str) {
-        if let Some(events) = self.events.remove(id) {
-            self.event_count -= events.len();
-            self.event_bytes -= events.iter().map(|e| e.bytes).sum::<usize>();
-        }
-        self.records.insert(id.to_owned(), RecordWork::Delete);
-    }
 }
 
 impl SqliteStore {
@@ -307,11 +179,7 @@ impl SqliteStore {
             webhook_deliveries = pending_deliveries.len(),
             "task store opened"
         );
-        let queue = Arc::new(Queue {
-            state: Mutex::default(),
-            wake: Condvar::new(),
-            done: Condvar::new(),
-        });
+        let queue = Arc::new(Queue::new());
         {
             let mut state = queue.lock();
             for id in &evicted {
@@ -363,8 +231,7 @@ impl SqliteStore {
 
     /// Writes what is pending and stops the writer (also done on drop).
     pub fn close(&self) {
-        self.queue.lock().closed = true;
-        self.queue.wake.notify_all();
+        self.queue.close();
         let writer = self.writer.locked().take();
         if let Some(writer) = writer {
             let _ = writer.join();
@@ -470,29 +337,11 @@ impl TaskStore for SqliteStore {
     }
 
     fn pending_writes(&self) -> usize {
-        let state = self.queue.lock();
-        state.len() + state.in_flight
+        self.queue.pending()
     }
 
     fn flush(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut state = self.queue.lock();
-        while !state.is_empty() || state.in_flight > 0 {
-            if state.stopped {
-                return false;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            state = self
-                .queue
-                .done
-                .wait_timeout(state, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        true
+        self.queue.wait_empty(timeout)
     }
 
     fn keep_delivery(&self, delivery: Arc<PendingDelivery>) {
@@ -524,19 +373,7 @@ fn logged_events(
     // With the connection held the writer is between batches: every event is either
     // committed or still queued.
     let conn = conn.locked();
-    let queued: Vec<LoggedEvent> = queue
-        .lock()
-        .events
-        .get(id)
-        .map(|events| {
-            events
-                .iter()
-                .filter(|e| e.seq > after)
-                .take(limit)
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
+    let queued = queue.queued_events(id, after, limit);
     let mut events = read_events(&conn, id, after, limit)
         .map_err(|e| StoreError::Storage(format!("cannot read the events of {id}: {e}")))?;
     drop(conn);
@@ -777,21 +614,6 @@ fn load_deliveries(conn: &Connection) -> rusqlite::Result<Vec<PendingDelivery>> 
     Ok(deliveries)
 }
 
-/// What the writer takes from the queue at once.
-#[derive(Default)]
-struct Batch {
-    records: HashMap<String, RecordWork>,
-    events: HashMap<String, Vec<LoggedEvent>>,
-    event_count: usize,
-    deliveries: HashMap<u64, Option<Arc<PendingDelivery>>>,
-}
-
-impl Batch {
-    fn len(&self) -> usize {
-        self.records.len() + self.event_count + self.deliveries.len()
-    }
-}
-
 /// Writes a batch in one transaction: deletions, then events, then snapshots (of the records
 /// as they are in memory now), then webhook deliveries. Counts what it wrote in `written`.
 fn write_batch(
@@ -817,7 +639,7 @@ fn write_batch(
         let mut append = tx.prepare_cached(
             "INSERT OR REPLACE INTO task_events (task_id, seq, time, event) VALUES (?1, ?2, ?3, ?4)",
         )?;
-        for (id, events) in &batch.events {
+        for (id, events) in batch.events.iter() {
             for event in events {
                 // Encoded here, on the writer's thread: never on the caller's path.
                 let json = task_events::encode(&event.event);
@@ -898,22 +720,9 @@ fn write_batch(
 fn write_loop(conn: &Mutex<Connection>, queue: &Queue, memory: &MemoryStore, stats: &Counters) {
     let mut last_retention = Instant::now();
     loop {
-        {
-            let mut state = queue.lock();
-            while state.is_empty() && !state.closed {
-                let left = RETENTION_EVERY.saturating_sub(last_retention.elapsed());
-                if left.is_zero() {
-                    break;
-                }
-                state = queue
-                    .wake
-                    .wait_timeout(state, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-            }
-            if state.is_empty() && state.closed {
-                break;
-            }
+        let left = RETENTION_EVERY.saturating_sub(last_retention.elapsed());
+        if !queue.wait_for_work(left) {
+            break;
         }
         if last_retention.elapsed() >= RETENTION_EVERY {
             last_retention = Instant::now();
@@ -924,18 +733,7 @@ fn write_loop(conn: &Mutex<Connection>, queue: &Queue, memory: &MemoryStore, sta
         // The connection first, then the batch: a reader holding the connection sees every
         // event either committed or queued.
         let mut conn = conn.locked();
-        let batch = {
-            let mut state = queue.lock();
-            let batch = Batch {
-                records: std::mem::take(&mut state.records),
-                events: std::mem::take(&mut state.events),
-                event_count: std::mem::take(&mut state.event_count),
-                deliveries: std::mem::take(&mut state.deliveries),
-            };
-            state.event_bytes = 0;
-            state.in_flight = batch.len();
-            batch
-        };
+        let batch = queue.take();
         if batch.len() > 0 {
             // A failed batch is retried once (a transient lock or I/O error), then dropped
             // with an error in the log: the tasks stay served from memory.
@@ -962,13 +760,9 @@ fn write_loop(conn: &Mutex<Connection>, queue: &Queue, memory: &MemoryStore, sta
         }
         drop(conn);
         drop(batch);
-        let mut state = queue.lock();
-        state.in_flight = 0;
-        drop(state);
-        queue.done.notify_all();
+        queue.committed();
     }
-    queue.lock().stopped = true;
-    queue.done.notify_all();
+    queue.stopped();
     let conn = conn.locked();
     let count: Option<i64> = conn
         .query_row("SELECT count(*) FROM tasks", [], |r| r.get(0))

@@ -13,6 +13,7 @@ mod interop_03;
 mod interop_auth;
 mod methods;
 mod push;
+mod replicas;
 mod rest;
 mod resume;
 mod signed_cards;

@@ -1,0 +1,160 @@
+//! Following a task another gateway bridges, when several gateways share the store: its
+//! events as that gateway writes them, read from the store each time the store says the task
+//! changed ([`TaskStore::changes`]), each once and in order, until one ends it for good.
+//!
+//! The follower reads the task's log from a sequence number on
+//! ([`TaskStore::events_after`]: what is committed, then what this gateway has queued), so a
+//! resumed stream (`Last-Event-ID`) and a fresh one are the same thing: a log read from a
+//! point, then kept reading. A change that was not announced (a notification lost while the
+//! store's listener reconnected, a task id too long to announce) is read at the latest
+//! [`POLL_EVERY`] later. A log that no longer holds the next event (the task was trimmed or
+//! evicted meanwhile) is replaced by the task as it stands.
+
+use crate::bridge::{Live, Seq, Subscription};
+use crate::store::{ANY_TASK, StoreError, TaskStore};
+use mesh_core::rpc::Reply;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+/// How many events a follower reads at once.
+const READ_BATCH: usize = 256;
+
+/// How many events wait for a slow client before the follower waits for it (it reads the
+/// store, so nothing is missed meanwhile).
+const CAPACITY: usize = 256;
+
+/// The longest a follower waits without an announced change before reading again.
+pub(crate) const POLL_EVERY: Duration = Duration::from_secs(2);
+
+/// The events of `task_id` after `after`, as the store logs them, until the task ends for
+/// good, the client goes away or the gateway shuts down.
+pub(crate) fn follow(
+    store: Arc<dyn TaskStore>,
+    changes: broadcast::Receiver<Arc<str>>,
+    task_id: String,
+    after: Seq,
+    shutdown: CancellationToken,
+) -> Subscription {
+    let (tx, rx) = mpsc::channel(CAPACITY);
+    tokio::spawn(async move {
+        let follower = Follower {
+            store,
+            changes,
+            task_id,
+            tx,
+            shutdown,
+        };
+        follower.run(after).await;
+    });
+    rx
+}
+
+struct Follower {
+    store: Arc<dyn TaskStore>,
+    changes: broadcast::Receiver<Arc<str>>,
+    task_id: String,
+    tx: mpsc::Sender<Live>,
+    shutdown: CancellationToken,
+}
+
+/// What one reading of the log came to.
+enum Read {
+    /// Every event there was is handed out; the task goes on.
+    UpToDate,
+    /// The task ended for good, or the client went away: the follower is done.
+    Done,
+}
+
+impl Follower {
+    async fn run(mut self, mut after: Seq) {
+        loop {
+            match self.read(&mut after).await {
+                Read::Done => return,
+                Read::UpToDate => {}
+            }
+            if !self.wait_for_change().await {
+                return;
+            }
+        }
+    }
+
+    /// Hands out every logged event after `after` (moved on as they go).
+    async fn read(&mut self, after: &mut Seq) -> Read {
+        loop {
+            let read = self
+                .store
+                .events_after(&self.task_id, *after, READ_BATCH)
+                .await;
+            let events = match read {
+                Ok(events) => events,
+                Err(StoreError::EventsForgotten { .. }) => return self.resynchronise(after).await,
+                Err(StoreError::TaskNotFound(_)) => return Read::Done,
+                Err(error) => {
+                    // The database is away: read again at the next change or poll.
+                    tracing::warn!(task = %self.task_id, %error, "following a task: cannot read its events");
+                    return Read::UpToDate;
+                }
+            };
+            let full = events.len() == READ_BATCH;
+            for event in events {
+                let reply = event.reply();
+                let ends = super::events::ends_for_good(reply.as_ref());
+                *after = event.seq;
+                let live = Live::Event(event.seq, reply.map(Arc::new).map_err(Arc::new));
+                if self.tx.send(live).await.is_err() || ends {
+                    return Read::Done;
+                }
+            }
+            if !full {
+                return Read::UpToDate;
+            }
+        }
+    }
+
+    /// The log lost the next event: the task as it stands takes the place of what is gone.
+    async fn resynchronise(&mut self, after: &mut Seq) -> Read {
+        let Ok(Some(record)) = self.store.load(&self.task_id).await else {
+            return Read::Done;
+        };
+        *after = record.seq;
+        let task = Reply::Task(record.task.clone());
+        let ends = super::events::ends_for_good(Ok(&task));
+        if self
+            .tx
+            .send(Live::Event(record.seq, Ok(Arc::new(task))))
+            .await
+            .is_err()
+            || ends
+        {
+            return Read::Done;
+        }
+        Read::UpToDate
+    }
+
+    /// Waits until the store says the task (or any task) changed, or [`POLL_EVERY`]; false
+    /// when the follower should stop.
+    async fn wait_for_change(&mut self) -> bool {
+        let poll = tokio::time::sleep(POLL_EVERY);
+        tokio::pin!(poll);
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return false,
+                () = self.tx.closed() => return false,
+                () = &mut poll => return true,
+                change = self.changes.recv() => match change {
+                    Ok(id) if *id == *self.task_id || &*id == ANY_TASK => return true,
+                    Ok(_) => {}
+                    // Missed some: any of them may be this task's.
+                    Err(broadcast::error::RecvError::Lagged(_)) => return true,
+                    // The store closed: the poll alone then.
+                    Err(broadcast::error::RecvError::Closed) => {
+                        (&mut poll).await;
+                        return true;
+                    }
+                },
+            }
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! Gateways that share one PostgreSQL store (a fresh database per test) and one broker:
+//! a task started through one is read, listed, continued, canceled and subscribed to through
+//! the other, and a stream lost on one resumes on the other with `Last-Event-ID`, every event
+//! once and in order.
+
+use crate::support::*;
+use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
+use mesh_core::bus::Bus;
+use mesh_core::model::Part;
+use mesh_gateway::{Gateway, GatewayConfig, RunningGateway};
+use mesh_testkit::TestDatabase;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// Gateway "a" (the mesh's) and gateway "b", one store, one broker, one namespace.
+struct Replicas {
+    mesh: Mesh,
+    b: RunningGateway,
+    b_base: String,
+    _db: TestDatabase,
+}
+
+fn shared(config: &mut GatewayConfig, url: &str, id: &str) {
+    config.store_url = Some(url.to_owned());
+    config.gateway_id = Some(id.to_owned());
+}
+
+impl Replicas {
+    async fn start() -> Replicas {
+        let db = TestDatabase::create().await;
+        let url = db.url().to_owned();
+        let mesh = Mesh::start_with(|c| shared(c, &url, "a")).await;
+        let mut config = GatewayConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            namespace: mesh.namespace.clone(),
+            task_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(2),
+            ..GatewayConfig::default()
+        };
+        shared(&mut config, &url, "b");
+        let bus = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+        let b = Gateway::start(config, bus).await.unwrap();
+        let b_base = format!("http://{}", b.local_addr());
+        Replicas {
+            mesh,
+            b,
+            b_base,
+            _db: db,
+        }
+    }
+
+    async fn run(&mut self, agent: Agent, name: &str) {
+        self.mesh.run(agent).await;
+        assert!(
+            self.b.registry().wait_online(name, WAIT).await,
+            "{name} shows up at gateway b"
+        );
+    }
+
+    /// A JSON-RPC call to gateway `at` ("a" or "b").
+    async fn call(&self, at: &str, agent: &str, method: &str, params: Value) -> Value {
+        let base = if at == "a" {
+            &self.mesh.base
+        } else {
+            &self.b_base
+        };
+        let response = self
+            .mesh
+            .http
+            .post(format!("{base}/agents/{agent}"))
+            .json(&rpc(method, params))
+            .send()
+            .await
+            .expect("the gateway answers");
+        response.json().await.expect("a JSON-RPC answer")
+    }
+
+    /// Opens an SSE stream at gateway `at`, with `Last-Event-ID` when given.
+    async fn open(
+        &self,
+        at: &str,
+        agent: &str,
+        method: &str,
+        params: Value,
+        last: Option<u64>,
+    ) -> reqwest::Response {
+        let base = if at == "a" {
+            &self.mesh.base
+        } else {
+            &self.b_base
+        };
+        let mut request = self
+            .mesh
+            .http
+            .post(format!("{base}/agents/{agent}"))
+            .header("accept", "text/event-stream")
+            .json(&rpc(method, params));
+        if let Some(last) = last {
+            request = request.header("last-event-id", last.to_string());
+        }
+        request.send().await.expect("the gateway answers")
+    }
+}
+
+/// An agent that streams three chunks, waits for the gate, streams three more and completes.
+fn paced(gate: Gate) -> Agent {
+    Agent::new(
+        "paced",
+        handler_fn(move |ctx: TaskContext| {
+            let gate = gate.clone();
+            async move {
+                ctx.working("starting").await?;
+                for index in 0..6 {
+                    if index == 3 {
+                        tokio::select! {
+                            () = gate.wait() => {}
+                            // The runtime ends a canceled task itself.
+                            _ = ctx.cancelled() => std::future::pending::<()>().await,
+                        }
+                    }
+                    let mut chunk = new_artifact(
+                        Some("out.txt".into()),
+                        vec![Part::text(format!("{index} "))],
+                    );
+                    chunk.artifact_id = "a".into();
+                    ctx.artifact_chunk(chunk, index > 0, index == 5).await?;
+                }
+                Ok(Outcome::completed_with("done"))
+            }
+        }),
+    )
+}
+
+/// One server-sent event: its `id` and its data.
+#[derive(Debug, Clone)]
+struct Sse {
+    id: Option<u64>,
+    data: Value,
+}
+
+/// Reads events until `stop` says so or the stream ends (bounded by WAIT).
+async fn read_until(response: &mut reqwest::Response, stop: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
+    let mut events = Vec::new();
+    let mut buffer = String::new();
+    let read = async {
+        loop {
+            while let Some(end) = buffer.find("\n\n") {
+                let frame: String = buffer.drain(..end + 2).collect();
+                let mut id = None;
+                let mut data = None;
+                for line in frame.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data = serde_json::from_str(v.trim()).ok();
+                    }
+                }
+                if let Some(data) = data {
+                    events.push(Sse { id, data });
+                    if stop(&events) {
+                        return;
+                    }
+                }
+            }
+            match response.chunk().await.expect("the stream reads") {
+                Some(bytes) => buffer.push_str(&String::from_utf8_lossy(&bytes)),
+                None => return,
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, read)
+        .await
+        .expect("the events come");
+    events
+}
+
+fn is_chunk(event: &Sse, text: &str) -> bool {
+    event.data.to_string().contains(&format!("\"{text} \""))
+}
+
+fn ids(events: &[Sse]) -> Vec<u64> {
+    events.iter().filter_map(|e| e.id).collect()
+}
+
+fn state(task: &Value) -> &str {
+    task["status"]["state"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_started_through_one_gateway_is_served_by_the_other() {
+    let mut replicas = Replicas::start().await;
+    replicas
+        .run(mesh_examples::flight_booker::agent(), "flight-booker")
+        .await;
+
+    // Started at a, waiting for input.
+    let first = replicas
+        .call(
+            "a",
+            "flight-booker",
+            "message/send",
+            msg03("book me a flight"),
+        )
+        .await;
+    let task = result(&first);
+    assert_eq!(state(task), "input-required", "{first}");
+    let id = task["id"].as_str().unwrap().to_owned();
+    let context = task["contextId"].as_str().unwrap().to_owned();
+
+    // Read and listed at b.
+    let got = replicas
+        .call("b", "flight-booker", "tasks/get", json!({"id": id}))
+        .await;
+    assert_eq!(state(result(&got)), "input-required", "{got}");
+    assert_eq!(result(&got)["history"], task["history"], "{got}");
+    let listed = replicas
+        .call("b", "flight-booker", "tasks/list", json!({}))
+        .await;
+    let tasks = result(&listed)["tasks"].as_array().unwrap().clone();
+    assert_eq!(tasks.len(), 1, "{listed}");
+    assert_eq!(tasks[0]["id"], json!(id));
+
+    // Continued at b, then read at a as b left it.
+    let mut follow = msg03("JFK to LHR on 2026-12-01");
+    follow["message"]["taskId"] = json!(id);
+    follow["message"]["contextId"] = json!(context);
+    let second = replicas
+        .call("b", "flight-booker", "message/send", follow)
+        .await;
+    assert_eq!(state(result(&second)), "completed", "{second}");
+    let got = replicas
+        .call("a", "flight-booker", "tasks/get", json!({"id": id}))
+        .await;
+    assert_eq!(state(result(&got)), "completed", "{got}");
+    assert_eq!(
+        result(&got)["history"].as_array().map(Vec::len),
+        result(&second)["history"].as_array().map(Vec::len),
+        "{got}"
+    );
+    let listed = replicas
+        .call(
+            "a",
+            "flight-booker",
+            "tasks/list",
+            json!({"status": "completed"}),
+        )
+        .await;
+    assert_eq!(result(&listed)["tasks"][0]["id"], json!(id), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_lost_at_one_gateway_resumes_at_the_other_with_every_event_once() {
+    let mut replicas = Replicas::start().await;
+    let gate = Gate::default();
+    replicas.run(paced(gate.clone()), "paced").await;
+
+    // The stream at a: the task, "working", three chunks (then the agent waits).
+    let mut first = replicas
+        .open(
+            "a",
+            "paced",
+            "message/stream",
+            json!({"message": {"kind": "message", "role": "user", "messageId": "m1",
+                               "parts": [{"kind": "text", "text": "go"}]}}),
+            None,
+        )
+        .await;
+    let seen = read_until(&mut first, |e| e.last().is_some_and(|e| is_chunk(e, "2"))).await;
+    drop(first);
+    let task = seen[0].data["result"]["id"].as_str().unwrap().to_owned();
+    let seen_ids = ids(&seen);
+    assert_eq!(
+        seen_ids.len(),
+        seen.len(),
+        "every event has an id: {seen:?}"
+    );
+
+    // A plain subscription at b: the task as it stands, then its events.
+    let mut watcher = replicas
+        .open("b", "paced", "tasks/resubscribe", json!({"id": task}), None)
+        .await;
+    let opening = read_until(&mut watcher, |e| !e.is_empty()).await;
+    assert_eq!(opening[0].data["result"]["kind"], "task", "{opening:?}");
+
+    // The client saw only the first two events: b replays the rest, then (the gate opens)
+    // the live ones to the end, each once, in order.
+    let last = seen_ids[1];
+    let mut resumed = replicas
+        .open(
+            "b",
+            "paced",
+            "tasks/resubscribe",
+            json!({"id": task}),
+            Some(last),
+        )
+        .await;
+    let replayed = read_until(&mut resumed, |e| e.last().is_some_and(|e| is_chunk(e, "2"))).await;
+    assert_eq!(
+        ids(&replayed),
+        seen_ids[2..].to_vec(),
+        "the missed events replayed: {replayed:?}"
+    );
+    gate.open();
+    let live = read_until(&mut resumed, |_| false).await;
+    let all: Vec<u64> = ids(&replayed).into_iter().chain(ids(&live)).collect();
+    assert!(
+        all.windows(2).all(|w| w[1] == w[0] + 1),
+        "no event twice, none lost: {all:?}"
+    );
+    assert!(live.iter().any(|e| is_chunk(e, "5")), "{live:?}");
+    let final_event = &live.last().unwrap().data["result"];
+    assert_eq!(final_event["status"]["state"], "completed", "{live:?}");
+    assert_eq!(final_event["final"], true);
+
+    // The plain subscriber got the same events after its opening, to the same end.
+    let watched = read_until(&mut watcher, |_| false).await;
+    assert_eq!(
+        watched.last().unwrap().data["result"]["status"]["state"],
+        "completed",
+        "{watched:?}"
+    );
+    assert!(
+        ids(&opening)
+            .into_iter()
+            .chain(ids(&watched))
+            .collect::<Vec<_>>()
+            .windows(2)
+            .all(|w| w[1] == w[0] + 1),
+        "{opening:?} {watched:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_running_through_one_gateway_is_canceled_through_the_other() {
+    let mut replicas = Replicas::start().await;
+    let gate = Gate::default();
+    replicas.run(paced(gate), "paced").await;
+    let mut stream = replicas
+        .open(
+            "a",
+            "paced",
+            "message/stream",
+            json!({"message": {"kind": "message", "role": "user", "messageId": "m1",
+                               "parts": [{"kind": "text", "text": "go"}]}}),
+            None,
+        )
+        .await;
+    let seen = read_until(&mut stream, |e| e.last().is_some_and(|e| is_chunk(e, "2"))).await;
+    let task = seen[0].data["result"]["id"].as_str().unwrap().to_owned();
+
+    let canceled = replicas
+        .call("b", "paced", "tasks/cancel", json!({"id": task}))
+        .await;
+    assert_eq!(state(result(&canceled)), "canceled", "{canceled}");
+    // The stream at a ends with the cancellation, as the agent reported it.
+    let rest = read_until(&mut stream, |_| false).await;
+    assert_eq!(
+        rest.last().unwrap().data["result"]["status"]["state"],
+        "canceled",
+        "{rest:?}"
+    );
+    let got = replicas
+        .call("b", "paced", "tasks/get", json!({"id": task}))
+        .await;
+    assert_eq!(state(result(&got)), "canceled", "{got}");
+}
