@@ -2,13 +2,17 @@
 //!
 //! Send it a topic; it writes a short piece about it, one paragraph per chunk, with a status
 //! message before it starts. A number in the message (`"chunks: 1000"`) sets how many chunks it
-//! streams, which the ordering tests and the SSE benchmark use.
+//! streams, which the ordering tests and the SSE benchmark use; `"pace: 200"` waits that many
+//! milliseconds before each chunk (at most ten seconds), for a stream a person can watch.
 
 use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
 use mesh_core::model::Part;
 
 /// The most chunks one request may ask for.
 const MAX_CHUNKS: usize = 100_000;
+
+/// The longest pause one request may ask for between chunks, in milliseconds.
+const MAX_PACE_MS: u64 = 10_000;
 
 /// The writer agent.
 pub fn agent() -> Agent {
@@ -17,11 +21,26 @@ pub fn agent() -> Agent {
         handler_fn(|ctx: TaskContext| async move {
             let text = ctx.text();
             let chunks = requested_chunks(&text).unwrap_or(4);
-            let topic = text.split("chunks:").next().unwrap_or_default().trim();
+            let pace = requested_number(&text, "pace:")
+                .map(|ms| std::time::Duration::from_millis((ms as u64).min(MAX_PACE_MS)));
+            let topic = text
+                .split("chunks:")
+                .next()
+                .unwrap_or_default()
+                .split("pace:")
+                .next()
+                .unwrap_or_default()
+                .trim();
             ctx.working(format!("writing {chunks} paragraphs about {topic:?}"))
                 .await?;
             let artifact_id = uuid::Uuid::now_v7().to_string();
             for index in 0..chunks {
+                if let Some(pace) = pace {
+                    tokio::select! {
+                        () = tokio::time::sleep(pace) => {}
+                        _ = ctx.cancelled() => {}
+                    }
+                }
                 if ctx.is_cancelled() {
                     break;
                 }
@@ -43,13 +62,18 @@ pub fn agent() -> Agent {
 }
 
 fn requested_chunks(text: &str) -> Option<usize> {
-    let rest = text.split("chunks:").nth(1)?;
+    requested_number(text, "chunks:").map(|n| n.clamp(1, MAX_CHUNKS))
+}
+
+/// The number after `key` in `text`, when there is one.
+fn requested_number(text: &str, key: &str) -> Option<usize> {
+    let rest = text.split(key).nth(1)?;
     let digits: String = rest
         .trim_start()
         .chars()
         .take_while(char::is_ascii_digit)
         .collect();
-    digits.parse().ok().map(|n: usize| n.clamp(1, MAX_CHUNKS))
+    digits.parse().ok()
 }
 
 fn paragraph(topic: &str, index: usize) -> String {
@@ -70,5 +94,6 @@ mod tests {
         assert_eq!(requested_chunks("chunks: 0"), Some(1));
         assert_eq!(requested_chunks("chunks: 99999999"), Some(MAX_CHUNKS));
         assert_eq!(requested_chunks("no count"), None);
+        assert_eq!(requested_number("chunks: 3 pace: 250", "pace:"), Some(250));
     }
 }

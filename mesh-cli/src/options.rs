@@ -198,6 +198,10 @@ pub struct StoreOptions {
         conflicts_with = "memory_store"
     )]
     pub store: Option<String>,
+    /// With `--store`: how long another gateway must have been gone before this one takes
+    /// its running tasks over, e.g. `5s` [default: 5s].
+    #[arg(long, env = "MESH_TAKEOVER_GRACE", value_name = "DURATION", value_parser = parse_duration)]
+    pub takeover_grace: Option<Duration>,
     /// The most bytes the gateway's task store keeps (tasks and their event logs, in memory
     /// and on disk), e.g. `512MiB`; over it finished tasks are evicted, then new tasks are
     /// refused [default: 1GiB].
@@ -215,6 +219,7 @@ impl StoreOptions {
         serve.data_dir.clone_from(&self.data_dir);
         serve.memory_store = self.memory_store;
         serve.store.clone_from(&self.store);
+        serve.takeover_grace = self.takeover_grace;
         serve.store_max_bytes = self.store_max_bytes;
         serve.store_max_task_bytes = self.store_max_task_bytes;
     }

@@ -9,7 +9,7 @@ use crate::secure::{self, Profile, ProfileSpec, example_agents};
 use crate::settings::Settings;
 use mesh_agent::{AgentConfig, AgentError, RunningAgent};
 use mesh_broker::{Access, Broker, BrokerConfig, BrokerError};
-use mesh_core::bus::{Bus, BusConfig, BusError, redact_url};
+use mesh_core::bus::{BusConfig, BusError, redact_url};
 use mesh_core::card_signing::{SigningKey, TrustedKeys};
 use mesh_gateway::{Gateway, GatewayConfig, GatewayError, RunningGateway};
 use std::path::Path;
@@ -260,23 +260,25 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
         ),
         None => None,
     };
-    let bus = Bus::connect(
-        bus_config(settings, url)?
-            .with_client_id(format!("mesh-gateway-{}", uuid::Uuid::new_v4().simple())),
-    )
-    .await
-    .map_err(|e| unreachable_broker(url, e))?;
-    Gateway::start(config, bus).await.map_err(|e| match e {
-        GatewayError::Bind { addr, source } => Failure::Unreachable(format!(
-            "cannot listen on {addr}: {source}; choose another address with --http-addr"
-        )),
-        GatewayError::Bus(bus) => unreachable_broker(url, bus),
-        GatewayError::Store(e) => Failure::Usage(format!("{e} (--data-dir, or --memory-store)")),
-        GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
-        GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
-        GatewayError::Tls(e) => Failure::Usage(format!("{e} (--tls-cert, --tls-key)")),
-        other => Failure::Other(other.to_string()),
-    })
+    // With a shared store the gateway names its session after itself (see
+    // mesh_gateway::takeover); otherwise this id stands.
+    let bus_config = bus_config(settings, url)?
+        .with_client_id(format!("mesh-gateway-{}", uuid::Uuid::new_v4().simple()));
+    Gateway::connect(config, bus_config)
+        .await
+        .map_err(|e| match e {
+            GatewayError::Bind { addr, source } => Failure::Unreachable(format!(
+                "cannot listen on {addr}: {source}; choose another address with --http-addr"
+            )),
+            GatewayError::Bus(bus) => unreachable_broker(url, bus),
+            GatewayError::Store(e) => {
+                Failure::Usage(format!("{e} (--data-dir, or --memory-store)"))
+            }
+            GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
+            GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
+            GatewayError::Tls(e) => Failure::Usage(format!("{e} (--tls-cert, --tls-key)")),
+            other => Failure::Other(other.to_string()),
+        })
 }
 
 /// The signing key in `path`, when one is given; a file that is not one stops the start.
@@ -295,6 +297,7 @@ fn gateway_config(settings: &Settings) -> GatewayConfig {
         default_agent: settings.default_agent.clone(),
         data_dir: settings.data_dir.clone(),
         store_url: settings.store_url.clone(),
+        takeover_grace: settings.takeover_grace,
         store_max_bytes: settings.store_max_bytes,
         store_max_task_bytes: settings.store_max_task_bytes,
         api_keys: settings.api_keys.clone(),

@@ -96,6 +96,7 @@ pub struct Serve {
     pub data_dir: Option<PathBuf>,
     pub memory_store: bool,
     pub store: Option<String>,
+    pub takeover_grace: Option<Duration>,
     pub store_max_bytes: Option<usize>,
     pub store_max_task_bytes: Option<usize>,
     pub api_keys: Vec<String>,
@@ -148,6 +149,7 @@ struct File {
     data_dir: Option<PathBuf>,
     memory_store: Option<bool>,
     store: Option<String>,
+    takeover_grace: Option<String>,
     store_max_bytes: Option<String>,
     store_max_task_bytes: Option<String>,
     api_keys: Option<Vec<String>>,
@@ -184,6 +186,7 @@ impl File {
                 data_dir: None,
                 memory_store: None,
                 store: None,
+                takeover_grace: None,
                 store_max_bytes: None,
                 store_max_task_bytes: None,
                 api_keys: None,
@@ -242,6 +245,8 @@ pub struct Settings {
     pub data_dir: Option<PathBuf>,
     /// The PostgreSQL store the gateway shares (`--store`).
     pub store_url: Option<String>,
+    /// How long another gateway must be gone before this one takes its tasks over.
+    pub takeover_grace: Duration,
     pub store_max_bytes: usize,
     pub store_max_task_bytes: usize,
     pub api_keys: Vec<ApiKey>,
@@ -416,6 +421,8 @@ impl Settings {
             "webhook_timeout",
         )?
         .unwrap_or(webhooks.webhook_timeout);
+        let takeover_grace = duration(serve.takeover_grace, file.takeover_grace, "takeover_grace")?
+            .unwrap_or(mesh_gateway::GatewayConfig::default().takeover_grace);
         let webhook_backoff = duration(
             serve.webhook_backoff,
             file.webhook_backoff,
@@ -508,6 +515,7 @@ impl Settings {
             signing_key: serve.signing_key.clone().or(file.signing_key),
             data_dir,
             store_url,
+            takeover_grace,
             store_max_bytes,
             store_max_task_bytes,
             api_keys,

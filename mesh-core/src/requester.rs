@@ -97,6 +97,10 @@ pub struct Delivery {
     /// Set when the requester ended the stream itself (the error is its own, not the
     /// agent's), and why.
     pub ended: Option<Ended>,
+    /// The reply's acknowledgement, when the requester's subscription leaves it to the
+    /// consumer ([`AckMode::ByConsumer`](crate::bus::AckMode::ByConsumer)): drop it once the
+    /// reply is where it must survive a crash.
+    pub ack: Option<crate::bus::Ack>,
 }
 
 /// What a request carries besides its A2A params.
@@ -119,6 +123,21 @@ pub struct SendOptions {
     pub traceparent: Option<String>,
 }
 
+/// A request made before (by this requester's earlier run, or by another one that is gone)
+/// whose replies a new requester takes over ([`Requester::start_on`]).
+#[derive(Debug, Clone)]
+pub struct Resumed {
+    /// The request's JSON-RPC id ([`ReplyStream::request_id`]).
+    pub request_id: String,
+    /// The agent it went to.
+    pub agent: String,
+    /// The position (`_mesh.seq`) of the first reply not handled yet: earlier ones are
+    /// dropped as duplicates.
+    pub next_seq: u64,
+    /// How long the agent still has.
+    pub timeout: Duration,
+}
+
 type Pending = Arc<Mutex<HashMap<String, PendingEntry>>>;
 
 impl PendingEntry {
@@ -129,6 +148,7 @@ impl PendingEntry {
             reply: Err(A2aError::internal(message)),
             instance: self.instance.clone(),
             ended: Some(ended),
+            ack: None,
         });
     }
 }
@@ -170,32 +190,35 @@ impl Requester {
         instance: &str,
     ) -> Result<Requester, SendError> {
         let filter = topics.response_filter(kind, name, instance)?;
+        let subscription = bus.subscribe(&filter, bus.inbox_qos()).await?;
+        let (requester, _) =
+            Requester::start_on(bus, subscription, topics, kind, name, instance, Vec::new())?;
+        Ok(requester)
+    }
+
+    /// [`Requester::start`] on a subscription made already (to
+    /// [`Requester::response_filter`]), which may hold replies to requests made before:
+    /// `resumed` names them, and their streams (in the same order) receive their replies,
+    /// from the position given on, before anything else is routed. This is how a requester
+    /// takes over the requests of one that is gone (a gateway restarted, or another one that
+    /// died) whose replies the broker kept in a persistent session.
+    pub fn start_on(
+        bus: Bus,
+        mut subscription: crate::bus::Subscription,
+        topics: Topics,
+        kind: RequesterKind,
+        name: &str,
+        instance: &str,
+        resumed: Vec<Resumed>,
+    ) -> Result<(Requester, Vec<ReplyStream>), SendError> {
+        let filter = topics.response_filter(kind, name, instance)?;
         // Every reply topic of this requester is `<prefix><agent>/<task>`.
         let prefix = filter.trim_end_matches("+/+").to_owned();
-        let mut subscription = bus.subscribe(&filter, bus.inbox_qos()).await?;
         let pending: Pending = Arc::default();
         let unexpected: Arc<AtomicU64> = Arc::default();
         fail_given_up(&bus, &pending);
         fail_on_connection_loss(&bus, &pending);
-        let router_pending = pending.clone();
-        let router_unexpected = unexpected.clone();
-        tokio::spawn(async move {
-            while let Some(message) = subscription.recv().await {
-                let answering = message
-                    .topic
-                    .strip_prefix(prefix.as_str())
-                    .and_then(|rest| rest.split_once('/'))
-                    .map_or("", |(agent, _)| agent);
-                route(
-                    &router_pending,
-                    &router_unexpected,
-                    answering,
-                    &message.payload,
-                )
-                .await;
-            }
-        });
-        Ok(Requester {
+        let requester = Requester {
             bus,
             topics,
             caller: Caller {
@@ -208,9 +231,46 @@ impl Requester {
             },
             kind,
             instance: instance.to_owned(),
-            pending,
-            unexpected,
-        })
+            pending: pending.clone(),
+            unexpected: unexpected.clone(),
+        };
+        let streams = resumed
+            .into_iter()
+            .map(|r| {
+                let mut stream = requester.register(r.request_id, &r.agent, r.timeout);
+                stream.window = SeqWindow::starting_at(r.next_seq);
+                stream
+            })
+            .collect();
+        tokio::spawn(async move {
+            while let Some(message) = subscription.recv().await {
+                let answering = message
+                    .topic
+                    .strip_prefix(prefix.as_str())
+                    .and_then(|rest| rest.split_once('/'))
+                    .map_or("", |(agent, _)| agent);
+                route(
+                    &pending,
+                    &unexpected,
+                    answering,
+                    &message.payload,
+                    message.ack,
+                )
+                .await;
+            }
+        });
+        Ok((requester, streams))
+    }
+
+    /// The filter of the response topics of instance `instance` of `name` (what
+    /// [`Requester::start_on`] takes a subscription to).
+    pub fn response_filter(
+        topics: &Topics,
+        kind: RequesterKind,
+        name: &str,
+        instance: &str,
+    ) -> Result<String, TopicError> {
+        topics.response_filter(kind, name, instance)
     }
 
     /// How many events this requester dropped as unexpected so far: from an instance other
@@ -458,6 +518,7 @@ impl ReplyStream {
                         reply: Err(A2aError::internal(DEADLINE_MESSAGE)),
                         instance: None,
                         ended: Some(Ended::Deadline),
+                        ack: None,
                     });
                 }
             };
@@ -480,6 +541,12 @@ impl ReplyStream {
             self.finished = delivery.reply.as_ref().map(Reply::is_final).unwrap_or(true);
             return Some(delivery);
         }
+    }
+
+    /// The request's JSON-RPC id: what names it to a requester that takes it over
+    /// ([`Resumed::request_id`]).
+    pub fn request_id(&self) -> &str {
+        &self.rpc_id
     }
 
     /// Moves the deadline (a blocking send may wait less than the task may run).
@@ -527,7 +594,13 @@ pub fn strip_reply_meta(reply: &mut Reply) -> MeshMeta {
 
 /// Hands a reply that came on a topic in the name of agent `answering` to the stream of the
 /// request it answers.
-async fn route(pending: &Pending, unexpected: &AtomicU64, answering: &str, payload: &[u8]) {
+async fn route(
+    pending: &Pending,
+    unexpected: &AtomicU64,
+    answering: &str,
+    payload: &[u8],
+    ack: Option<crate::bus::Ack>,
+) {
     let (id, reply) = match codec::decode_reply(payload, Dialect::V0_3) {
         Ok(decoded) => decoded,
         Err(error) => {
@@ -575,6 +648,7 @@ async fn route(pending: &Pending, unexpected: &AtomicU64, answering: &str, paylo
             reply,
             instance,
             ended: None,
+            ack,
         })
         .await;
 }

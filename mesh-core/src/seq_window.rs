@@ -60,6 +60,15 @@ impl Default for SeqWindow {
 }
 
 impl SeqWindow {
+    /// A window that takes every position before `next` as seen (a stream taken over after
+    /// its first `next` events were handled).
+    pub fn starting_at(next: u64) -> SeqWindow {
+        SeqWindow {
+            base: next,
+            ..SeqWindow::default()
+        }
+    }
+
     /// Records `seq` and says whether to deliver the event that carries it.
     pub fn admit(&mut self, seq: u64) -> Admit {
         if seq < self.base {

@@ -21,14 +21,11 @@
 //! the agent to cancel it on the bus (without waiting for the answer).
 
 use crate::push::Pusher;
-use crate::store::{StoreError, TaskRecord, TaskStore};
-pub(crate) use crate::task_events::{ends_task, set_status};
+use crate::store::{Origin, StoreError, TaskRecord, TaskStore};
+pub(crate) use crate::task_events::{ends_task, set_status, status_event};
 use foldhash::HashMap;
 use mesh_core::error::A2aError;
-use mesh_core::model::{
-    Artifact, Message, Part, Role, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
-    TaskStatusUpdateEvent,
-};
+use mesh_core::model::{Artifact, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent};
 use mesh_core::requester::{Ended, ReplyStream, Requester, strip_reply_meta};
 use mesh_core::rpc::Reply;
 use mesh_core::sync::MutexExt;
@@ -396,13 +393,18 @@ impl Bridge {
     /// The pump of `stream` (the replies to the message that started or resumed task `id`),
     /// not yet running: the caller either polls it in place (a blocking send waits for its
     /// answer anyway, so the events need no other task) or detaches it.
+    ///
+    /// `turn_start`: the task's sequence number before the turn's first event (the store
+    /// keeps it with the turn's request: see [`TaskStore::begin_turn`]).
     pub(crate) fn pump(
         self: &Arc<Self>,
         id: String,
         live: Arc<LiveTask>,
         stream: ReplyStream,
         undo: Undo,
+        turn_start: u64,
     ) -> Pump {
+        self.store.begin_turn(&id, stream.request_id(), turn_start);
         let bridge = self.clone();
         Pump(Some(Box::pin(async move {
             bridge.run_pump(&id, &live, stream, undo).await;
@@ -433,10 +435,13 @@ impl Bridge {
             }
             match delivery.reply {
                 Ok(mut reply) => {
-                    strip_reply_meta(&mut reply);
+                    let origin = Origin {
+                        position: strip_reply_meta(&mut reply).seq,
+                        ack: delivery.ack,
+                    };
                     started = true;
                     let ends = ends_task(&reply);
-                    if !self.publish(id, live, Arc::new(reply)) || ends {
+                    if !self.publish(id, live, Arc::new(reply), origin) || ends {
                         return;
                     }
                 }
@@ -460,7 +465,12 @@ impl Bridge {
                         return;
                     };
                     let event = status_event(&record.task, TaskState::Failed, Some(&error.message));
-                    self.publish(id, live, Arc::new(Reply::StatusUpdate(event)));
+                    self.publish(
+                        id,
+                        live,
+                        Arc::new(Reply::StatusUpdate(event)),
+                        Origin::default(),
+                    );
                     return;
                 }
             }
@@ -470,13 +480,14 @@ impl Bridge {
     /// Applies one event to the store and sends it to the subscribers, under the task's gate
     /// (the one allocation of the event serves the store's log and every subscriber).
     /// False when the task was stopped meanwhile (the event is dropped), or failed because
-    /// the event would take it past the store's per-task limit.
-    fn publish(&self, id: &str, live: &LiveTask, reply: Arc<Reply>) -> bool {
+    /// the event would take it past the store's per-task limit. `origin`: where an event from
+    /// the agent came from.
+    fn publish(&self, id: &str, live: &LiveTask, reply: Arc<Reply>, origin: Origin) -> bool {
         let _gate = live.gate.locked();
         if live.stop.is_cancelled() {
             return false;
         }
-        let seq = match self.store.append(id, &reply) {
+        let seq = match self.store.append(id, &reply, origin) {
             Ok(record) => {
                 if matches!(
                     *reply,
@@ -512,7 +523,7 @@ impl Bridge {
         tracing::warn!(task = %id, agent = %current.agent, limit, "task failed: too large");
         let event = status_event(&current.task, TaskState::Failed, Some(&text));
         let reply = Arc::new(Reply::StatusUpdate(event));
-        let seq = match self.store.append(id, &reply) {
+        let seq = match self.store.append(id, &reply, Origin::default()) {
             Ok(record) => {
                 self.notify_push(&record);
                 record.seq
@@ -566,7 +577,7 @@ impl Bridge {
                 TaskState::Canceled,
                 None,
             )));
-            let record = self.store.append(id, &event).ok();
+            let record = self.store.append(id, &event, Origin::default()).ok();
             if let Some(record) = &record {
                 self.notify_push(record);
             }
@@ -576,30 +587,6 @@ impl Bridge {
         };
         // The pump sees `stop` at once and leaves the live map.
         record
-    }
-}
-
-/// A status update for `task`, now, with an optional agent text message.
-pub(crate) fn status_event(
-    task: &Task,
-    state: TaskState,
-    text: Option<&str>,
-) -> TaskStatusUpdateEvent {
-    let message = text.map(|text| {
-        let mut message = Message::new(Role::Agent, vec![Part::text(text)]);
-        message.task_id = Some(task.id.clone());
-        message.context_id = Some(task.context_id.clone());
-        message
-    });
-    TaskStatusUpdateEvent {
-        task_id: task.id.clone(),
-        context_id: task.context_id.clone(),
-        status: TaskStatus {
-            state,
-            message,
-            timestamp: Some(chrono::Utc::now()),
-        },
-        metadata: None,
     }
 }
 

@@ -88,6 +88,10 @@ pub struct GatewayConfig {
     /// URL ([`PostgresStore`](crate::PostgresStore)). It takes the place of the SQLite store;
     /// the data directory still keeps the gateway's id.
     pub store_url: Option<String>,
+    /// With a shared store: how long another gateway must have been gone before this one
+    /// takes its running tasks over (see [`takeover`](crate::takeover)); a gateway that
+    /// restarts within it takes them back itself.
+    pub takeover_grace: Duration,
     /// API keys (`--api-key`, `MESH_API_KEYS`). Empty: no authentication. Otherwise every
     /// route but the cards, `/healthz` and `/readyz` needs `Authorization: Bearer <key>` or
     /// `X-API-Key: <key>`.
@@ -162,6 +166,7 @@ impl Default for GatewayConfig {
             shutdown_grace: Duration::from_secs(5),
             data_dir: None,
             store_url: None,
+            takeover_grace: Duration::from_secs(5),
             api_keys: Vec::new(),
             console_admins: Vec::new(),
             cors_origins: Vec::new(),

@@ -50,6 +50,7 @@ pub mod server;
 mod service;
 mod sse;
 pub mod store;
+pub mod takeover;
 pub mod task_events;
 pub mod tls;
 

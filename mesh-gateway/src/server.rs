@@ -44,6 +44,7 @@ use crate::push::{PushSettings, Pusher};
 use crate::rest::Rest;
 use crate::service::{A2aService, ServiceSettings};
 use crate::store::{MemoryStore, PostgresStore, SqliteStore, StoreError, TaskStore};
+use crate::takeover::{Takeover, session_client_id};
 use crate::tls::{TlsFiles, TlsListener};
 use crate::{auth, cards, console, health, jsonrpc, metrics, rest};
 use axum::Router;
@@ -53,7 +54,7 @@ use axum::http::{HeaderName, HeaderValue, Method as HttpMethod, StatusCode, head
 use axum::response::Response;
 use axum::routing::{any, get, post};
 use axum::serve::ListenerExt;
-use mesh_core::bus::{Bus, BusError, redact_url};
+use mesh_core::bus::{AckMode, Bus, BusConfig, BusError, QoS, Subscription, redact_url};
 use mesh_core::registry::Registry;
 use mesh_core::requester::{Requester, RequesterKind, SendError};
 use mesh_core::topic::{TopicError, Topics};
@@ -117,36 +118,68 @@ impl Gateway {
     /// Starts a gateway on `bus`: with the [`PostgresStore`] at
     /// [`GatewayConfig::store_url`] when one is set, else with the durable [`SqliteStore`] in
     /// [`GatewayConfig::data_dir`] when one is set, else with an in-memory store.
+    ///
+    /// The bus is connected already, so replies the broker kept for this gateway's session
+    /// while it was down may be gone before its requester subscribes: a gateway that shares
+    /// its store and should follow its own earlier run's tasks starts with
+    /// [`Gateway::connect`].
     pub async fn start(
         mut config: GatewayConfig,
         bus: Bus,
     ) -> Result<RunningGateway, GatewayError> {
-        if let (None, Some(dir)) = (&config.gateway_id, &config.data_dir) {
-            config.gateway_id = Some(kept_gateway_id(dir)?);
+        let store = open_store(&mut config).await?;
+        Gateway::start_on(config, bus, store, None).await
+    }
+
+    /// Connects to the bus with `bus_config` and starts a gateway on it, as
+    /// [`Gateway::start`] does. With a store shared by several gateways the session is
+    /// persistent and named after the gateway ([`session_client_id`]), and the gateway's
+    /// replies are subscribed to before it connects: the tasks its earlier run left running
+    /// are followed from the replies the broker kept meanwhile, and the gateway can open the
+    /// session of another that is gone to take its tasks over (see
+    /// [`takeover`](crate::takeover)).
+    pub async fn connect(
+        mut config: GatewayConfig,
+        bus_config: BusConfig,
+    ) -> Result<RunningGateway, GatewayError> {
+        let store = open_store(&mut config).await?;
+        if store.changes().is_none() {
+            let bus = Bus::connect(bus_config).await?;
+            return Gateway::start_on(config, bus, store, None).await;
         }
-        let limits = config.store_limits();
-        let gateway_id = config
-            .gateway_id
-            .get_or_insert_with(|| format!("gw-{}", uuid::Uuid::new_v4().simple()))
-            .clone();
-        let store: Arc<dyn TaskStore> = match (&config.store_url, config.data_dir.clone()) {
-            (Some(url), _) => Arc::new(PostgresStore::open(url, limits, &gateway_id).await?),
-            (None, Some(dir)) => {
-                let opened = tokio::task::spawn_blocking(move || SqliteStore::open(&dir, limits))
-                    .await
-                    .map_err(|e| GatewayError::Store(StoreError::Storage(e.to_string())))??;
-                Arc::new(opened)
-            }
-            (None, None) => Arc::new(MemoryStore::new(limits)),
-        };
-        Gateway::start_with_store(config, bus, store).await
+        let id = config.gateway_id.clone().unwrap_or_default();
+        let mut bus_config = bus_config.with_client_id(session_client_id(&config.name, &id));
+        bus_config.clean_session = false;
+        let topics = Topics::new(&config.namespace)?;
+        let filter =
+            Requester::response_filter(&topics, RequesterKind::Gateway, &config.name, &id)?;
+        let (bus, mut subscriptions) = Bus::connect_subscribed(
+            bus_config.clone(),
+            // Each reply is acknowledged once the store committed it (see takeover).
+            &[(&filter, QoS::AtLeastOnce, AckMode::ByConsumer)],
+        )
+        .await?;
+        let replies = subscriptions.remove(0);
+        Gateway::start_on(config, bus, store, Some((replies, bus_config))).await
     }
 
     /// Starts a gateway on `bus` keeping its tasks in `store`.
     pub async fn start_with_store(
+        config: GatewayConfig,
+        bus: Bus,
+        store: Arc<dyn TaskStore>,
+    ) -> Result<RunningGateway, GatewayError> {
+        Gateway::start_on(config, bus, store, None).await
+    }
+
+    /// Starts a gateway on `bus` keeping its tasks in `store`; `session`: the subscription
+    /// to its replies made before the bus connected, and how it connected (see
+    /// [`Gateway::connect`]).
+    async fn start_on(
         mut config: GatewayConfig,
         bus: Bus,
         store: Arc<dyn TaskStore>,
+        session: Option<(Subscription, BusConfig)>,
     ) -> Result<RunningGateway, GatewayError> {
         let topics = Topics::new(&config.namespace)?;
         let bus_filter = topics.namespace_filter();
@@ -176,16 +209,51 @@ impl Gateway {
         };
         let registry =
             Registry::start_with(&bus, &topics, &config.name, config.trusted_keys.clone()).await?;
-        let requester = Requester::start(
-            bus.clone(),
-            topics,
-            RequesterKind::Gateway,
-            &config.name,
-            config
-                .gateway_id
-                .get_or_insert_with(|| format!("gw-{}", uuid::Uuid::new_v4().simple())),
-        )
-        .await?;
+        let gateway_id = config
+            .gateway_id
+            .get_or_insert_with(|| format!("gw-{}", uuid::Uuid::new_v4().simple()))
+            .clone();
+        // A shared store: the running tasks this gateway's earlier run left, and those of
+        // gateways gone meanwhile, are taken over.
+        let orphans = if store.changes().is_some() {
+            store
+                .claim_orphans(config.takeover_grace)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(%error, "cannot look for tasks left running");
+                    Vec::new()
+                })
+        } else {
+            Vec::new()
+        };
+        let (own, others): (Vec<_>, Vec<_>) =
+            orphans.into_iter().partition(|o| o.gateway == gateway_id);
+        let takeover_topics = topics.clone();
+        let (requester, own_streams, session_config) = match session {
+            Some((replies, bus_config)) => {
+                let (requester, streams) = Requester::start_on(
+                    bus.clone(),
+                    replies,
+                    topics,
+                    RequesterKind::Gateway,
+                    &config.name,
+                    &gateway_id,
+                    crate::takeover::resumed(&own, config.task_timeout),
+                )?;
+                (requester, streams, Some(bus_config))
+            }
+            None => {
+                let requester = Requester::start(
+                    bus.clone(),
+                    topics,
+                    RequesterKind::Gateway,
+                    &config.name,
+                    &gateway_id,
+                )
+                .await?;
+                (requester, Vec::new(), None)
+            }
+        };
         requester.watch_registry(&registry);
         if !registry.wait_loaded(config.registry_wait).await {
             tracing::warn!(
@@ -229,10 +297,27 @@ impl Gateway {
         });
         watch_reconnects(&bus, &metrics, &shutdown);
         let bridge = Arc::new(Bridge::new(
-            store,
+            store.clone(),
             pusher.clone(),
             Some((requester.clone(), config.cancel_wait)),
         ));
+        if store.changes().is_some() {
+            let takeover = Arc::new(Takeover {
+                store: store.clone(),
+                bridge: bridge.clone(),
+                bus_config: session_config,
+                topics: takeover_topics,
+                name: config.name.clone(),
+                task_timeout: config.task_timeout,
+                grace: config.takeover_grace,
+            });
+            {
+                let takeover = takeover.clone();
+                tokio::spawn(async move { takeover.follow(own, own_streams).await });
+            }
+            takeover.adopt_all(others);
+            takeover.watch(shutdown.clone());
+        }
         let signer = config
             .signing_key
             .clone()
@@ -524,6 +609,29 @@ fn cors_layer(origins: &[String]) -> Result<Option<tower_http::cors::CorsLayer>,
             .expose_headers([header::WWW_AUTHENTICATE, header::ETAG])
             .max_age(std::time::Duration::from_secs(600)),
     ))
+}
+
+/// Resolves the gateway's id (kept in the data directory when there is one) and opens its
+/// task store: PostgreSQL, SQLite or memory (see [`Gateway::start`]).
+async fn open_store(config: &mut GatewayConfig) -> Result<Arc<dyn TaskStore>, GatewayError> {
+    if let (None, Some(dir)) = (&config.gateway_id, &config.data_dir) {
+        config.gateway_id = Some(kept_gateway_id(dir)?);
+    }
+    let gateway_id = config
+        .gateway_id
+        .get_or_insert_with(|| format!("gw-{}", uuid::Uuid::new_v4().simple()))
+        .clone();
+    let limits = config.store_limits();
+    Ok(match (&config.store_url, config.data_dir.clone()) {
+        (Some(url), _) => Arc::new(PostgresStore::open(url, limits, &gateway_id).await?),
+        (None, Some(dir)) => {
+            let opened = tokio::task::spawn_blocking(move || SqliteStore::open(&dir, limits))
+                .await
+                .map_err(|e| GatewayError::Store(StoreError::Storage(e.to_string())))??;
+            Arc::new(opened)
+        }
+        (None, None) => Arc::new(MemoryStore::new(limits)),
+    })
 }
 
 /// The gateway id kept in `dir` ([`GATEWAY_ID_FILE`]), or a new one written there (the

@@ -13,7 +13,10 @@
 use mesh_core::codec;
 use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
-use mesh_core::model::{Task, TaskArtifactUpdateEvent, TaskState, TaskStatus, is_final_state};
+use mesh_core::model::{
+    Message, Part, Role, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent, is_final_state,
+};
 use mesh_core::rpc::Reply;
 
 /// The event as the store's log is read and written: the codec's 1.0 JSON of the reply (a wrapper object:
@@ -90,6 +93,30 @@ pub fn apply_artifact(task: &mut Task, event: &TaskArtifactUpdateEvent) {
         }
         Some(artifact) => *artifact = event.artifact.clone(),
         None => artifacts.push(event.artifact.clone()),
+    }
+}
+
+/// A status update for `task`, now, with an optional agent text message.
+pub(crate) fn status_event(
+    task: &Task,
+    state: TaskState,
+    text: Option<&str>,
+) -> TaskStatusUpdateEvent {
+    let message = text.map(|text| {
+        let mut message = Message::new(Role::Agent, vec![Part::text(text)]);
+        message.task_id = Some(task.id.clone());
+        message.context_id = Some(task.context_id.clone());
+        message
+    });
+    TaskStatusUpdateEvent {
+        task_id: task.id.clone(),
+        context_id: task.context_id.clone(),
+        status: TaskStatus {
+            state,
+            message,
+            timestamp: Some(chrono::Utc::now()),
+        },
+        metadata: None,
     }
 }
 

@@ -4,6 +4,7 @@
 //! dependencies are linked once. Run one module with `cargo test -p mesh-cli --test it <module>::`.
 
 mod cli;
+mod replicas;
 mod restart;
 mod secrets;
 mod secure;

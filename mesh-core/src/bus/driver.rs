@@ -51,6 +51,9 @@ struct Route {
     /// [`literal_prefix`] of the filter: compared before the full match.
     literal: String,
     qos: QoS,
+    /// The consumer acknowledges each message ([`Ack`]); otherwise the bus does, once it is
+    /// handed over.
+    by_consumer: bool,
     tx: mpsc::Sender<BusMessage>,
 }
 
@@ -80,6 +83,64 @@ pub(crate) struct BusState {
     publishes_given_up: AtomicU64,
     /// Tells who listens what the bus dropped (see [`Bus::dropped`](super::Bus::dropped)).
     pub(crate) dropped: tokio::sync::broadcast::Sender<Dropped>,
+    /// Counts the connections: an [`Ack`] made on one is not sent on another (the broker
+    /// sends what was not acknowledged again, under other packet ids).
+    pub(crate) connection: AtomicU64,
+    /// Sends the acknowledgements the consumers give ([`Ack`]).
+    pub(crate) acker: std::sync::OnceLock<(AsyncClient, tokio::runtime::Handle)>,
+}
+
+/// The acknowledgement of one message received on a subscription whose consumer
+/// acknowledges ([`AckMode::ByConsumer`](super::AckMode::ByConsumer)): sent to the broker
+/// when the last clone is dropped. Until then the broker holds the message for the session:
+/// a process that dies before gets it again on its session (or whoever opens that session
+/// next does). A clone held by several consumers acknowledges once all of them let it go.
+#[derive(Clone)]
+pub struct Ack(Arc<AckInner>);
+
+struct AckInner {
+    pkid: u16,
+    qos: QoS,
+    connection: u64,
+    shared: std::sync::Weak<BusState>,
+}
+
+impl std::fmt::Debug for Ack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ack").field("pkid", &self.0.pkid).finish()
+    }
+}
+
+impl PartialEq for Ack {
+    fn eq(&self, other: &Ack) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Ack {}
+
+impl Drop for AckInner {
+    fn drop(&mut self) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        if shared.connection.load(Ordering::Relaxed) != self.connection {
+            return;
+        }
+        let Some((client, runtime)) = shared.acker.get() else {
+            return;
+        };
+        let mut publish = rumqttc::Publish::new("", self.qos, Vec::new());
+        publish.pkid = self.pkid;
+        if client.try_ack(&publish).is_err() {
+            // The request queue is full: wait for room (on the bus's runtime: the last
+            // holder may be any thread).
+            let client = client.clone();
+            runtime.spawn(async move {
+                let _ = client.ack(&publish).await;
+            });
+        }
+    }
 }
 
 /// A message the bus dropped rather than let it harm the connection: its topic, its payload,
@@ -114,6 +175,8 @@ impl Default for BusState {
             // Rare, and possibly large: one waits for a slow listener, which misses the older
             // ones when it lags (nothing is kept when nobody listens).
             dropped: tokio::sync::broadcast::channel(1).0,
+            connection: AtomicU64::default(),
+            acker: std::sync::OnceLock::new(),
         }
     }
 }
@@ -186,6 +249,7 @@ impl BusState {
         &self,
         filter: &str,
         qos: QoS,
+        by_consumer: bool,
         tx: mpsc::Sender<BusMessage>,
     ) -> Option<u64> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -198,6 +262,7 @@ impl BusState {
             filter: filter.to_owned(),
             literal: literal_prefix(filter).to_owned(),
             qos,
+            by_consumer,
             tx,
         });
         Some(id)
@@ -334,20 +399,27 @@ impl BusState {
 
     /// The senders of every route whose filter matches `topic`: the first, and the others
     /// (usually none: no allocation).
+    /// The subscriptions a message on `topic` goes to (the first apart), and whether any of
+    /// them acknowledges it itself.
     fn targets(
         &self,
         topic: &str,
     ) -> (
         Option<mpsc::Sender<BusMessage>>,
         Vec<mpsc::Sender<BusMessage>>,
+        bool,
     ) {
         let router = self.lock();
+        let mut by_consumer = false;
         let mut matching = router
             .routes
             .iter()
             .filter(|r| topic.starts_with(r.literal.as_str()) && filter_matches(&r.filter, topic))
+            .inspect(|r| by_consumer |= r.by_consumer)
             .map(|r| r.tx.clone());
-        (matching.next(), matching.collect())
+        let first = matching.next();
+        let others = matching.collect();
+        (first, others, by_consumer)
     }
 }
 
@@ -499,6 +571,8 @@ impl Driver {
             match polled {
                 Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                     connected = true;
+                    // Acknowledgements made on the last connection are not sent on this one.
+                    self.shared.connection.fetch_add(1, Ordering::Relaxed);
                     // A publish rumqttc dropped with the last connection would keep the count
                     // up for good (acknowledgements then wait for the next write or read);
                     // counting too few only flushes them sooner.
@@ -524,13 +598,14 @@ impl Driver {
                 Ok(Event::Incoming(Packet::Publish(p))) => {
                     // rumqttc noted a QoS 2 publish in its state as it read it, and answers
                     // the PUBREL itself: the PUBREC is all that is left to write.
-                    match p.qos {
-                        QoS::AtMostOnce => {}
-                        QoS::AtLeastOnce => self.acks.push(Packet::PubAck(PubAck::new(p.pkid))),
-                        QoS::ExactlyOnce => self.acks.push(Packet::PubRec(PubRec::new(p.pkid))),
-                    }
+                    let ack = match p.qos {
+                        QoS::AtMostOnce => None,
+                        QoS::AtLeastOnce => Some(Packet::PubAck(PubAck::new(p.pkid))),
+                        QoS::ExactlyOnce => Some(Packet::PubRec(PubRec::new(p.pkid))),
+                    };
                     let size = packet_size(p.topic.len(), p.payload.len(), p.qos);
                     if size > self.max_packet_size {
+                        self.acks.extend(ack);
                         // Acknowledged all the same: the broker must not send it again.
                         self.shared
                             .oversized_dropped
@@ -542,8 +617,8 @@ impl Driver {
                             topic: p.topic,
                             payload: p.payload,
                         });
-                    } else {
-                        route(&self.shared, p).await;
+                    } else if !route(&self.shared, p).await {
+                        self.acks.extend(ack);
                     }
                 }
                 Ok(Event::Incoming(Packet::SubAck(ack))) => {
@@ -647,13 +722,24 @@ impl Driver {
     }
 }
 
-/// Hands an incoming message to every subscription whose filter matches its topic.
-async fn route(shared: &BusState, p: rumqttc::Publish) {
-    let (first, others) = shared.targets(&p.topic);
+/// Hands an incoming message to every subscription whose filter matches its topic; true
+/// when a consumer acknowledges it (see [`Ack`]), false when the bus is to.
+async fn route(shared: &Arc<BusState>, p: rumqttc::Publish) -> bool {
+    let (first, others, by_consumer) = shared.targets(&p.topic);
+    let by_consumer = by_consumer && p.qos != QoS::AtMostOnce && first.is_some();
+    let ack = by_consumer.then(|| {
+        Ack(Arc::new(AckInner {
+            pkid: p.pkid,
+            qos: p.qos,
+            connection: shared.connection.load(Ordering::Relaxed),
+            shared: Arc::downgrade(shared),
+        }))
+    });
     let msg = BusMessage {
         topic: p.topic,
         payload: p.payload,
         retain: p.retain,
+        ack,
     };
     // Backpressure: wait for room in each subscription (see `Subscription`).
     if let Some(first) = first {
@@ -662,6 +748,7 @@ async fn route(shared: &BusState, p: rumqttc::Publish) {
         }
         let _ = first.send(msg).await;
     }
+    by_consumer
 }
 
 #[cfg(test)]

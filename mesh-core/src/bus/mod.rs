@@ -73,8 +73,8 @@ pub use config::{
 };
 pub use rumqttc::QoS;
 
+pub use driver::{Ack, DropReason, Dropped, RESEND_LIMIT};
 use driver::{BusState, Command, Driver, QueuedPublish, ResendGuard};
-pub use driver::{DropReason, Dropped, RESEND_LIMIT};
 
 /// Every way a bus operation can fail.
 #[derive(Debug, thiserror::Error)]
@@ -180,6 +180,22 @@ pub struct BusMessage {
     pub payload: Bytes,
     /// Whether the broker sent it as a retained message (to a new subscriber).
     pub retain: bool,
+    /// On a subscription whose consumer acknowledges ([`AckMode::ByConsumer`]), a QoS 1 or
+    /// 2 message's acknowledgement: sent when it (and every clone) is dropped.
+    pub ack: Option<Ack>,
+}
+
+/// Who acknowledges the QoS 1 and 2 messages of a subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AckMode {
+    /// The bus, as soon as the message is handed over.
+    #[default]
+    OnReceipt,
+    /// The consumer, by dropping the message's [`Ack`] once it is done with it (written
+    /// where it must survive a crash): with a persistent session, a message the process
+    /// received but had not finished with when it died is delivered again. An [`Ack`] kept
+    /// holds the broker's flow window for the session: keep it only as long as needed.
+    ByConsumer,
 }
 
 /// What the handles hold; dropping the last one ends the connection abruptly.
@@ -239,6 +255,23 @@ impl Bus {
     ///
     /// Must be called within a Tokio runtime.
     pub async fn connect(config: BusConfig) -> Result<Bus, BusError> {
+        Bus::connect_subscribed(config, &[])
+            .await
+            .map(|(bus, _)| bus)
+    }
+
+    /// [`Bus::connect`] with subscriptions made before the connection: every message that
+    /// arrives from the first CONNACK on reaches them. A persistent session
+    /// ([`BusConfig::clean_session`] off) that the broker kept delivers its queued messages
+    /// right after the CONNACK; subscriptions made after [`Bus::connect`] would miss them.
+    /// Without a session at the broker, the filters are subscribed as after any reconnect.
+    pub async fn connect_subscribed(
+        config: BusConfig,
+        filters: &[(&str, QoS, AckMode)],
+    ) -> Result<(Bus, Vec<Subscription>), BusError> {
+        for (filter, _, _) in filters {
+            check_filter(filter)?;
+        }
         let opts = config.mqtt_options()?;
         let url = config.url.to_string();
         let (client, mut eventloop) =
@@ -251,6 +284,23 @@ impl Bus {
 
         let shared = Arc::new(BusState::default());
         let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let mut subscriptions = Vec::with_capacity(filters.len());
+        let _ = shared
+            .acker
+            .set((client.clone(), tokio::runtime::Handle::current()));
+        for (filter, qos, acks) in filters {
+            let (tx, rx) = mpsc::channel(config.subscription_capacity);
+            let id = shared
+                .add_route(filter, *qos, *acks == AckMode::ByConsumer, tx)
+                .ok_or(BusError::Closed)?;
+            subscriptions.push(Subscription {
+                id,
+                filter: (*filter).to_owned(),
+                rx,
+                shared: shared.clone(),
+                control: control_tx.clone(),
+            });
+        }
         let (state_tx, state_rx) = watch::channel(ConnectionState::Connecting);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (ready_tx, ready_rx) = oneshot::channel();
@@ -291,7 +341,7 @@ impl Bus {
             }),
         };
         match tokio::time::timeout(config.connect_timeout, ready_rx).await {
-            Ok(Ok(Ok(()))) => Ok(bus),
+            Ok(Ok(Ok(()))) => Ok((bus, subscriptions)),
             Ok(Ok(Err(source))) => Err(BusError::Connect {
                 url,
                 source: Box::new(source),
@@ -372,12 +422,22 @@ impl Bus {
     /// SUBACK, at most [`BusConfig::request_timeout`] (while the broker is unreachable, the
     /// subscription is answered by the re-subscription after the reconnect).
     pub async fn subscribe(&self, filter: &str, qos: QoS) -> Result<Subscription, BusError> {
+        self.subscribe_with(filter, qos, AckMode::OnReceipt).await
+    }
+
+    /// [`Bus::subscribe`], saying who acknowledges the messages ([`AckMode`]).
+    pub async fn subscribe_with(
+        &self,
+        filter: &str,
+        qos: QoS,
+        acks: AckMode,
+    ) -> Result<Subscription, BusError> {
         check_filter(filter)?;
         let (tx, rx) = mpsc::channel(self.inner.subscription_capacity);
         let id = self
             .inner
             .shared
-            .add_route(filter, qos, tx)
+            .add_route(filter, qos, acks == AckMode::ByConsumer, tx)
             .ok_or(BusError::Closed)?;
         // Made now so that any failure below unsubscribes as it is dropped.
         let subscription = Subscription {

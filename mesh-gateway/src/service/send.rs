@@ -216,9 +216,15 @@ impl A2aService {
                 live,
                 undo,
             } = begun;
+            let turn_start = match &undo {
+                Undo::Restore(previous) => previous.seq,
+                Undo::Remove => 0,
+            };
             match self.requester.send(agent, params, options).await {
                 Ok(stream) => {
-                    let pump = self.bridge.pump(task_id.clone(), live, stream, undo);
+                    let pump = self
+                        .bridge
+                        .pump(task_id.clone(), live, stream, undo, turn_start);
                     Ok(Published {
                         task_id,
                         events,

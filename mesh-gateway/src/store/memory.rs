@@ -19,7 +19,8 @@
 //! bounds both.
 
 use super::{
-    Limit, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery, TaskRecord, TaskStore, size,
+    Limit, Origin, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery, TaskRecord,
+    TaskStore, size,
 };
 use crate::task_events;
 use foldhash::HashMap;
@@ -111,6 +112,12 @@ pub(crate) struct LoggedEvent {
     pub event: Arc<Reply>,
     /// Its estimated size (what it counts against the store's bounds).
     pub bytes: usize,
+    /// Its place in its turn's reply stream, when it came from the agent (see
+    /// [`Origin`](super::Origin)).
+    pub position: Option<u64>,
+    /// Its acknowledgement to the broker, held (never read) until the event is written and
+    /// dropped with it (see [`Origin`](super::Origin)).
+    pub _ack: Option<mesh_core::bus::Ack>,
 }
 
 impl LoggedEvent {
@@ -223,6 +230,7 @@ impl MemoryStore {
         &self,
         id: &str,
         event: &Arc<Reply>,
+        origin: Origin,
         evicted: &mut Vec<String>,
     ) -> Result<Appended, StoreError> {
         // Estimated outside the lock, from the event's structure (nothing is encoded).
@@ -256,6 +264,13 @@ impl MemoryStore {
             time: now,
             event: event.clone(),
             bytes: len,
+            position: origin.position,
+            // Kept with the event only while a durable store's writer has it to write: a log
+            // in memory lets it go at once.
+            _ack: match self.log {
+                LogMode::Elsewhere => origin.ack,
+                _ => None,
+            },
         };
         entry.record_bytes += len;
         match self.log {
@@ -545,8 +560,13 @@ impl TaskStore for MemoryStore {
         self.read().tasks.get(id).map(|e| e.record.clone())
     }
 
-    fn append(&self, id: &str, event: &Arc<Reply>) -> Result<Arc<TaskRecord>, StoreError> {
-        self.append_event(id, event, &mut Vec::new())
+    fn append(
+        &self,
+        id: &str,
+        event: &Arc<Reply>,
+        origin: Origin,
+    ) -> Result<Arc<TaskRecord>, StoreError> {
+        self.append_event(id, event, origin, &mut Vec::new())
             .map(|a| a.record)
     }
 
@@ -687,7 +707,11 @@ pub(crate) mod tests {
             .insert(task("waiting", "c", TaskState::Working))
             .unwrap();
         store
-            .append("new-1", &status("new-1", TaskState::Completed))
+            .append(
+                "new-1",
+                &status("new-1", TaskState::Completed),
+                Origin::default(),
+            )
             .unwrap();
         store
             .insert(task("new-3", "c", TaskState::Submitted))
@@ -722,7 +746,11 @@ pub(crate) mod tests {
         // A running task goes on growing past the budget; nothing running is evicted.
         for i in 0..100 {
             store
-                .append("run-1", &chunk("run-1", &format!("chunk {i}")))
+                .append(
+                    "run-1",
+                    &chunk("run-1", &format!("chunk {i}")),
+                    Origin::default(),
+                )
                 .unwrap();
         }
         assert_eq!(store.len(), 3);
@@ -739,7 +767,7 @@ pub(crate) mod tests {
         let big = "x".repeat(1000);
         let mut refused = None;
         for i in 0..10 {
-            if let Err(e) = store.append("t", &chunk("t", &big)) {
+            if let Err(e) = store.append("t", &chunk("t", &big), Origin::default()) {
                 refused = Some((i, e));
                 break;
             }
@@ -755,7 +783,9 @@ pub(crate) mod tests {
             accepted as u64,
             "nothing applied"
         );
-        let failed = store.append("t", &status("t", TaskState::Failed)).unwrap();
+        let failed = store
+            .append("t", &status("t", TaskState::Failed), Origin::default())
+            .unwrap();
         assert_eq!(failed.task.status.state, TaskState::Failed);
         let mut huge = task("h", "c", TaskState::Submitted);
         huge.task.metadata = Some(std::collections::HashMap::from_iter([(
@@ -800,9 +830,13 @@ pub(crate) mod tests {
         store.insert(task("u", "c", TaskState::Working)).unwrap();
         let n = EVENT_LOG_EVENTS as u64 + 10;
         for i in 0..n {
-            store.append("t", &chunk("t", &format!("{i}"))).unwrap();
+            store
+                .append("t", &chunk("t", &format!("{i}")), Origin::default())
+                .unwrap();
         }
-        store.append("u", &chunk("u", "only")).unwrap();
+        store
+            .append("u", &chunk("u", "only"), Origin::default())
+            .unwrap();
         assert_eq!(store.get("t").unwrap().seq, n);
         assert_eq!(store.get("u").unwrap().seq, 1);
         let tail = store.events_after("t", n - 3, 100).unwrap();
@@ -826,11 +860,17 @@ pub(crate) mod tests {
         let mut next = TaskRecord::clone(&store.get("u").unwrap());
         next.task.status.state = TaskState::Submitted;
         store.insert(next).unwrap();
-        assert_eq!(store.append("u", &chunk("u", "again")).unwrap().seq, 2);
+        assert_eq!(
+            store
+                .append("u", &chunk("u", "again"), Origin::default())
+                .unwrap()
+                .seq,
+            2
+        );
         let before = store.bytes();
         // A finished task's log goes.
         store
-            .append("t", &status("t", TaskState::Completed))
+            .append("t", &status("t", TaskState::Completed), Origin::default())
             .unwrap();
         assert!(store.bytes() < before);
         assert!(matches!(
@@ -852,7 +892,9 @@ pub(crate) mod tests {
         store.insert(task("t", "c", TaskState::Working)).unwrap();
         for i in 0..100 {
             let before = id_address(&store, "t");
-            store.append("t", &chunk("t", &format!("{i}"))).unwrap();
+            store
+                .append("t", &chunk("t", &format!("{i}")), Origin::default())
+                .unwrap();
             assert_eq!(
                 id_address(&store, "t"),
                 before,

@@ -239,6 +239,35 @@ pub struct PendingDelivery {
     pub next_attempt: SystemTime,
 }
 
+/// Where an event of a task's reply stream came from, for the stores shared by several
+/// gateways ([`TaskStore::append`]).
+#[derive(Debug, Clone, Default)]
+pub struct Origin {
+    /// Its place in its turn's reply stream (the agent's `_mesh.seq`): logged, so that a
+    /// gateway taking the turn over knows where to go on from ([`Orphan::next_position`]).
+    pub position: Option<u64>,
+    /// Its acknowledgement to the broker, when the bus leaves it to the gateway: a store
+    /// shared by several gateways drops it once the event is committed (a gateway that dies
+    /// before has the broker deliver it again to whoever takes its session over); the others
+    /// drop it at once.
+    pub ack: Option<mesh_core::bus::Ack>,
+}
+
+/// A running task of a gateway that is gone, taken over ([`TaskStore::claim_orphans`]).
+#[derive(Debug, Clone)]
+pub struct Orphan {
+    /// The gateway that bridged it.
+    pub gateway: String,
+    /// The task as the store has it.
+    pub record: TaskRecord,
+    /// The request its current turn was sent as, when known.
+    pub request_id: Option<String>,
+    /// The position (`_mesh.seq`) of the turn's first reply not logged yet.
+    pub next_position: u64,
+    /// The task's sequence number before the turn's first event.
+    pub turn_start: u64,
+}
+
 /// What [`TaskStore::list`] selects.
 #[derive(Debug, Clone, Default)]
 pub struct TaskQuery {
@@ -383,12 +412,18 @@ pub trait TaskStore: Send + Sync + 'static {
     }
     /// Applies one event of the task's reply stream, logs it with the task's next sequence
     /// number (see the module docs) and returns the record as it is now. The event is kept
-    /// shared (a reference count, no copy) and is not encoded here.
+    /// shared (a reference count, no copy) and is not encoded here. `origin`: where an event
+    /// from the agent came from (see [`Origin`]; the default for an event the gateway made).
     ///
     /// [`StoreError::TaskNotFound`] when there is no such task; [`StoreError::TaskTooLarge`]
     /// (and nothing changes) when the event would take the task past `max_task_bytes` and it
     /// does not end the stream.
-    fn append(&self, id: &str, event: &Arc<Reply>) -> Result<Arc<TaskRecord>, StoreError>;
+    fn append(
+        &self,
+        id: &str,
+        event: &Arc<Reply>,
+        origin: Origin,
+    ) -> Result<Arc<TaskRecord>, StoreError>;
     /// The task's logged events with a sequence number above `after`, in order, at most
     /// `limit` of them. [`StoreError::EventsForgotten`] when the log no longer holds the
     /// first of them (event `after + 1`); [`StoreError::TaskNotFound`] for an unknown task.
@@ -417,6 +452,23 @@ pub trait TaskStore: Send + Sync + 'static {
     /// its reads from the working set.
     async fn written(&self, id: &str) {
         let _ = id;
+    }
+    /// Says which request a turn of task `id` of the working set was sent as (its JSON-RPC
+    /// id), and the task's sequence number before the turn's first event, as its pump begins:
+    /// a store shared by several gateways keeps both, so that another gateway can take the
+    /// turn's replies over should this one die ([`TaskStore::claim_orphans`]). The default
+    /// keeps nothing.
+    fn begin_turn(&self, id: &str, request_id: &str, start: u64) {
+        let _ = (id, request_id, start);
+    }
+    /// A store shared by several gateways: takes over the running tasks (submitted or
+    /// working) of the gateways that are gone (for `grace` at least), and, the first time, those
+    /// this gateway's earlier run left: each is marked as this gateway's and handed back
+    /// with what is known of its turn, for the gateway to follow its replies or fail it.
+    /// The default (a store of one gateway) has none.
+    async fn claim_orphans(&self, grace: Duration) -> Result<Vec<Orphan>, StoreError> {
+        let _ = grace;
+        Ok(Vec::new())
     }
     /// Forgets a task.
     fn remove(&self, id: &str);

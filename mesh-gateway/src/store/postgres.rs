@@ -44,8 +44,8 @@
 use super::memory::{LogMode, LoggedEvent};
 use super::write_behind::{Batch, Queue, RecordWork};
 use super::{
-    MemoryStore, PendingDelivery, STATES, StoreError, StoreLimits, StoredEvent, TaskPage,
-    TaskQuery, TaskRecord, TaskStore,
+    MemoryStore, Origin, Orphan, PendingDelivery, STATES, StoreError, StoreLimits, StoredEvent,
+    TaskPage, TaskQuery, TaskRecord, TaskStore,
 };
 use crate::task_events;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -92,6 +92,10 @@ const CHANGES_CAPACITY: usize = 4096;
 /// followers of longer ones see their changes when they read again.
 const MAX_NOTIFIED_ID: usize = 1024;
 
+/// The class of the advisory locks that say a gateway is alive (the other key is the hash
+/// of its id).
+const PRESENCE_CLASS: i32 = 0x6d65_7368; // "mesh"
+
 /// The advisory lock the schema is created under.
 const SCHEMA_LOCK: i64 = 0x6d65_7368_5f73_746f; // "mesh_sto"
 
@@ -110,15 +114,20 @@ CREATE TABLE IF NOT EXISTS mesh_tasks (
     push TEXT,
     seq BIGINT NOT NULL,
     last_seq BIGINT NOT NULL,
-    bytes BIGINT NOT NULL
+    bytes BIGINT NOT NULL,
+    gateway TEXT NOT NULL,
+    turn_request TEXT,
+    turn_start BIGINT
 );
 CREATE INDEX IF NOT EXISTS mesh_tasks_listing ON mesh_tasks (agent, updated DESC, id);
 CREATE INDEX IF NOT EXISTS mesh_tasks_retention ON mesh_tasks (final, updated);
+CREATE INDEX IF NOT EXISTS mesh_tasks_running ON mesh_tasks (gateway) WHERE NOT final;
 CREATE TABLE IF NOT EXISTS mesh_task_events (
     task_id TEXT NOT NULL,
     seq BIGINT NOT NULL,
     time BIGINT NOT NULL,
     event TEXT NOT NULL,
+    position BIGINT,
     PRIMARY KEY (task_id, seq)
 );
 CREATE TABLE IF NOT EXISTS mesh_webhook_deliveries (
@@ -135,6 +144,9 @@ CREATE TABLE IF NOT EXISTS mesh_webhook_deliveries (
 
 /// The columns a record is read from, in this order (see [`record_from_row`]).
 const RECORD_COLUMNS: &str = "id, agent, dialect, owner, created, updated, task, push, seq";
+
+/// Task id → the request of its current turn and the task's sequence before it.
+type Turns = Arc<Mutex<HashMap<String, (String, u64)>>>;
 
 /// What the last count of the database found.
 #[derive(Debug, Clone, Default)]
@@ -156,6 +168,15 @@ pub struct PostgresStore {
     /// then (any later change makes a new one, and keeps the task).
     released: Arc<Mutex<HashMap<String, Arc<TaskRecord>>>>,
     changes: broadcast::Sender<Arc<str>>,
+    /// The request and the starting sequence of the current turn of each task of the
+    /// working set ([`TaskStore::begin_turn`]), written with its row.
+    turns: Turns,
+    /// This gateway's id (the `gateway` of the rows it writes).
+    gateway: String,
+    /// The gateways seen gone, and since when (see [`TaskStore::claim_orphans`]).
+    gone_since: Mutex<HashMap<String, Instant>>,
+    /// Whether the tasks of this gateway's earlier run were claimed already.
+    own_claimed: std::sync::atomic::AtomicBool,
     writer: Mutex<Option<JoinHandle<()>>>,
     /// Stops the listener.
     stop: CancellationToken,
@@ -232,15 +253,34 @@ impl PostgresStore {
         let memory = Arc::new(MemoryStore::with_log(limits, LogMode::Elsewhere));
         let queue = Arc::new(Queue::new());
         let released = Arc::new(Mutex::new(HashMap::new()));
+        let turns: Turns = Arc::default();
         let (changes, _) = broadcast::channel(CHANGES_CAPACITY);
+        let first = match connect_listener(&config, &changes, gateway).await {
+            Ok(first) => first,
+            Err(ListenError::Database(e)) => {
+                return Err(storage("cannot listen for changes on", &e));
+            }
+            Err(ListenError::IdInUse) => {
+                return Err(StoreError::Storage(format!(
+                    "another gateway with the id {gateway:?} is running on the task database: give each gateway its own id (its own --data-dir)"
+                )));
+            }
+        };
         let stop = CancellationToken::new();
-        tokio::spawn(listen(config, changes.clone(), stop.clone()));
+        tokio::spawn(listen(
+            config,
+            changes.clone(),
+            stop.clone(),
+            gateway.to_owned(),
+            first,
+        ));
         let writer = {
             let writer = Writer {
                 pool: pool.clone(),
                 queue: queue.clone(),
                 memory: memory.clone(),
                 released: released.clone(),
+                turns: turns.clone(),
                 totals: totals.clone(),
                 limits,
                 gateway: gateway.to_owned(),
@@ -261,6 +301,10 @@ impl PostgresStore {
             totals,
             released,
             changes,
+            turns,
+            gateway: gateway.to_owned(),
+            gone_since: Mutex::default(),
+            own_claimed: std::sync::atomic::AtomicBool::new(false),
             writer: Mutex::new(Some(writer)),
             stop,
             pending_deliveries: Mutex::new(pending_deliveries),
@@ -292,6 +336,110 @@ impl PostgresStore {
         let record = self.memory.get(id)?;
         (!self.released.locked().contains_key(id) || !self.queue.holds_nothing_of(id))
             .then_some(record)
+    }
+
+    /// Claims the running tasks of `gateway` when it has been gone for `grace` (its presence
+    /// lock is free: see the module docs).
+    async fn claim_if_gone(
+        &self,
+        gateway: &str,
+        grace: Duration,
+    ) -> Result<Vec<Orphan>, StoreError> {
+        let now = Instant::now();
+        let first_seen = *self
+            .gone_since
+            .locked()
+            .entry(gateway.to_owned())
+            .or_insert(now);
+        if now.duration_since(first_seen) < grace {
+            // Gone only if it still is at the next look (a restart takes its tasks back).
+            let client = self.client().await?;
+            let free: bool = client
+                .query_one(
+                    "SELECT pg_try_advisory_xact_lock($1, hashtext($2))",
+                    &[&PRESENCE_CLASS, &gateway],
+                )
+                .await
+                .map_err(|e| storage_error("cannot look for gateways that are gone", e))?
+                .get(0);
+            if !free {
+                self.gone_since.locked().remove(gateway);
+            }
+            return Ok(Vec::new());
+        }
+        self.claim(gateway, false).await
+    }
+
+    /// Marks the running tasks of `gateway` as this gateway's, in one transaction that holds
+    /// `gateway`'s presence lock (unless `gone`: this gateway's own earlier run), and returns
+    /// them. A gateway that holds its lock (alive) is left alone.
+    async fn claim(&self, gateway: &str, gone: bool) -> Result<Vec<Orphan>, StoreError> {
+        let failed = |e: tokio_postgres::Error| storage_error("cannot take over running tasks", e);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(failed)?;
+        if !gone {
+            let free: bool = tx
+                .query_one(
+                    "SELECT pg_try_advisory_xact_lock($1, hashtext($2))",
+                    &[&PRESENCE_CLASS, &gateway],
+                )
+                .await
+                .map_err(failed)?
+                .get(0);
+            if !free {
+                self.gone_since.locked().remove(gateway);
+                return Ok(Vec::new());
+            }
+        }
+        let rows = tx
+            .query(
+                &format!(
+                    "UPDATE mesh_tasks SET gateway = $2
+                     WHERE gateway = $1 AND NOT final AND state IN ('submitted', 'working')
+                     RETURNING {RECORD_COLUMNS}, turn_request, turn_start"
+                ),
+                &[&gateway, &self.gateway],
+            )
+            .await
+            .map_err(failed)?;
+        let mut orphans = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut record = match record_from_row(row) {
+                Ok(record) => record,
+                Err(error) => {
+                    tracing::warn!(%error, "a running task that does not parse is left as it is");
+                    continue;
+                }
+            };
+            apply_logged(&tx, &mut record).await.map_err(failed)?;
+            let request_id: Option<String> = row.get(9);
+            let turn_start = row
+                .get::<_, Option<i64>>(10)
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(record.seq);
+            // The turn's last event from the agent that is logged: the next one follows it.
+            let last: Option<i64> = tx
+                .query_one(
+                    "SELECT max(position) FROM mesh_task_events WHERE task_id = $1 AND seq > $2",
+                    &[&record.task.id, &sql_int(turn_start)],
+                )
+                .await
+                .map_err(failed)?
+                .get(0);
+            orphans.push(Orphan {
+                gateway: gateway.to_owned(),
+                next_position: last.map_or(0, |p| u64::try_from(p).unwrap_or(0) + 1),
+                turn_start,
+                request_id,
+                record,
+            });
+        }
+        tx.commit().await.map_err(failed)?;
+        self.gone_since.locked().remove(gateway);
+        if !orphans.is_empty() {
+            tracing::warn!(gateway = %gateway, tasks = orphans.len(), "took over the running tasks of a gateway that is gone");
+        }
+        Ok(orphans)
     }
 
     /// Refuses a new task while the last count says the database is full of tasks that are
@@ -353,8 +501,15 @@ impl TaskStore for PostgresStore {
             .map_err(|e| storage_error(&format!("cannot read task {id}"), e))
     }
 
-    fn append(&self, id: &str, event: &Arc<Reply>) -> Result<Arc<TaskRecord>, StoreError> {
-        let appended = self.memory.append_event(id, event, &mut Vec::new())?;
+    fn append(
+        &self,
+        id: &str,
+        event: &Arc<Reply>,
+        origin: Origin,
+    ) -> Result<Arc<TaskRecord>, StoreError> {
+        let appended = self
+            .memory
+            .append_event(id, event, origin, &mut Vec::new())?;
         self.queue.event(id, appended.event, appended.snapshot, &[]);
         Ok(appended.record)
     }
@@ -456,6 +611,33 @@ impl TaskStore for PostgresStore {
 
     async fn written(&self, id: &str) {
         self.queue.written(id, WRITTEN_WAIT).await;
+    }
+
+    fn begin_turn(&self, id: &str, request_id: &str, start: u64) {
+        self.turns
+            .locked()
+            .insert(id.to_owned(), (request_id.to_owned(), start));
+    }
+
+    async fn claim_orphans(&self, grace: Duration) -> Result<Vec<Orphan>, StoreError> {
+        let mut claimed = Vec::new();
+        if !self
+            .own_claimed
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            // This gateway's earlier run: gone for sure (this one holds its presence lock).
+            claimed.extend(self.claim(&self.gateway, true).await?);
+        }
+        let gone: Vec<String> = gateways_with_running_tasks(&self.pool, &self.gateway).await?;
+        {
+            // Forget the gateways that have no running task any more.
+            let mut since = self.gone_since.locked();
+            since.retain(|g, _| gone.contains(g));
+        }
+        for gateway in gone {
+            claimed.extend(self.claim_if_gone(&gateway, grace).await?);
+        }
+        Ok(claimed)
     }
 
     fn remove(&self, id: &str) {
@@ -702,6 +884,23 @@ async fn notify(
         .map(|_| ())
 }
 
+/// The gateways other than `me` with running tasks in the database.
+async fn gateways_with_running_tasks(pool: &Pool, me: &str) -> Result<Vec<String>, StoreError> {
+    let client = pool
+        .get()
+        .await
+        .map_err(|e| storage_error("no connection to the task database", e))?;
+    let rows = client
+        .query(
+            "SELECT DISTINCT gateway FROM mesh_tasks
+             WHERE NOT final AND state IN ('submitted', 'working') AND gateway <> $1",
+            &[&me],
+        )
+        .await
+        .map_err(|e| storage_error("cannot read the running tasks", e))?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
 /// The tasks in the database: in all, finished, their bytes, and per state.
 async fn count(client: &deadpool_postgres::Object) -> Result<Totals, tokio_postgres::Error> {
     let rows = client
@@ -774,42 +973,27 @@ async fn load_deliveries(
     Ok(deliveries)
 }
 
-/// Listens for the tasks other gateways (and this one) write, until `stop`; see the module
-/// docs.
-async fn listen(
-    config: tokio_postgres::Config,
-    changes: broadcast::Sender<Arc<str>>,
-    stop: CancellationToken,
-) {
-    let mut pause = Duration::from_secs(1);
-    loop {
-        let listened = tokio::select! {
-            _ = stop.cancelled() => return,
-            listened = listen_once(&config, &changes) => listened,
-        };
-        match listened {
-            // It listened for a while: the next drop is a new one.
-            Ok(()) => pause = Duration::from_secs(1),
-            Err(error) => {
-                tracing::warn!(%error, retry_in_s = pause.as_secs(), "the task store's change listener lost its connection");
-            }
-        }
-        // Followers read again: what changed while no one listened is not lost.
-        let _ = changes.send(Arc::from(ANY_TASK));
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            () = tokio::time::sleep(pause) => {}
-        }
-        pause = (pause * 2).min(Duration::from_secs(30));
-    }
+/// A connection that holds the gateway's presence lock and listens for task changes; ends
+/// when the connection does.
+type Listening =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), tokio_postgres::Error>> + Send>>;
+
+/// Why [`connect_listener`] did not listen.
+enum ListenError {
+    Database(tokio_postgres::Error),
+    /// Another live session holds the gateway's presence lock.
+    IdInUse,
 }
 
-/// One connection's listening, until it drops.
-async fn listen_once(
+/// Connects, takes gateway `gateway`'s presence lock (see the module docs) and listens on
+/// [`CHANNEL`]; the notifications go to `changes` until the returned future ends (the
+/// connection dropped).
+async fn connect_listener(
     config: &tokio_postgres::Config,
     changes: &broadcast::Sender<Arc<str>>,
-) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    gateway: &str,
+) -> Result<Listening, ListenError> {
+    let (client, mut connection) = config.connect(NoTls).await.map_err(ListenError::Database)?;
     let (ended_tx, ended) = tokio::sync::oneshot::channel();
     let forward = {
         let changes = changes.clone();
@@ -832,16 +1016,79 @@ async fn listen_once(
         }
     };
     let forwarding = tokio::spawn(forward);
-    let listening = client.batch_execute(&format!("LISTEN {CHANNEL}")).await;
-    if let Err(error) = listening {
+    let setup = async {
+        let locked: bool = client
+            .query_one(
+                "SELECT pg_try_advisory_lock($1, hashtext($2))",
+                &[&PRESENCE_CLASS, &gateway],
+            )
+            .await
+            .map_err(ListenError::Database)?
+            .get(0);
+        if !locked {
+            return Err(ListenError::IdInUse);
+        }
+        client
+            .batch_execute(&format!("LISTEN {CHANNEL}"))
+            .await
+            .map_err(ListenError::Database)
+    };
+    if let Err(error) = setup.await {
         forwarding.abort();
         return Err(error);
     }
-    tracing::debug!("listening for task changes");
-    // Held until the connection ends: dropping the client would close it.
-    let result = ended.await.unwrap_or(Ok(()));
-    drop(client);
-    result
+    Ok(Box::pin(async move {
+        // Held until the connection ends: dropping the client would close it (and let the
+        // lock go).
+        let result = ended.await.unwrap_or(Ok(()));
+        drop(client);
+        result
+    }))
+}
+
+/// Keeps the gateway listening (and present) until `stop`: `first` until its connection
+/// drops, then a new connection after a pause (doubling from one second up to thirty).
+async fn listen(
+    config: tokio_postgres::Config,
+    changes: broadcast::Sender<Arc<str>>,
+    stop: CancellationToken,
+    gateway: String,
+    first: Listening,
+) {
+    let mut listening = Some(first);
+    let mut pause = Duration::from_secs(1);
+    loop {
+        if let Some(connection) = listening.take() {
+            let ended = tokio::select! {
+                _ = stop.cancelled() => return,
+                ended = connection => ended,
+            };
+            if let Err(error) = ended {
+                tracing::warn!(%error, "the task store's change listener lost its connection");
+            }
+            pause = Duration::from_secs(1);
+            // Followers read again: what changed while no one listened is not lost.
+            let _ = changes.send(Arc::from(ANY_TASK));
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(Duration::from_secs(30));
+        match connect_listener(&config, &changes, &gateway).await {
+            Ok(connection) => {
+                let _ = changes.send(Arc::from(ANY_TASK));
+                listening = Some(connection);
+            }
+            Err(ListenError::Database(error)) => {
+                tracing::warn!(%error, retry_in_s = pause.as_secs(), "the task store's change listener cannot connect");
+            }
+            Err(ListenError::IdInUse) => {
+                tracing::error!(gateway = %gateway, retry_in_s = pause.as_secs(),
+                    "another session holds this gateway's presence lock (a gateway with the same id, or one that took this one for gone while the database was away)");
+            }
+        }
+    }
 }
 
 /// The writer thread: takes the queue's batches, writes each in one transaction, lets
@@ -851,6 +1098,7 @@ struct Writer {
     queue: Arc<Queue>,
     memory: Arc<MemoryStore>,
     released: Arc<Mutex<HashMap<String, Arc<TaskRecord>>>>,
+    turns: Turns,
     totals: Arc<RwLock<Totals>>,
     limits: StoreLimits,
     gateway: String,
@@ -898,7 +1146,9 @@ impl Writer {
                 return true;
             }
             // Changed since (a new turn here): it stays, until released again.
-            self.memory.remove_if_unchanged(id, record);
+            if self.memory.remove_if_unchanged(id, record) {
+                self.turns.locked().remove(id);
+            }
             false
         });
     }
@@ -938,6 +1188,16 @@ impl Writer {
                 .map_err(failed)?;
         }
 
+        // The turns of the batch's tasks as they are now (a short lock).
+        let turns: HashMap<&str, (String, u64)> = {
+            let all = self.turns.locked();
+            batch
+                .records
+                .keys()
+                .chain(batch.events.keys())
+                .filter_map(|id| all.get(id).map(|turn| (id.as_str(), turn.clone())))
+                .collect()
+        };
         let mut snapshots = Snapshots::default();
         for (id, work) in &batch.records {
             if *work == RecordWork::Delete {
@@ -947,11 +1207,11 @@ impl Writer {
             let Some((record, log_bytes)) = self.memory.snapshot_of(id) else {
                 continue;
             };
-            snapshots.add(&record, log_bytes);
+            snapshots.add(&record, log_bytes, turns.get(id.as_str()));
             touched.push(id);
         }
         if !snapshots.ids.is_empty() {
-            snapshots.write(&tx).await.map_err(failed)?;
+            snapshots.write(&tx, &self.gateway).await.map_err(failed)?;
         }
 
         let mut events = EventRows::default();
@@ -963,10 +1223,17 @@ impl Writer {
         }
         if !events.ids.is_empty() {
             tx.execute(
-                "INSERT INTO mesh_task_events (task_id, seq, time, event)
-                 SELECT * FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[], $4::TEXT[])
-                 ON CONFLICT (task_id, seq) DO UPDATE SET time = excluded.time, event = excluded.event",
-                &[&events.ids, &events.seqs, &events.times, &events.jsons],
+                "INSERT INTO mesh_task_events (task_id, seq, time, event, position)
+                 SELECT * FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[], $4::TEXT[], $5::INT8[])
+                 ON CONFLICT (task_id, seq) DO UPDATE SET time = excluded.time,
+                     event = excluded.event, position = excluded.position",
+                &[
+                    &events.ids,
+                    &events.seqs,
+                    &events.times,
+                    &events.jsons,
+                    &events.positions,
+                ],
             )
             .await
             .map_err(failed)?;
@@ -977,15 +1244,18 @@ impl Writer {
                     continue;
                 }
                 if let Some((record, log_bytes)) = self.memory.snapshot_of(id) {
-                    states.add(&record, log_bytes);
+                    states.add(&record, log_bytes, turns.get(id.as_str()));
                 }
             }
             if !states.ids.is_empty() {
                 tx.execute(
                     "UPDATE mesh_tasks AS t SET state = u.state, final = u.final,
-                         updated = u.updated, last_seq = u.last_seq, bytes = u.bytes
-                     FROM unnest($1::TEXT[], $2::TEXT[], $3::BOOL[], $4::INT8[], $5::INT8[], $6::INT8[])
-                         AS u(id, state, final, updated, last_seq, bytes)
+                         updated = u.updated, last_seq = u.last_seq, bytes = u.bytes,
+                         gateway = $7, turn_request = COALESCE(u.turn_request, t.turn_request),
+                         turn_start = COALESCE(u.turn_start, t.turn_start)
+                     FROM unnest($1::TEXT[], $2::TEXT[], $3::BOOL[], $4::INT8[], $5::INT8[],
+                         $6::INT8[], $8::TEXT[], $9::INT8[])
+                         AS u(id, state, final, updated, last_seq, bytes, turn_request, turn_start)
                      WHERE t.id = u.id",
                     &[
                         &states.ids,
@@ -994,6 +1264,9 @@ impl Writer {
                         &states.updated,
                         &states.last_seqs,
                         &states.bytes,
+                        &self.gateway,
+                        &states.turn_requests,
+                        &states.turn_starts,
                     ],
                 )
                 .await
@@ -1103,10 +1376,14 @@ struct Snapshots {
     pushes: Vec<Option<String>>,
     seqs: Vec<i64>,
     bytes: Vec<i64>,
+    turn_requests: Vec<Option<String>>,
+    turn_starts: Vec<Option<i64>>,
 }
 
 impl Snapshots {
-    fn add(&mut self, record: &TaskRecord, log_bytes: usize) {
+    fn add(&mut self, record: &TaskRecord, log_bytes: usize, turn: Option<&(String, u64)>) {
+        self.turn_requests.push(turn.map(|t| t.0.clone()));
+        self.turn_starts.push(turn.map(|t| sql_int(t.1)));
         self.ids.push(record.task.id.clone());
         self.agents.push(record.agent.clone());
         self.dialects.push(record.dialect.version());
@@ -1129,23 +1406,27 @@ impl Snapshots {
     async fn write(
         &self,
         tx: &deadpool_postgres::Transaction<'_>,
+        gateway: &str,
     ) -> Result<(), tokio_postgres::Error> {
         tx.execute(
             "INSERT INTO mesh_tasks (id, agent, dialect, owner, context_id, state, final,
-                 created, updated, task, push, seq, last_seq, bytes)
+                 created, updated, task, push, seq, last_seq, bytes, gateway, turn_request,
+                 turn_start)
              SELECT id, agent, dialect, owner, context_id, state, final, created, updated, task,
-                 push, seq, seq, bytes
+                 push, seq, seq, bytes, $14, turn_request, turn_start
              FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], $6::TEXT[],
                  $7::BOOL[], $8::INT8[], $9::INT8[], $10::TEXT[], $11::TEXT[], $12::INT8[],
-                 $13::INT8[])
+                 $13::INT8[], $15::TEXT[], $16::INT8[])
                  AS u(id, agent, dialect, owner, context_id, state, final, created, updated,
-                      task, push, seq, bytes)
+                      task, push, seq, bytes, turn_request, turn_start)
              ON CONFLICT (id) DO UPDATE SET agent = excluded.agent, dialect = excluded.dialect,
                  owner = excluded.owner, context_id = excluded.context_id,
                  state = excluded.state, final = excluded.final, created = excluded.created,
                  updated = excluded.updated, task = excluded.task, push = excluded.push,
                  seq = excluded.seq, last_seq = GREATEST(mesh_tasks.last_seq, excluded.seq),
-                 bytes = excluded.bytes",
+                 bytes = excluded.bytes, gateway = excluded.gateway,
+                 turn_request = COALESCE(excluded.turn_request, mesh_tasks.turn_request),
+                 turn_start = COALESCE(excluded.turn_start, mesh_tasks.turn_start)",
             &[
                 &self.ids,
                 &self.agents,
@@ -1160,6 +1441,9 @@ impl Snapshots {
                 &self.pushes,
                 &self.seqs,
                 &self.bytes,
+                &gateway,
+                &self.turn_requests,
+                &self.turn_starts,
             ],
         )
         .await
@@ -1174,6 +1458,7 @@ struct EventRows<'a> {
     seqs: Vec<i64>,
     times: Vec<i64>,
     jsons: Vec<String>,
+    positions: Vec<Option<i64>>,
 }
 
 impl<'a> EventRows<'a> {
@@ -1181,6 +1466,7 @@ impl<'a> EventRows<'a> {
         self.ids.push(id);
         self.seqs.push(sql_int(event.seq));
         self.times.push(millis(event.time));
+        self.positions.push(event.position.map(sql_int));
         // Encoded here, on the writer's thread: never on the caller's path. The codec writes
         // UTF-8 JSON.
         let json = task_events::encode(&event.event);
@@ -1198,10 +1484,14 @@ struct States {
     updated: Vec<i64>,
     last_seqs: Vec<i64>,
     bytes: Vec<i64>,
+    turn_requests: Vec<Option<String>>,
+    turn_starts: Vec<Option<i64>>,
 }
 
 impl States {
-    fn add(&mut self, record: &TaskRecord, log_bytes: usize) {
+    fn add(&mut self, record: &TaskRecord, log_bytes: usize, turn: Option<&(String, u64)>) {
+        self.turn_requests.push(turn.map(|t| t.0.clone()));
+        self.turn_starts.push(turn.map(|t| sql_int(t.1)));
         self.ids.push(record.task.id.clone());
         self.states
             .push(mesh_core::model::state_name(&record.task.status.state));

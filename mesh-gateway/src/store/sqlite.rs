@@ -43,8 +43,8 @@
 use super::memory::{LogMode, LoggedEvent};
 use super::write_behind::{Batch, Queue, RecordWork};
 use super::{
-    MemoryStore, PendingDelivery, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery,
-    TaskRecord, TaskStore,
+    MemoryStore, Origin, PendingDelivery, StoreError, StoreLimits, StoredEvent, TaskPage,
+    TaskQuery, TaskRecord, TaskStore,
 };
 use crate::task_events;
 use mesh_core::dialect::Dialect;
@@ -278,9 +278,14 @@ impl TaskStore for SqliteStore {
         self.memory.get(id)
     }
 
-    fn append(&self, id: &str, event: &Arc<Reply>) -> Result<Arc<TaskRecord>, StoreError> {
+    fn append(
+        &self,
+        id: &str,
+        event: &Arc<Reply>,
+        origin: Origin,
+    ) -> Result<Arc<TaskRecord>, StoreError> {
         let mut evicted = Vec::new();
-        let appended = self.memory.append_event(id, event, &mut evicted);
+        let appended = self.memory.append_event(id, event, origin, &mut evicted);
         let appended = match appended {
             Ok(appended) => appended,
             Err(error) => {
@@ -947,13 +952,19 @@ mod tests {
             store.insert(record("t", TaskState::Working)).unwrap();
             store.insert(record("done", TaskState::Working)).unwrap();
             store
-                .append("done", &status("done", TaskState::Completed))
+                .append(
+                    "done",
+                    &status("done", TaskState::Completed),
+                    Origin::default(),
+                )
                 .unwrap();
             for i in 0..n {
                 let text = format!(
                     "[{i}] a paragraph of about eighty bytes, as the writer agent streams them.\n"
                 );
-                store.append("t", &chunk("t", &text)).unwrap();
+                store
+                    .append("t", &chunk("t", &text), Origin::default())
+                    .unwrap();
             }
             assert!(store.flush(Duration::from_secs(30)));
             let stats = store.write_stats();
@@ -1013,7 +1024,9 @@ mod tests {
         let store = SqliteStore::open(&dir, limits(100)).unwrap();
         store.insert(record("t", TaskState::Working)).unwrap();
         for i in 0..50 {
-            store.append("t", &chunk("t", &format!("{i}"))).unwrap();
+            store
+                .append("t", &chunk("t", &format!("{i}")), Origin::default())
+                .unwrap();
         }
         // Whatever the writer has committed so far, the log reads whole and in order.
         let events = store.events_after("t", 10, 1000).unwrap();
@@ -1033,7 +1046,9 @@ mod tests {
         assert!(store.flush(Duration::from_secs(5)));
         for i in 0..1000 {
             let before = id_address(&store, "t");
-            store.append("t", &chunk("t", &format!("{i}"))).unwrap();
+            store
+                .append("t", &chunk("t", &format!("{i}")), Origin::default())
+                .unwrap();
             assert_eq!(
                 id_address(&store, "t"),
                 before,
@@ -1050,9 +1065,11 @@ mod tests {
         {
             let store = SqliteStore::open(&dir, limits(2)).unwrap();
             store.insert(record("a", TaskState::Working)).unwrap();
-            store.append("a", &chunk("a", "x")).unwrap();
             store
-                .append("a", &status("a", TaskState::Completed))
+                .append("a", &chunk("a", "x"), Origin::default())
+                .unwrap();
+            store
+                .append("a", &status("a", TaskState::Completed), Origin::default())
                 .unwrap();
             store.insert(record("b", TaskState::InputRequired)).unwrap();
             store.insert(record("c", TaskState::InputRequired)).unwrap();

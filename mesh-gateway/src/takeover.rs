@@ -1,0 +1,218 @@
+//! Taking over the running tasks of a gateway that is gone, when several gateways share the
+//! task store: the replies its agents still send are followed here, logged with the task's
+//! next sequence numbers, and reach every subscriber of the task on any gateway.
+//!
+//! Each gateway's bus session is persistent and named after the gateway
+//! ([`session_client_id`]): while a gateway is down, the broker keeps the replies addressed
+//! to it. A gateway that restarts with the same id follows its own earlier run's tasks on its
+//! own session (the replies kept meanwhile come first); a gateway that finds another one gone
+//! for [`GatewayConfig::takeover_grace`](crate::GatewayConfig::takeover_grace)
+//! ([`TaskStore::claim_orphans`]: the store tells by the gone gateway's presence lock) opens
+//! that gateway's session under its name, follows the claimed tasks' replies from the
+//! position the store logged last ([`Requester::start_on`]), and closes the session when they
+//! end. A task whose turn the store does not know (written before it began), or whose replies
+//! cannot be followed (no bus settings to open the session with, a broker that refuses it), is
+//! failed with a status that says why.
+//!
+//! What a gateway received but had not written when it died is lost with it: the stream has a
+//! gap there (at most the last write-behind batch, a few milliseconds of events).
+
+use crate::bridge::{Bridge, SEND_CAPACITY, Undo, status_event};
+use crate::store::{Origin, Orphan, TaskStore};
+use futures_util::future::join_all;
+use mesh_core::bus::{AckMode, Bus, BusConfig, QoS};
+use mesh_core::model::TaskState;
+use mesh_core::requester::{ReplyStream, Requester, RequesterKind, Resumed};
+use mesh_core::rpc::Reply;
+use mesh_core::topic::Topics;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How often a gateway looks for gateways that are gone.
+pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(2);
+
+/// The client id of gateway `id` of deployment `name` on the bus: its persistent session.
+pub fn session_client_id(name: &str, id: &str) -> String {
+    format!("mesh-gateway-{name}-{id}")
+}
+
+/// What taking over needs.
+pub(crate) struct Takeover {
+    pub(crate) store: Arc<dyn TaskStore>,
+    pub(crate) bridge: Arc<Bridge>,
+    /// How this gateway connects to the bus (another gateway's session is opened the same
+    /// way, under its name); `None`: replies cannot be followed, tasks are failed.
+    pub(crate) bus_config: Option<BusConfig>,
+    pub(crate) topics: Topics,
+    /// The deployment's name.
+    pub(crate) name: String,
+    /// How long a task taken over still has.
+    pub(crate) task_timeout: Duration,
+    pub(crate) grace: Duration,
+}
+
+/// The requests of `orphans` as a requester takes them over, each with `timeout` to run.
+pub(crate) fn resumed(orphans: &[Orphan], timeout: Duration) -> Vec<Resumed> {
+    orphans
+        .iter()
+        .filter_map(|o| {
+            Some(Resumed {
+                request_id: o.request_id.clone()?,
+                agent: o.record.agent.clone(),
+                next_seq: o.next_position,
+                timeout,
+            })
+        })
+        .collect()
+}
+
+impl Takeover {
+    /// Follows each of `orphans` that has a stream in `streams` (the order of [`resumed`])
+    /// and fails the others. Resolves when every followed task's
+    /// turn ended.
+    pub(crate) async fn follow(&self, orphans: Vec<Orphan>, streams: Vec<ReplyStream>) {
+        let mut streams = streams.into_iter();
+        let mut pumps = Vec::new();
+        for orphan in orphans {
+            if orphan.request_id.is_none() {
+                self.fail(orphan, "its turn is not known to the task store");
+                continue;
+            }
+            let Some(stream) = streams.next() else {
+                self.fail(orphan, "its replies cannot be followed");
+                continue;
+            };
+            let id = orphan.record.task.id.clone();
+            let turn_start = orphan.turn_start;
+            let record = Arc::new(orphan.record);
+            if let Err(error) = self.store.insert(crate::store::TaskRecord::clone(&record)) {
+                tracing::warn!(task = %id, %error, "cannot take over a task");
+                continue;
+            }
+            let Some((live, _)) = self.bridge.begin(&id, SEND_CAPACITY) else {
+                continue;
+            };
+            tracing::info!(task = %id, from = %orphan.gateway, next_position = orphan.next_position,
+                seq = record.seq, "following a task taken over");
+            pumps.push(
+                self.bridge
+                    .pump(id, live, stream, Undo::Restore(record), turn_start),
+            );
+        }
+        join_all(pumps).await;
+    }
+
+    /// Fails a task taken over whose replies cannot be followed: a final status event,
+    /// logged like any, that says why.
+    fn fail(&self, orphan: Orphan, why: &str) {
+        let id = orphan.record.task.id.clone();
+        let text = format!(
+            "the gateway that bridged this task ({}) stopped while it ran, and {why}",
+            orphan.gateway
+        );
+        let event = Arc::new(Reply::StatusUpdate(status_event(
+            &orphan.record.task,
+            TaskState::Failed,
+            Some(&text),
+        )));
+        if self.store.insert(orphan.record).is_err() {
+            return;
+        }
+        match self.store.append(&id, &event, Origin::default()) {
+            Ok(record) => self.bridge.notify_push(&record),
+            Err(error) => tracing::warn!(task = %id, %error, "cannot fail a task taken over"),
+        }
+        self.store.release(&id);
+    }
+
+    /// Opens gone gateway `gateway`'s session and follows `orphans` on it; closes the
+    /// session when they end.
+    async fn adopt(self: Arc<Self>, gateway: String, orphans: Vec<Orphan>) {
+        let Some(template) = self.bus_config.clone() else {
+            self.follow(orphans, Vec::new()).await;
+            return;
+        };
+        let mut config = template.with_client_id(session_client_id(&self.name, &gateway));
+        config.clean_session = false;
+        let filter = match Requester::response_filter(
+            &self.topics,
+            RequesterKind::Gateway,
+            &self.name,
+            &gateway,
+        ) {
+            Ok(filter) => filter,
+            Err(_) => {
+                self.follow(orphans, Vec::new()).await;
+                return;
+            }
+        };
+        let connected =
+            Bus::connect_subscribed(config, &[(&filter, QoS::AtLeastOnce, AckMode::ByConsumer)])
+                .await;
+        let (bus, mut subscriptions) = match connected {
+            Ok(connected) => connected,
+            Err(error) => {
+                tracing::warn!(%error, gateway = %gateway, "cannot open the session of a gateway that is gone");
+                self.follow(orphans, Vec::new()).await;
+                return;
+            }
+        };
+        let resumed = resumed(&orphans, self.task_timeout);
+        let started = Requester::start_on(
+            bus.clone(),
+            subscriptions.remove(0),
+            self.topics.clone(),
+            RequesterKind::Gateway,
+            &self.name,
+            &gateway,
+            resumed,
+        );
+        match started {
+            Ok((requester, streams)) => {
+                self.follow(orphans, streams).await;
+                drop(requester);
+            }
+            Err(error) => {
+                tracing::warn!(%error, gateway = %gateway, "cannot follow the replies of a gateway that is gone");
+                self.follow(orphans, Vec::new()).await;
+            }
+        }
+        // A clean end: the broker keeps the session (the gateway may come back to it).
+        let _ = bus.disconnect().await;
+    }
+
+    /// Takes over `orphans` of other gateways: each gateway's in a task of its own.
+    pub(crate) fn adopt_all(self: &Arc<Self>, orphans: Vec<Orphan>) {
+        let mut by_gateway: Vec<(String, Vec<Orphan>)> = Vec::new();
+        for orphan in orphans {
+            match by_gateway.iter_mut().find(|(g, _)| *g == orphan.gateway) {
+                Some((_, list)) => list.push(orphan),
+                None => by_gateway.push((orphan.gateway.clone(), vec![orphan])),
+            }
+        }
+        for (gateway, orphans) in by_gateway {
+            tokio::spawn(self.clone().adopt(gateway, orphans));
+        }
+    }
+
+    /// Looks for gateways that are gone every [`LOOK_EVERY`] until `shutdown`, and takes
+    /// their tasks over.
+    pub(crate) fn watch(self: Arc<Self>, shutdown: CancellationToken) {
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(LOOK_EVERY) => {}
+                }
+                match self.store.claim_orphans(self.grace).await {
+                    Ok(orphans) if !orphans.is_empty() => self.adopt_all(orphans),
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot look for gateways that are gone");
+                    }
+                }
+            }
+        });
+    }
+}
