@@ -142,17 +142,41 @@ fn events(events: TaskEvents) -> Events {
             if let Some(item) = state.pending.pop_front() {
                 return Some((item, state));
             }
-            let (_, event) = state.events.next().await?;
+            let (seq, event) = state.events.next().await?;
             let started = std::mem::replace(&mut state.started, true);
+            let numbered = |reply: Reply| stream_response(with_event_id(reply, seq));
             match view(&event) {
                 Err(e) => state.pending.push_back(Err(status::to_status(e))),
                 Ok(Reply::Task(task)) if started => state
                     .pending
-                    .extend(task_as_updates(task).filter_map(stream_response).map(Ok)),
-                Ok(reply) => state.pending.extend(stream_response(reply.clone()).map(Ok)),
+                    .extend(task_as_updates(task).filter_map(numbered).map(Ok)),
+                Ok(reply) => state.pending.extend(numbered(reply.clone()).map(Ok)),
             }
         }
     }))
+}
+
+/// The metadata key of a streamed event's sequence number in its task: what a client sends
+/// back as `last-event-id` to resume (gRPC has no event ids of its own).
+pub(crate) const EVENT_ID_KEY: &str = "meshEventId";
+
+/// `reply` with its sequence number in its task in its metadata ([`EVENT_ID_KEY`]); as it is
+/// when the store did not log it (`seq` 0).
+fn with_event_id(mut reply: Reply, seq: u64) -> Reply {
+    if seq == 0 {
+        return reply;
+    }
+    let metadata = match &mut reply {
+        Reply::Task(task) => &mut task.metadata,
+        Reply::Message(message) => &mut message.metadata,
+        Reply::StatusUpdate(update) => &mut update.metadata,
+        Reply::ArtifactUpdate(update) => &mut update.metadata,
+        _ => return reply,
+    };
+    metadata
+        .get_or_insert_with(Default::default)
+        .insert(EVENT_ID_KEY.to_owned(), seq.to_string().into());
+    reply
 }
 
 /// A stream event as the proto's `StreamResponse` (other replies are no events).
@@ -291,6 +315,18 @@ impl pb::a2a_service_server::A2aService for Grpc {
         request: Request<pb::SubscribeToTaskRequest>,
     ) -> Result<Response<Events>, Status> {
         let (began, method) = (Instant::now(), Method::SubscribeToTask);
+        // Resuming: the `last-event-id` metadata, as the SSE bindings' header.
+        let resume_after = match request.metadata().get("last-event-id").map(|v| v.to_str()) {
+            None => None,
+            Some(Ok(text)) if text.trim().is_empty() => None,
+            Some(Ok(text)) if text.trim().parse::<u64>().is_ok() => text.trim().parse().ok(),
+            Some(_) => {
+                let error = A2aError::invalid_params(
+                    "last-event-id is not an event id of this gateway (the meshEventId of an event it sent)",
+                );
+                return self.answered(method, began, Err(error));
+            }
+        };
         let (cx, params) = self.read(
             method,
             began,
@@ -298,10 +334,9 @@ impl pb::a2a_service_server::A2aService for Grpc {
             convert::subscribe_to_task_request,
             |p| p.tenant.as_deref(),
         )?;
-        // gRPC's stream carries no event ids, so there is nothing to resume from here.
         let answer = self
             .service
-            .subscribe(&cx, params, None)
+            .subscribe(&cx, params, resume_after)
             .await
             .map(|(_, subscription)| events(subscription));
         self.answered(method, began, answer)

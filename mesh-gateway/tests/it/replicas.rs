@@ -4,6 +4,7 @@
 //! once and in order.
 
 use crate::support::*;
+use futures_util::StreamExt;
 use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
 use mesh_core::bus::Bus;
 use mesh_core::model::Part;
@@ -363,4 +364,94 @@ async fn a_task_running_through_one_gateway_is_canceled_through_the_other() {
         .call("b", "paced", "tasks/get", json!({"id": task}))
         .await;
     assert_eq!(state(result(&got)), "canceled", "{got}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_client_resumes_at_the_other_gateway_with_its_last_event_id() {
+    use mesh_gateway::grpc_client::a2a_service_client::A2aServiceClient;
+    use mesh_gateway::grpc_client::{SubscribeToTaskRequest, stream_response::Payload};
+
+    let mut replicas = Replicas::start().await;
+    let gate = Gate::default();
+    replicas.run(paced(gate.clone()), "paced").await;
+    let mut first = replicas
+        .open(
+            "a",
+            "paced",
+            "message/stream",
+            json!({"message": {"kind": "message", "role": "user", "messageId": "m1",
+                               "parts": [{"kind": "text", "text": "go"}]}}),
+            None,
+        )
+        .await;
+    let seen = read_until(&mut first, |e| e.last().is_some_and(|e| is_chunk(e, "2"))).await;
+    drop(first);
+    let task = seen[0].data["result"]["id"].as_str().unwrap().to_owned();
+    let seen_ids = ids(&seen);
+
+    // SubscribeToTask at b over gRPC, `last-event-id` in the metadata; each event says its
+    // id in its metadata (`meshEventId`).
+    let channel = tonic::transport::Endpoint::from_shared(replicas.b_base.clone())
+        .unwrap()
+        .connect()
+        .await
+        .expect("gRPC connects");
+    let mut client = A2aServiceClient::new(channel);
+    let mut request = tonic::Request::new(SubscribeToTaskRequest {
+        tenant: "paced".into(),
+        id: task.clone(),
+    });
+    request
+        .metadata_mut()
+        .insert("last-event-id", seen_ids[1].to_string().parse().unwrap());
+    let mut stream = tokio::time::timeout(WAIT, client.subscribe_to_task(request))
+        .await
+        .expect("answered in time")
+        .expect("the subscription starts")
+        .into_inner();
+    let event_id = |metadata: &Option<prost_types::Struct>| -> Option<u64> {
+        match &metadata.as_ref()?.fields.get("meshEventId")?.kind {
+            Some(prost_types::value::Kind::StringValue(text)) => text.parse().ok(),
+            _ => None,
+        }
+    };
+    let mut got = Vec::new();
+    let mut opened = false;
+    let mut last_state = None;
+    while let Some(item) = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("the events come")
+    {
+        let response = item.expect("an event");
+        let (id, state) = match response.payload.expect("a payload") {
+            Payload::Task(t) => (event_id(&t.metadata), t.status.map(|s| s.state)),
+            Payload::Message(m) => (event_id(&m.metadata), None),
+            Payload::StatusUpdate(u) => (event_id(&u.metadata), u.status.map(|s| s.state)),
+            Payload::ArtifactUpdate(u) => (event_id(&u.metadata), None),
+        };
+        got.push(id.expect("every event has its id"));
+        last_state = state.or(last_state);
+        if !opened && got.last() == seen_ids.last() {
+            // Caught up with what the client had missed: let the agent go on.
+            opened = true;
+            gate.open();
+        }
+    }
+    assert_eq!(
+        got[..seen_ids.len() - 2].to_vec(),
+        seen_ids[2..].to_vec(),
+        "the missed events first: {got:?}"
+    );
+    let all: Vec<u64> = seen_ids[..2]
+        .iter()
+        .copied()
+        .chain(got.iter().copied())
+        .collect();
+    assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
+    // TASK_STATE_COMPLETED
+    assert_eq!(
+        last_state,
+        Some(3),
+        "the stream ends with the task completed"
+    );
 }
