@@ -432,6 +432,11 @@ impl Pusher {
                 _ = self.shutdown.cancelled() => return,
             }
         }
+        // With a store shared by several gateways, the task as notified is where every one
+        // of them reads it before its receiver hears of it (at once otherwise).
+        if let Some(store) = self.store.upgrade() {
+            store.written(&delivery.task_id).await;
+        }
         let mut backoff = self.settings.backoff.min(MAX_BACKOFF);
         for _ in 0..delivery.attempts.min(attempts) {
             backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);

@@ -74,7 +74,8 @@ impl TaskEvents {
             return None;
         }
         if let Some((seq, event)) = self.first.pop_front() {
-            return Some((seq, self.handing_out(event)));
+            let event = self.handing_out(event);
+            return Some((seq, self.settled(event).await));
         }
         let live = self.live.as_mut()?;
         let received = tokio::select! {
@@ -82,7 +83,10 @@ impl TaskEvents {
             received = live.recv() => received,
         };
         match received {
-            Some(Live::Event(seq, event)) => Some((seq, self.handing_out(event))),
+            Some(Live::Event(seq, event)) => {
+                let event = self.handing_out(event);
+                Some((seq, self.settled(event).await))
+            }
             Some(Live::Lagged) => {
                 tracing::debug!(task = %self.task_id, "slow subscriber resynchronised");
                 let Some(record) = self.store.get(&self.task_id) else {
@@ -101,6 +105,16 @@ impl TaskEvents {
                 ends_task(&task).then(|| (record.seq, Ok(Arc::new(task))))
             }
         }
+    }
+
+    /// `event`, once the store has it where every gateway sharing it reads it when it ends
+    /// the stream (at once with a store of one gateway): a client that hears a task ended
+    /// finds it ended through any replica.
+    async fn settled(&self, event: LiveEvent) -> LiveEvent {
+        if self.done {
+            self.store.written(&self.task_id).await;
+        }
+        event
     }
 
     /// Notes whether `event` ends the stream, and hands it out.

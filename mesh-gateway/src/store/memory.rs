@@ -347,6 +347,11 @@ impl MemoryStore {
         inner.tasks.get(id).map(|e| (e.record.clone(), e.log_bytes))
     }
 
+    /// The ids of the tasks it holds.
+    pub(crate) fn ids(&self) -> Vec<String> {
+        self.read().tasks.keys().cloned().collect()
+    }
+
     /// Forgets a task when its record is still `record` (unchanged since it was read: any
     /// change makes a new record while `record` is held); true when it did.
     pub(crate) fn remove_if_unchanged(&self, id: &str, record: &Arc<TaskRecord>) -> bool {

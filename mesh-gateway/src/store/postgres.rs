@@ -68,6 +68,10 @@ use tokio_util::sync::CancellationToken;
 /// The channel the writers notify and every gateway listens on.
 const CHANNEL: &str = "mesh_task_changes";
 
+/// The channel [`TaskStore::modify`] also notifies: a task's record changed outside the
+/// gateway that bridges it (its push configs), which reads them again.
+const RECORDS_CHANNEL: &str = "mesh_task_records";
+
 /// What [`TaskStore::changes`] hands out when the listening connection dropped: any task
 /// may have changed.
 pub const ANY_TASK: &str = "*";
@@ -148,6 +152,9 @@ const RECORD_COLUMNS: &str = "id, agent, dialect, owner, created, updated, task,
 /// Task id → the request of its current turn and the task's sequence before it.
 type Turns = Arc<Mutex<HashMap<String, (String, u64)>>>;
 
+/// See [`PostgresStore::push_dirty`].
+type PushDirty = Arc<Mutex<std::collections::HashSet<String>>>;
+
 /// What the last count of the database found.
 #[derive(Debug, Clone, Default)]
 struct Totals {
@@ -173,6 +180,9 @@ pub struct PostgresStore {
     turns: Turns,
     /// This gateway's id (the `gateway` of the rows it writes).
     gateway: String,
+    /// Tasks whose push configs the next snapshot writes (a record inserted whole); the
+    /// other snapshots leave the column to [`TaskStore::modify`].
+    push_dirty: PushDirty,
     /// The gateways seen gone, and since when (see [`TaskStore::claim_orphans`]).
     gone_since: Mutex<HashMap<String, Instant>>,
     /// Whether the tasks of this gateway's earlier run were claimed already.
@@ -198,21 +208,11 @@ impl PostgresStore {
         };
         let config = tokio_postgres::Config::from_str(url)
             .map_err(|e| storage("not a PostgreSQL URL:", &e))?;
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
-            .wait_timeout(Some(POOL_WAIT))
-            .create_timeout(Some(POOL_WAIT))
-            .recycle_timeout(Some(POOL_WAIT))
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
+        let pool = make_pool(&config, POOL_SIZE)
             .map_err(|e| storage("cannot make a connection pool for", &e))?;
+        // The writer's own: its connections live on its own runtime (see `Writer::run`).
+        let writer_pool =
+            make_pool(&config, 1).map_err(|e| storage("cannot make a connection pool for", &e))?;
         let mut client = pool
             .get()
             .await
@@ -254,8 +254,14 @@ impl PostgresStore {
         let queue = Arc::new(Queue::new());
         let released = Arc::new(Mutex::new(HashMap::new()));
         let turns: Turns = Arc::default();
+        let push_dirty: PushDirty = Arc::default();
         let (changes, _) = broadcast::channel(CHANGES_CAPACITY);
-        let first = match connect_listener(&config, &changes, gateway).await {
+        let (records, _) = broadcast::channel(CHANGES_CAPACITY);
+        let listened = Changes {
+            events: changes.clone(),
+            records: records.clone(),
+        };
+        let first = match connect_listener(&config, &listened, gateway).await {
             Ok(first) => first,
             Err(ListenError::Database(e)) => {
                 return Err(storage("cannot listen for changes on", &e));
@@ -269,26 +275,33 @@ impl PostgresStore {
         let stop = CancellationToken::new();
         tokio::spawn(listen(
             config,
-            changes.clone(),
+            listened,
             stop.clone(),
             gateway.to_owned(),
             first,
         ));
+        tokio::spawn(refresh_push_configs(
+            pool.clone(),
+            memory.clone(),
+            push_dirty.clone(),
+            records.subscribe(),
+            stop.clone(),
+        ));
         let writer = {
             let writer = Writer {
-                pool: pool.clone(),
+                pool: writer_pool,
                 queue: queue.clone(),
                 memory: memory.clone(),
                 released: released.clone(),
                 turns: turns.clone(),
+                push_dirty: push_dirty.clone(),
                 totals: totals.clone(),
                 limits,
                 gateway: gateway.to_owned(),
             };
-            let runtime = tokio::runtime::Handle::current();
             std::thread::Builder::new()
                 .name("mesh-task-store".into())
-                .spawn(move || writer.run(&runtime))
+                .spawn(move || writer.run())
                 .map_err(|e| {
                     StoreError::Storage(format!("cannot start the task store's writer: {e}"))
                 })?
@@ -303,6 +316,7 @@ impl PostgresStore {
             changes,
             turns,
             gateway: gateway.to_owned(),
+            push_dirty,
             gone_since: Mutex::default(),
             own_claimed: std::sync::atomic::AtomicBool::new(false),
             writer: Mutex::new(Some(writer)),
@@ -479,6 +493,7 @@ impl TaskStore for PostgresStore {
         self.memory.insert_record(record, &mut Vec::new())?;
         // A new turn here: bridged again.
         self.released.locked().remove(&id);
+        self.push_dirty.locked().insert(id.clone());
         self.queue.snapshot(&id);
         Ok(())
     }
@@ -491,10 +506,26 @@ impl TaskStore for PostgresStore {
         // A task this gateway bridges, or whose writes it has not committed yet, is newest
         // here; one whose turn ended here and is written may have been continued by another
         // gateway since.
-        if let Some(record) = self.newest_here(id) {
-            return Ok(Some(record));
-        }
         let client = self.client().await?;
+        if let Some(record) = self.newest_here(id) {
+            // Its push configs are the database's (another gateway may have set them).
+            let row = client
+                .query_opt("SELECT push FROM mesh_tasks WHERE id = $1", &[&id])
+                .await
+                .map_err(|e| storage_error(&format!("cannot read task {id}"), e))?;
+            let Some(row) = row else {
+                return Ok(Some(record));
+            };
+            let push: Option<&str> = row.get(0);
+            let configs: Vec<mesh_core::model::TaskPushNotificationConfig> = push
+                .and_then(|p| serde_json::from_str(p).ok())
+                .unwrap_or_default();
+            if configs == record.push_configs {
+                return Ok(Some(record));
+            }
+            adopt_push_configs(&self.memory, &self.push_dirty, id, &configs);
+            return Ok(self.memory.get(id).or(Some(record)));
+        }
         read_record(&client, id)
             .await
             .map(|r| r.map(Arc::new))
@@ -566,8 +597,11 @@ impl TaskStore for PostgresStore {
         id: &str,
         apply: &mut (dyn for<'r> FnMut(&'r mut TaskRecord) + Send),
     ) -> Result<Option<Arc<TaskRecord>>, StoreError> {
+        // Through the database, whoever bridges the task: push configs are read by the
+        // gateway that delivers its notifications, which may be another one (it is told).
+        // A task of the working set is written first, so that its row is there.
         if self.memory.get(id).is_some() {
-            return Ok(self.update(id, apply));
+            self.queue.written(id, WRITTEN_WAIT).await;
         }
         let failed =
             |e: tokio_postgres::Error| storage_error(&format!("cannot change task {id}"), e);
@@ -605,7 +639,12 @@ impl TaskStore for PostgresStore {
         .await
         .map_err(failed)?;
         notify(&tx, &[id]).await.map_err(failed)?;
+        notify_on(&tx, RECORDS_CHANNEL, &[id])
+            .await
+            .map_err(failed)?;
         tx.commit().await.map_err(failed)?;
+        // The working set's copy takes the configs (its snapshots leave them to this path).
+        adopt_push_configs(&self.memory, &self.push_dirty, id, &record.push_configs);
         Ok(Some(Arc::new(record)))
     }
 
@@ -867,6 +906,15 @@ async fn notify(
     client: &impl deadpool_postgres::GenericClient,
     ids: &[&str],
 ) -> Result<(), tokio_postgres::Error> {
+    notify_on(client, CHANNEL, ids).await
+}
+
+/// Notifies `channel` (at commit) with these task ids.
+async fn notify_on(
+    client: &impl deadpool_postgres::GenericClient,
+    channel: &str,
+    ids: &[&str],
+) -> Result<(), tokio_postgres::Error> {
     let ids: Vec<&str> = ids
         .iter()
         .copied()
@@ -878,10 +926,26 @@ async fn notify(
     client
         .execute(
             "SELECT pg_notify($1, id) FROM unnest($2::TEXT[]) AS id",
-            &[&CHANNEL, &ids],
+            &[&channel, &ids],
         )
         .await
         .map(|_| ())
+}
+
+/// Gives the working set's record of `id` (if there is one) these push configs, the
+/// database's, unless its own are newer (inserted and not written yet: `dirty`).
+fn adopt_push_configs(
+    memory: &MemoryStore,
+    dirty: &PushDirty,
+    id: &str,
+    configs: &[mesh_core::model::TaskPushNotificationConfig],
+) {
+    if dirty.locked().contains(id) {
+        return;
+    }
+    if memory.get(id).is_some_and(|r| r.push_configs != configs) {
+        memory.update_record(id, &mut |r| r.push_configs = configs.to_vec());
+    }
 }
 
 /// The gateways other than `me` with running tasks in the database.
@@ -973,6 +1037,22 @@ async fn load_deliveries(
     Ok(deliveries)
 }
 
+/// Where the listener hands the notifications: the tasks whose events were written, and
+/// those whose record another gateway changed ([`RECORDS_CHANNEL`]).
+#[derive(Clone)]
+struct Changes {
+    events: broadcast::Sender<Arc<str>>,
+    records: broadcast::Sender<Arc<str>>,
+}
+
+impl Changes {
+    /// Anything may have changed (the listener was away).
+    fn any(&self) {
+        let _ = self.events.send(Arc::from(ANY_TASK));
+        let _ = self.records.send(Arc::from(ANY_TASK));
+    }
+}
+
 /// A connection that holds the gateway's presence lock and listens for task changes; ends
 /// when the connection does.
 type Listening =
@@ -990,7 +1070,7 @@ enum ListenError {
 /// connection dropped).
 async fn connect_listener(
     config: &tokio_postgres::Config,
-    changes: &broadcast::Sender<Arc<str>>,
+    changes: &Changes,
     gateway: &str,
 ) -> Result<Listening, ListenError> {
     let (client, mut connection) = config.connect(NoTls).await.map_err(ListenError::Database)?;
@@ -1003,7 +1083,12 @@ async fn connect_listener(
             while let Some(message) = messages.next().await {
                 match message {
                     Ok(AsyncMessage::Notification(n)) => {
-                        let _ = changes.send(Arc::from(n.payload()));
+                        let to = if n.channel() == RECORDS_CHANNEL {
+                            &changes.records
+                        } else {
+                            &changes.events
+                        };
+                        let _ = to.send(Arc::from(n.payload()));
                     }
                     Ok(_) => {}
                     Err(error) => {
@@ -1029,7 +1114,7 @@ async fn connect_listener(
             return Err(ListenError::IdInUse);
         }
         client
-            .batch_execute(&format!("LISTEN {CHANNEL}"))
+            .batch_execute(&format!("LISTEN {CHANNEL}; LISTEN {RECORDS_CHANNEL}"))
             .await
             .map_err(ListenError::Database)
     };
@@ -1050,7 +1135,7 @@ async fn connect_listener(
 /// drops, then a new connection after a pause (doubling from one second up to thirty).
 async fn listen(
     config: tokio_postgres::Config,
-    changes: broadcast::Sender<Arc<str>>,
+    changes: Changes,
     stop: CancellationToken,
     gateway: String,
     first: Listening,
@@ -1068,7 +1153,7 @@ async fn listen(
             }
             pause = Duration::from_secs(1);
             // Followers read again: what changed while no one listened is not lost.
-            let _ = changes.send(Arc::from(ANY_TASK));
+            changes.any();
         }
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -1077,7 +1162,7 @@ async fn listen(
         pause = (pause * 2).min(Duration::from_secs(30));
         match connect_listener(&config, &changes, &gateway).await {
             Ok(connection) => {
-                let _ = changes.send(Arc::from(ANY_TASK));
+                changes.any();
                 listening = Some(connection);
             }
             Err(ListenError::Database(error)) => {
@@ -1091,6 +1176,72 @@ async fn listen(
     }
 }
 
+/// Gives the working set's tasks the push configs another gateway set on them
+/// ([`RECORDS_CHANNEL`]), until `stop`.
+async fn refresh_push_configs(
+    pool: Pool,
+    memory: Arc<MemoryStore>,
+    push_dirty: PushDirty,
+    mut records: broadcast::Receiver<Arc<str>>,
+    stop: CancellationToken,
+) {
+    loop {
+        let id = tokio::select! {
+            _ = stop.cancelled() => return,
+            id = records.recv() => id,
+        };
+        let ids: Vec<String> = match id {
+            Ok(id) if &*id != ANY_TASK => {
+                if memory.get(&id).is_none() {
+                    continue;
+                }
+                vec![id.to_string()]
+            }
+            // Missed some, or the listener was away: every task of the working set.
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => memory.ids(),
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let Ok(client) = pool.get().await else {
+            continue;
+        };
+        let rows = client
+            .query(
+                "SELECT id, push FROM mesh_tasks WHERE id = ANY($1)",
+                &[&ids],
+            )
+            .await;
+        for row in rows.iter().flatten() {
+            let push: Option<&str> = row.get(1);
+            let configs: Vec<mesh_core::model::TaskPushNotificationConfig> = push
+                .and_then(|p| serde_json::from_str(p).ok())
+                .unwrap_or_default();
+            adopt_push_configs(&memory, &push_dirty, row.get(0), &configs);
+        }
+    }
+}
+
+/// A bounded pool of connections to `config`'s database, made on the runtime that first
+/// uses it.
+fn make_pool(
+    config: &tokio_postgres::Config,
+    size: usize,
+) -> Result<Pool, deadpool_postgres::BuildError> {
+    let manager = Manager::from_config(
+        config.clone(),
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .wait_timeout(Some(POOL_WAIT))
+        .create_timeout(Some(POOL_WAIT))
+        .recycle_timeout(Some(POOL_WAIT))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+}
+
 /// The writer thread: takes the queue's batches, writes each in one transaction, lets
 /// released tasks go, and applies the bounds.
 struct Writer {
@@ -1099,13 +1250,28 @@ struct Writer {
     memory: Arc<MemoryStore>,
     released: Arc<Mutex<HashMap<String, Arc<TaskRecord>>>>,
     turns: Turns,
+    push_dirty: PushDirty,
     totals: Arc<RwLock<Totals>>,
     limits: StoreLimits,
     gateway: String,
 }
 
 impl Writer {
-    fn run(&self, runtime: &tokio::runtime::Handle) {
+    /// The writer's loop, on a runtime of its own (one thread, driven only while it writes):
+    /// it never waits for the gateway's runtime, so a store closed from one of its workers
+    /// (at shutdown, on a one-worker runtime) still writes what is pending.
+    fn run(&self) {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                tracing::error!(%error, "the task store's writer cannot start: nothing is written");
+                self.queue.stopped();
+                return;
+            }
+        };
         let mut last_retention = Instant::now();
         loop {
             let left = RETENTION_EVERY.saturating_sub(last_retention.elapsed());
@@ -1212,6 +1378,28 @@ impl Writer {
         }
         if !snapshots.ids.is_empty() {
             snapshots.write(&tx, &self.gateway).await.map_err(failed)?;
+            // A record inserted whole (a new task, a follow-up turn) brings its push configs;
+            // the other snapshots leave them to `modify`.
+            let dirty: Vec<(&str, Option<String>)> = {
+                let mut dirty = self.push_dirty.locked();
+                snapshots
+                    .ids
+                    .iter()
+                    .zip(&snapshots.pushes)
+                    .filter(|(id, _)| dirty.remove(id.as_str()))
+                    .map(|(id, push)| (id.as_str(), push.clone()))
+                    .collect()
+            };
+            if !dirty.is_empty() {
+                let (ids, pushes): (Vec<&str>, Vec<Option<String>>) = dirty.into_iter().unzip();
+                tx.execute(
+                    "UPDATE mesh_tasks AS t SET push = u.push
+                     FROM unnest($1::TEXT[], $2::TEXT[]) AS u(id, push) WHERE t.id = u.id",
+                    &[&ids, &pushes],
+                )
+                .await
+                .map_err(failed)?;
+            }
         }
 
         let mut events = EventRows::default();
@@ -1422,7 +1610,7 @@ impl Snapshots {
              ON CONFLICT (id) DO UPDATE SET agent = excluded.agent, dialect = excluded.dialect,
                  owner = excluded.owner, context_id = excluded.context_id,
                  state = excluded.state, final = excluded.final, created = excluded.created,
-                 updated = excluded.updated, task = excluded.task, push = excluded.push,
+                 updated = excluded.updated, task = excluded.task,
                  seq = excluded.seq, last_seq = GREATEST(mesh_tasks.last_seq, excluded.seq),
                  bytes = excluded.bytes, gateway = excluded.gateway,
                  turn_request = COALESCE(excluded.turn_request, mesh_tasks.turn_request),

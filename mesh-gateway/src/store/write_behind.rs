@@ -61,6 +61,8 @@ pub(super) struct QueueState {
     pub(super) in_flight: usize,
     /// The events the writer is committing now (readable until they are committed).
     pub(super) in_flight_events: Arc<HashMap<String, Vec<LoggedEvent>>>,
+    /// The tasks whose records the writer is committing now.
+    pub(super) in_flight_records: Vec<String>,
     pub(super) closed: bool,
     /// The writer thread has ended.
     pub(super) stopped: bool,
@@ -211,6 +213,7 @@ impl Queue {
         state.event_bytes = 0;
         state.in_flight = batch.len();
         state.in_flight_events = events;
+        state.in_flight_records = batch.records.keys().cloned().collect();
         batch
     }
 
@@ -219,6 +222,7 @@ impl Queue {
         let mut state = self.lock();
         state.in_flight = 0;
         state.in_flight_events = Arc::default();
+        state.in_flight_records.clear();
         drop(state);
         self.done.notify_all();
         self.committed.notify_waiters();
@@ -303,5 +307,6 @@ impl Queue {
         !state.records.contains_key(id)
             && !state.events.contains_key(id)
             && !state.in_flight_events.contains_key(id)
+            && !state.in_flight_records.iter().any(|r| r == id)
     }
 }

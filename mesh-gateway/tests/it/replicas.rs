@@ -24,6 +24,8 @@ struct Replicas {
 fn shared(config: &mut GatewayConfig, url: &str, id: &str) {
     config.store_url = Some(url.to_owned());
     config.gateway_id = Some(id.to_owned());
+    config.allow_private_webhooks = true;
+    config.webhook_backoff = Duration::from_millis(20);
 }
 
 impl Replicas {
@@ -453,5 +455,59 @@ async fn a_grpc_client_resumes_at_the_other_gateway_with_its_last_event_id() {
         last_state,
         Some(3),
         "the stream ends with the task completed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_config_set_through_the_other_gateway_is_delivered_once_by_the_bridging_one() {
+    let mut hook = Hook::start(0).await;
+    let mut replicas = Replicas::start().await;
+    let gate = Gate::default();
+    replicas.run(slow_agent("slow", gate.clone()), "slow").await;
+
+    // Started at a (non-blocking), its config set at b while a bridges it.
+    let mut params = msg03("later");
+    params["configuration"] = json!({"blocking": false});
+    let started = replicas.call("a", "slow", "message/send", params).await;
+    let task = result(&started)["id"].as_str().unwrap().to_owned();
+    let set = replicas
+        .call(
+            "b",
+            "slow",
+            "tasks/pushNotificationConfig/set",
+            json!({"taskId": task, "pushNotificationConfig": {"url": hook.url, "token": "via-b"}}),
+        )
+        .await;
+    assert_eq!(result(&set)["taskId"], json!(task), "{set}");
+    let listed = replicas
+        .call(
+            "a",
+            "slow",
+            "tasks/pushNotificationConfig/list",
+            json!({"id": task}),
+        )
+        .await;
+    assert_eq!(
+        result(&listed).as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+
+    gate.open();
+    let delivered = hook.until_accepted("completed").await;
+    assert!(
+        delivered
+            .iter()
+            .all(|r| r.headers["x-a2a-notification-token"] == "via-b"),
+        "the config set through b"
+    );
+    // Once each: the completed task is not notified again (by the other gateway).
+    let got = replicas
+        .call("b", "slow", "tasks/get", json!({"id": task}))
+        .await;
+    assert_eq!(state(result(&got)), "completed", "{got}");
+    assert!(
+        hook.try_next().is_none(),
+        "no second delivery after the final one"
     );
 }
