@@ -288,7 +288,12 @@ impl Pusher {
                 format!("no webhook client: {}", chain(&error))
             });
         let resumed = store.take_pending_deliveries();
-        let next_id = resumed.iter().map(|d| d.id).max().unwrap_or(0) + 1;
+        // Ids unique across the gateways that share a store (one may take another's
+        // deliveries over): the time in milliseconds, shifted, then counted up.
+        let now_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let next_id = (resumed.iter().map(|d| d.id).max().unwrap_or(0) + 1).max(now_ms << 20);
         let pusher = Arc::new(Pusher {
             settings,
             client,
@@ -306,12 +311,18 @@ impl Pusher {
                 "delivering the webhook notifications pending at the last stop"
             );
         }
-        for delivery in resumed {
-            pusher.pending.fetch_add(1, Ordering::AcqRel);
-            let task_id = delivery.task_id.clone();
-            pusher.enqueue(&task_id, vec![Arc::new(delivery)]);
-        }
+        pusher.resume(resumed);
         pusher
+    }
+
+    /// Delivers deliveries made before: pending at the last stop, or taken over from a
+    /// gateway that is gone (they keep their ids).
+    pub(crate) fn resume(self: &Arc<Self>, deliveries: Vec<PendingDelivery>) {
+        for delivery in deliveries {
+            self.pending.fetch_add(1, Ordering::AcqRel);
+            let task_id = delivery.task_id.clone();
+            self.enqueue(&task_id, vec![Arc::new(delivery)]);
+        }
     }
 
     pub(crate) fn allow_private(&self) -> bool {

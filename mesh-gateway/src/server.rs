@@ -310,6 +310,7 @@ impl Gateway {
                 name: config.name.clone(),
                 task_timeout: config.task_timeout,
                 grace: config.takeover_grace,
+                pusher: pusher.clone(),
             });
             {
                 let takeover = takeover.clone();

@@ -14,8 +14,11 @@
 //! cannot be followed (no bus settings to open the session with, a broker that refuses it), is
 //! failed with a status that says why.
 //!
-//! What a gateway received but had not written when it died is lost with it: the stream has a
-//! gap there (at most the last write-behind batch, a few milliseconds of events).
+//! Nothing a gateway received is lost with it: each reply is acknowledged to the broker only
+//! once the store committed it ([`Origin::ack`](crate::store::Origin::ack)), so the replies
+//! a gateway had received but not written when it died are delivered again on its session,
+//! and logged under the numbers it had given them. The pending webhook deliveries of a
+//! gateway that is gone are taken over too, and made by the gateway that took them.
 
 use crate::bridge::{Bridge, SEND_CAPACITY, Undo, status_event};
 use crate::store::{Origin, Orphan, TaskStore};
@@ -50,6 +53,8 @@ pub(crate) struct Takeover {
     /// How long a task taken over still has.
     pub(crate) task_timeout: Duration,
     pub(crate) grace: Duration,
+    /// Delivers the webhook notifications taken over (none without push notifications).
+    pub(crate) pusher: Option<Arc<crate::push::Pusher>>,
 }
 
 /// The requests of `orphans` as a requester takes them over, each with `timeout` to run.
@@ -206,8 +211,16 @@ impl Takeover {
                     () = tokio::time::sleep(LOOK_EVERY) => {}
                 }
                 match self.store.claim_orphans(self.grace).await {
-                    Ok(orphans) if !orphans.is_empty() => self.adopt_all(orphans),
-                    Ok(_) => {}
+                    Ok(orphans) => {
+                        // The pending webhook deliveries of the gateways that are gone.
+                        let deliveries = self.store.take_pending_deliveries();
+                        if let Some(pusher) = &self.pusher {
+                            pusher.resume(deliveries);
+                        }
+                        if !orphans.is_empty() {
+                            self.adopt_all(orphans);
+                        }
+                    }
                     Err(error) => {
                         tracing::warn!(%error, "cannot look for gateways that are gone");
                     }

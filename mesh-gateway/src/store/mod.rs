@@ -517,7 +517,8 @@ pub trait TaskStore: Send + Sync + 'static {
         let _ = id;
     }
     /// The deliveries that were pending when the store was opened, in the order of their
-    /// ids; handed out once (later calls return none).
+    /// ids, and then those taken over since the last call from gateways that are gone (a
+    /// store shared by several: see [`TaskStore::claim_orphans`]); each handed out once.
     fn take_pending_deliveries(&self) -> Vec<PendingDelivery> {
         Vec::new()
     }

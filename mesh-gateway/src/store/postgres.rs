@@ -448,6 +448,24 @@ impl PostgresStore {
                 record,
             });
         }
+        if !gone {
+            // Its pending webhook deliveries are this gateway's to make now.
+            let rows = tx
+                .query(
+                    "UPDATE mesh_webhook_deliveries SET gateway = $2 WHERE gateway = $1
+                     RETURNING id, task_id, config, payload, attempts, next_attempt",
+                    &[&gateway, &self.gateway],
+                )
+                .await
+                .map_err(failed)?;
+            let mut taken: Vec<PendingDelivery> =
+                rows.iter().filter_map(delivery_from_row).collect();
+            taken.sort_by_key(|d| d.id);
+            if !taken.is_empty() {
+                tracing::warn!(gateway = %gateway, deliveries = taken.len(), "took over the pending webhook deliveries of a gateway that is gone");
+            }
+            self.pending_deliveries.locked().extend(taken);
+        }
         tx.commit().await.map_err(failed)?;
         self.gone_since.locked().remove(gateway);
         if !orphans.is_empty() {
@@ -956,8 +974,9 @@ async fn gateways_with_running_tasks(pool: &Pool, me: &str) -> Result<Vec<String
         .map_err(|e| storage_error("no connection to the task database", e))?;
     let rows = client
         .query(
-            "SELECT DISTINCT gateway FROM mesh_tasks
-             WHERE NOT final AND state IN ('submitted', 'working') AND gateway <> $1",
+            "SELECT gateway FROM mesh_tasks
+             WHERE NOT final AND state IN ('submitted', 'working') AND gateway <> $1
+             UNION SELECT gateway FROM mesh_webhook_deliveries WHERE gateway <> $1",
             &[&me],
         )
         .await
@@ -997,6 +1016,19 @@ async fn count(client: &deadpool_postgres::Object) -> Result<Totals, tokio_postg
     Ok(totals)
 }
 
+/// A delivery from a row of (id, task_id, config, payload, attempts, next_attempt); `None`
+/// when its config does not parse.
+fn delivery_from_row(row: &Row) -> Option<PendingDelivery> {
+    Some(PendingDelivery {
+        id: u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
+        task_id: row.get(1),
+        config: serde_json::from_str(row.get::<_, &str>(2)).ok()?,
+        body: bytes::Bytes::from(row.get::<_, Vec<u8>>(3)),
+        attempts: u32::try_from(row.get::<_, i32>(4).max(0)).unwrap_or(0),
+        next_attempt: from_millis(row.get(5)),
+    })
+}
+
 /// The deliveries gateway `gateway` left pending, in the order of their ids; rows that do
 /// not parse are deleted (and logged).
 async fn load_deliveries(
@@ -1014,17 +1046,10 @@ async fn load_deliveries(
     for row in rows {
         let id: i64 = row.get(0);
         let task_id: String = row.get(1);
-        match serde_json::from_str(row.get::<_, &str>(2)) {
-            Ok(config) => deliveries.push(PendingDelivery {
-                id: u64::try_from(id).unwrap_or(0),
-                task_id,
-                config,
-                body: bytes::Bytes::from(row.get::<_, Vec<u8>>(3)),
-                attempts: u32::try_from(row.get::<_, i32>(4).max(0)).unwrap_or(0),
-                next_attempt: from_millis(row.get(5)),
-            }),
-            Err(error) => {
-                tracing::warn!(task = %task_id, delivery = id, %error, "dropping a stored webhook delivery that does not parse");
+        match delivery_from_row(&row) {
+            Some(delivery) => deliveries.push(delivery),
+            None => {
+                tracing::warn!(task = %task_id, delivery = id, "dropping a stored webhook delivery that does not parse");
                 client
                     .execute(
                         "DELETE FROM mesh_webhook_deliveries WHERE gateway = $1 AND id = $2",

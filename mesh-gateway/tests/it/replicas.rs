@@ -26,10 +26,16 @@ fn shared(config: &mut GatewayConfig, url: &str, id: &str) {
     config.gateway_id = Some(id.to_owned());
     config.allow_private_webhooks = true;
     config.webhook_backoff = Duration::from_millis(20);
+    config.takeover_grace = Duration::from_millis(300);
 }
 
 impl Replicas {
     async fn start() -> Replicas {
+        Replicas::start_with(|_| {}).await
+    }
+
+    /// Gateway b's settings changed by `configure_b`.
+    async fn start_with(configure_b: impl FnOnce(&mut GatewayConfig)) -> Replicas {
         let db = TestDatabase::create().await;
         let url = db.url().to_owned();
         let mesh = Mesh::start_with(|c| shared(c, &url, "a")).await;
@@ -41,6 +47,7 @@ impl Replicas {
             ..GatewayConfig::default()
         };
         shared(&mut config, &url, "b");
+        configure_b(&mut config);
         let bus = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
         let b = Gateway::start(config, bus).await.unwrap();
         let b_base = format!("http://{}", b.local_addr());
@@ -510,4 +517,31 @@ async fn a_push_config_set_through_the_other_gateway_is_delivered_once_by_the_br
         hook.try_next().is_none(),
         "no second delivery after the final one"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pending_webhook_deliveries_of_a_gateway_that_stopped_are_made_by_the_other() {
+    // The receiver refuses the first attempt, and b would try again only seconds later:
+    // the delivery is pending when b stops.
+    let mut hook = Hook::start(1).await;
+    let mut replicas =
+        Replicas::start_with(|b| b.webhook_backoff = Duration::from_secs(2)).await;
+    replicas
+        .run(mesh_examples::echo::agent(), "echo")
+        .await;
+    let mut params = msg03("notify me");
+    params["configuration"] = json!({"pushNotificationConfig": {"url": hook.url, "token": "t"}});
+    let sent = replicas.call("b", "echo", "message/send", params).await;
+    let task = result(&sent)["id"].as_str().unwrap().to_owned();
+    let refused = hook.next().await;
+    assert_eq!(refused.answered, 500);
+
+    let Replicas { mesh, b, _db, .. } = replicas;
+    b.shutdown().await;
+    // a takes b's pending delivery over (its presence lock is free) and makes it.
+    let accepted = hook.until_accepted("completed").await;
+    let last = accepted.last().unwrap();
+    assert_eq!(last.headers["x-a2a-notification-token"], "t");
+    assert_eq!(last.body["id"], json!(task), "{:?}", last.body);
+    drop(mesh);
 }
