@@ -47,6 +47,17 @@ async fn replica(
     store: &str,
     dir: &std::path::Path,
 ) -> (Child, String) {
+    replica_with(broker, namespace, store, dir, "1s").await
+}
+
+/// [`replica`] with its takeover grace.
+async fn replica_with(
+    broker: &str,
+    namespace: &str,
+    store: &str,
+    dir: &std::path::Path,
+    grace: &str,
+) -> (Child, String) {
     let mut child = spawn(&[
         "gateway",
         "--broker-url",
@@ -60,7 +71,7 @@ async fn replica(
         "--data-dir",
         dir.to_str().unwrap(),
         "--takeover-grace",
-        "1s",
+        grace,
     ]);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = tokio::time::timeout(WAIT, lines.next_line())
@@ -264,4 +275,61 @@ async fn a_stream_resumes_at_another_replica_after_its_own_is_killed() {
     assert_eq!(got["result"]["status"]["state"], "completed", "{got}");
     let _ = std::fs::remove_dir_all(&dir_a);
     let _ = std::fs::remove_dir_all(&dir_b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_restarted_after_sigkill_follows_its_tasks_from_the_replies_its_session_kept() {
+    let broker = mesh_testkit::TestBroker::from_env().await;
+    let broker_url = broker.url();
+    let namespace = mesh_testkit::fresh_namespace();
+    let db = mesh_testkit::TestDatabase::create().await;
+    let dir = temp_dir("restart");
+    let _writer = spawn(&[
+        "agent",
+        "writer",
+        "--broker-url",
+        &broker_url,
+        "--namespace",
+        &namespace,
+    ]);
+    mesh_core::tls::install_crypto_provider();
+    let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
+    // One gateway (no other to take over), restarted on the same data directory: same id.
+    let (mut first, url) = replica_with(&broker_url, &namespace, db.url(), &dir, "60s").await;
+    wait_online(&http, &url, "writer").await;
+    let message = json!({"message": {"kind": "message", "role": "user", "messageId": "m1",
+        "parts": [{"kind": "text", "text": "restart chunks: 20 pace: 150"}]}});
+    let mut stream = open(&http, &url, "message/stream", message, None).await;
+    let seen = read_until(&mut stream, |e| chunks(e).len() >= 3).await;
+    let task = seen[0].data["result"]["id"].as_str().unwrap().to_owned();
+    let seen_ids = ids(&seen);
+    first.kill().await.unwrap();
+    drop(stream);
+
+    // The agent goes on while no gateway runs; the broker keeps its replies.
+    let (_second, url) = replica_with(&broker_url, &namespace, db.url(), &dir, "60s").await;
+    let last = *seen_ids.last().unwrap();
+    let mut resumed = open(
+        &http,
+        &url,
+        "tasks/resubscribe",
+        json!({"id": task}),
+        Some(last),
+    )
+    .await;
+    let rest = read_until(&mut resumed, |_| false).await;
+    let all: Vec<u64> = seen_ids.iter().copied().chain(ids(&rest)).collect();
+    assert!(
+        all.windows(2).all(|w| w[1] == w[0] + 1),
+        "no event twice, none skipped: {all:?}"
+    );
+    let numbers: Vec<u64> = chunks(&seen).into_iter().chain(chunks(&rest)).collect();
+    assert_eq!(
+        numbers,
+        (0..20).collect::<Vec<u64>>(),
+        "every chunk once, in order"
+    );
+    let last_event = &rest.last().expect("events after the restart").data["result"];
+    assert_eq!(last_event["status"]["state"], "completed", "{rest:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

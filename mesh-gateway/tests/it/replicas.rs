@@ -524,11 +524,8 @@ async fn the_pending_webhook_deliveries_of_a_gateway_that_stopped_are_made_by_th
     // The receiver refuses the first attempt, and b would try again only seconds later:
     // the delivery is pending when b stops.
     let mut hook = Hook::start(1).await;
-    let mut replicas =
-        Replicas::start_with(|b| b.webhook_backoff = Duration::from_secs(2)).await;
-    replicas
-        .run(mesh_examples::echo::agent(), "echo")
-        .await;
+    let mut replicas = Replicas::start_with(|b| b.webhook_backoff = Duration::from_secs(2)).await;
+    replicas.run(mesh_examples::echo::agent(), "echo").await;
     let mut params = msg03("notify me");
     params["configuration"] = json!({"pushNotificationConfig": {"url": hook.url, "token": "t"}});
     let sent = replicas.call("b", "echo", "message/send", params).await;
