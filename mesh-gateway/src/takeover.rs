@@ -23,7 +23,7 @@
 use crate::bridge::{Bridge, SEND_CAPACITY, Undo, status_event};
 use crate::store::{Origin, Orphan, TaskStore};
 use futures_util::future::join_all;
-use mesh_core::bus::{AckMode, Bus, BusConfig, QoS};
+use mesh_core::bus::{AckMode, Bus, BusConfig, ConnectionState, QoS};
 use mesh_core::model::TaskState;
 use mesh_core::requester::{ReplyStream, Requester, RequesterKind, Resumed};
 use mesh_core::rpc::Reply;
@@ -34,6 +34,28 @@ use tokio_util::sync::CancellationToken;
 
 /// How often a gateway looks for gateways that are gone.
 pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(2);
+
+/// Closes a session opened under another gateway's name as soon as its connection drops,
+/// with no reconnect: the broker drops it when that gateway comes back and takes its session
+/// (a reconnect would take it back in turn, and the two would never stop).
+fn give_back_on_loss(bus: &Bus) {
+    let mut state = bus.state();
+    let bus = bus.clone();
+    tokio::spawn(async move {
+        while state.changed().await.is_ok() {
+            let now = state.borrow_and_update().clone();
+            match now {
+                ConnectionState::Disconnected { reason } => {
+                    tracing::warn!(%reason, "a session taken over was lost (its gateway is back?): its tasks are given up here");
+                    bus.abort();
+                    return;
+                }
+                ConnectionState::Closed => return,
+                _ => {}
+            }
+        }
+    });
+}
 
 /// The client id of gateway `id` of deployment `name` on the bus: its persistent session.
 pub fn session_client_id(name: &str, id: &str) -> String {
@@ -163,6 +185,7 @@ impl Takeover {
                 return;
             }
         };
+        give_back_on_loss(&bus);
         let resumed = resumed(&orphans, self.task_timeout);
         let started = Requester::start_on(
             bus.clone(),
