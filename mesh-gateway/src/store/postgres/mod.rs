@@ -719,3 +719,66 @@ fn make_pool(
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
 }
+
+#[cfg(test)]
+mod tests {
+    //! The store on a real PostgreSQL (a fresh database per test, see mesh-testkit).
+    use super::*;
+    use mesh_core::model::TaskStatus;
+
+    fn finished(id: &str) -> TaskRecord {
+        TaskRecord::new(
+            Task {
+                id: id.into(),
+                context_id: "ctx".into(),
+                status: TaskStatus {
+                    state: TaskState::Completed,
+                    message: None,
+                    timestamp: None,
+                },
+                artifacts: None,
+                history: None,
+                metadata: None,
+            },
+            "echo",
+            Dialect::V1_0,
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_bounds_apply_to_the_database_oldest_finished_tasks_first() {
+        let db = mesh_testkit::TestDatabase::create().await;
+        let limits = StoreLimits {
+            max_tasks: 3,
+            ..StoreLimits::default()
+        };
+        let store = PostgresStore::open(db.url(), limits, "gw-bounds")
+            .await
+            .unwrap();
+        for i in 0..5 {
+            store.insert(finished(&format!("t{i}"))).unwrap();
+            // Written one by one: each a little later than the one before.
+            store.written(&format!("t{i}")).await;
+        }
+        let client = store.client().await.unwrap();
+        let totals = writer::apply_bounds(&client, limits).await.unwrap();
+        assert_eq!(totals.tasks, 3, "{totals:?}");
+        assert_eq!(totals.finished, 3);
+        for (id, kept) in [("t0", false), ("t1", false), ("t2", true), ("t4", true)] {
+            let row = client
+                .query_opt("SELECT 1 FROM mesh_tasks WHERE id = $1", &[&id])
+                .await
+                .unwrap();
+            assert_eq!(row.is_some(), kept, "{id}");
+        }
+        // The byte budget: every finished task goes when one byte is the limit.
+        let tight = StoreLimits {
+            max_bytes: 1,
+            ..limits
+        };
+        let totals = writer::apply_bounds(&client, tight).await.unwrap();
+        assert_eq!(totals.tasks, 0, "{totals:?}");
+        drop(client);
+        store.close();
+    }
+}

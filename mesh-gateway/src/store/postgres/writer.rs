@@ -264,49 +264,59 @@ impl Writer {
 
     /// Applies the bounds to the database and counts its tasks (see the module docs).
     async fn retain(&self) -> Result<(), StoreError> {
-        let failed = |e: tokio_postgres::Error| storage_error("cannot apply the bounds", e);
         let client = self
             .pool
             .get()
             .await
             .map_err(|e| storage_error("no connection to the task database", e))?;
-        let expired_before = millis(SystemTime::now()) - self.limits.max_age.as_millis() as i64;
-        client
-            .execute(
-                "WITH gone AS (DELETE FROM mesh_tasks WHERE final AND updated < $1 RETURNING id)
-                 DELETE FROM mesh_task_events AS e USING gone WHERE e.task_id = gone.id",
-                &[&expired_before],
-            )
-            .await
-            .map_err(failed)?;
-        client
-            .execute(
-                "WITH excess AS (SELECT count(*) - $1 AS n FROM mesh_tasks),
-                 victims AS (SELECT id FROM mesh_tasks WHERE final ORDER BY updated, id
-                             LIMIT GREATEST((SELECT n FROM excess), 0)),
-                 gone AS (DELETE FROM mesh_tasks WHERE id IN (SELECT id FROM victims) RETURNING id)
-                 DELETE FROM mesh_task_events AS e USING gone WHERE e.task_id = gone.id",
-                &[&sql_int(self.limits.max_tasks as u64)],
-            )
-            .await
-            .map_err(failed)?;
-        client
-            .execute(
-                "WITH excess AS (SELECT coalesce(sum(bytes), 0) - $1 AS n FROM mesh_tasks),
-                 running AS (SELECT id, sum(bytes) OVER (ORDER BY updated, id) - bytes AS before
-                             FROM mesh_tasks WHERE final),
-                 gone AS (DELETE FROM mesh_tasks WHERE id IN
-                             (SELECT id FROM running WHERE before < (SELECT n FROM excess))
-                          RETURNING id)
-                 DELETE FROM mesh_task_events AS e USING gone WHERE e.task_id = gone.id",
-                &[&sql_int(self.limits.max_bytes as u64)],
-            )
-            .await
-            .map_err(failed)?;
-        let totals = count(&client).await.map_err(failed)?;
+        let totals = apply_bounds(&client, self.limits).await?;
         *self.totals.write_locked() = totals;
         Ok(())
     }
+}
+
+/// Applies `limits` to the database (see the module docs of the store) and counts its tasks
+/// after.
+pub(super) async fn apply_bounds(
+    client: &deadpool_postgres::Object,
+    limits: StoreLimits,
+) -> Result<Totals, StoreError> {
+    let failed = |e: tokio_postgres::Error| storage_error("cannot apply the bounds", e);
+    let expired_before = millis(SystemTime::now()) - limits.max_age.as_millis() as i64;
+    client
+        .execute(
+            "WITH gone AS (DELETE FROM mesh_tasks WHERE final AND updated < $1 RETURNING id)
+             DELETE FROM mesh_task_events AS e USING gone WHERE e.task_id = gone.id",
+            &[&expired_before],
+        )
+        .await
+        .map_err(failed)?;
+    client
+        .execute(
+            "WITH excess AS (SELECT count(*) - $1::BIGINT AS n FROM mesh_tasks),
+             victims AS (SELECT id FROM mesh_tasks WHERE final ORDER BY updated, id
+                         LIMIT GREATEST((SELECT n FROM excess), 0)),
+             gone AS (DELETE FROM mesh_tasks WHERE id IN (SELECT id FROM victims) RETURNING id)
+             DELETE FROM mesh_task_events AS e USING gone WHERE e.task_id = gone.id",
+            &[&sql_int(limits.max_tasks as u64)],
+        )
+        .await
+        .map_err(failed)?;
+    // sum() of BIGINT is NUMERIC: cast back, so that the bound binds as a BIGINT.
+    client
+        .execute(
+            "WITH excess AS (SELECT coalesce(sum(bytes), 0)::BIGINT - $1::BIGINT AS n FROM mesh_tasks),
+             running AS (SELECT id, (sum(bytes) OVER (ORDER BY updated, id))::BIGINT - bytes AS before
+                         FROM mesh_tasks WHERE final),
+             gone AS (DELETE FROM mesh_tasks WHERE id IN
+                         (SELECT id FROM running WHERE before < (SELECT n FROM excess))
+                      RETURNING id)
+             DELETE FROM mesh_task_events AS e USING gone WHERE e.task_id = gone.id",
+            &[&sql_int(limits.max_bytes as u64)],
+        )
+        .await
+        .map_err(failed)?;
+    count(client).await.map_err(failed)
 }
 
 /// Task rows to upsert, as columns.
