@@ -100,7 +100,8 @@ impl Load {
 
 /// Runs wrk with `load` against the gateway at `base` (`http://host:port`) with
 /// `connections` connections on one thread for at most `duration`, stopping after `limit`
-/// answers when given. Request numbers start after `first`, so ids stay unique across runs.
+/// answers when given (the script stops its thread and interrupts wrk, which otherwise
+/// sleeps the whole `duration`; a few answers in flight may still count). Request numbers start after `first`, so ids stay unique across runs.
 /// It waits for wrk in place: called from the bench's multi-thread runtime, whose other
 /// worker goes on meanwhile.
 #[allow(clippy::too_many_arguments)]
@@ -234,7 +235,12 @@ end
 function response(status, headers, body)
   responses = responses + 1
   if status ~= 200 or not string.find(body, completed, 1, true) then errors = errors + 1 end
-  if limit > 0 and responses >= limit then wrk.thread:stop() end
+  if limit > 0 and responses == limit then
+    wrk.thread:stop()
+    -- wrk's main thread sleeps the whole -d unless interrupted: SIGINT to wrk ($PPID of the
+    -- shell) ends the run now. From a background job, since system() ignores SIGINT meanwhile.
+    os.execute("(sleep 0.05; kill -INT $PPID) &")
+  end
 end
 function done(summary, latency, requests)
   local r, e = 0, 0
@@ -290,6 +296,7 @@ mod tests {
             "one number: the messageId"
         );
         assert!(s.contains("local limit = 5"));
+        assert!(s.contains(r#"os.execute("(sleep 0.05; kill -INT $PPID) &")"#));
         assert!(s.contains(r#"wrk.headers["Content-Type"] = [==[application/a2a+json]==]"#));
         assert!(s.contains("wrk.headers[ [==[A2A-Version]==] ] = [==[1.0]==]"));
         assert!(s.contains(r#""role":"ROLE_USER""#));

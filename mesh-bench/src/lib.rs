@@ -17,9 +17,11 @@ pub mod payload;
 pub mod procs;
 pub mod raw_mqtt;
 pub mod report;
+pub mod resume;
 pub mod samples;
 pub mod sse;
 pub mod stats;
+pub mod stores;
 pub mod suite;
 
 /// A progress line on stderr (the table goes to stdout).

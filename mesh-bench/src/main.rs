@@ -1,16 +1,18 @@
 //! `mesh-bench`: starts what it needs (brokers, gateway and agents as separate processes, wrk
 //! as the HTTP load, its own tonic client as the gRPC load), runs each case for a bounded
-//! time, and prints one table.
+//! time, and prints one table, then the table of the task stores (memory, SQLite,
+//! PostgreSQL) side by side.
 //!
 //! ```text
 //! cargo build --release -p mesh-cli -p mesh-bench
 //! target/release/mesh-bench [--broker embedded|mosquitto|both] [--seconds N] [--quick]
+//!                           [--only stores] [--postgres URL]
 //! ```
 
 use clap::{Parser, ValueEnum};
 use mesh_bench::procs::{self, BrokerKind};
 use mesh_bench::suite::{self, Plan};
-use mesh_bench::{codecs, e2e, log, report};
+use mesh_bench::{codecs, e2e, log, report, stores};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -31,6 +33,25 @@ struct Args {
     /// The `mesh` binary [default: next to this executable].
     #[arg(long, value_name = "PATH")]
     mesh_bin: Option<PathBuf>,
+    /// Run only these rows.
+    #[arg(long, value_enum)]
+    only: Option<Only>,
+    /// A database on the PostgreSQL server the PostgreSQL store's rows create a database of
+    /// their own on (dropped after the run).
+    #[arg(
+        long,
+        env = "MESH_BENCH_POSTGRES",
+        value_name = "URL",
+        default_value = "postgres://root@127.0.0.1:5432/postgres"
+    )]
+    postgres: String,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Only {
+    /// The task stores' rows (memory, SQLite, PostgreSQL), through one broker: Mosquitto
+    /// unless `--broker embedded`.
+    Stores,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -67,6 +88,7 @@ fn main() {
         durable_sse_chunks: if args.quick { 10_000 } else { 100_000 },
         mesh,
         wrk,
+        postgres: args.postgres.clone(),
         dir: dir.clone(),
     };
     let brokers: &[BrokerKind] = match args.broker {
@@ -80,16 +102,26 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    let began = std::time::Instant::now();
     let mut all = Vec::new();
-    for &kind in brokers {
-        all.push(runtime.block_on(suite::run(kind, &plan)));
+    if args.only.is_none() {
+        for &kind in brokers {
+            all.push(runtime.block_on(suite::run(kind, &plan)));
+        }
     }
-    log("codecs");
-    let codec_costs = codecs::run(if args.quick {
-        Duration::from_millis(100)
+    // The stores' rows go through one broker: Mosquitto (the latest table's) when it is run.
+    let stores_broker = *brokers.last().unwrap_or(&BrokerKind::Mosquitto);
+    let stores = runtime.block_on(stores::run(stores_broker, &plan));
+    let codec_costs = if args.only.is_none() {
+        log("codecs");
+        codecs::run(if args.quick {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_millis(500)
+        })
     } else {
-        Duration::from_millis(500)
-    });
+        Vec::new()
+    };
     let header = format!(
         "mesh-bench: {} s per case, {} cores, {}; HTTP load: wrk (1 thread); gRPC load: tonic (1 thread, a connection per caller); payload {} bytes",
         plan.case.as_secs(),
@@ -97,7 +129,22 @@ fn main() {
         cpu_model(),
         mesh_bench::payload::PAYLOAD_LEN,
     );
-    println!("{}", report::render(&all, &codec_costs, &header));
+    if args.only.is_none() {
+        println!("{}", report::render(&all, &codec_costs, &header));
+        println!(
+            "{}",
+            report::render_stores(&stores, plan.stored_tasks, None)
+        );
+    } else {
+        println!(
+            "{}",
+            report::render_stores(&stores, plan.stored_tasks, Some(&header))
+        );
+    }
+    log(&format!(
+        "the run took {:.0} s",
+        began.elapsed().as_secs_f64()
+    ));
 }
 
 /// The CPU model from /proc/cpuinfo.

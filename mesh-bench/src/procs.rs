@@ -240,13 +240,16 @@ impl BrokerProc {
 }
 
 /// Where a benchmarked gateway keeps its tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Store {
     /// `--memory-store`: the figures of the mesh itself.
     Memory,
     /// The durable SQLite store (written behind), in a fresh data directory under the
     /// bench's directory: what it costs.
     Durable,
+    /// The PostgreSQL store several gateways share (`--store <url>`), its gateway id in a fresh
+    /// data directory under the bench's directory.
+    Shared { url: String },
 }
 
 /// Starts `mesh gateway` on a free port, connected to `broker_url`, and waits for
@@ -260,23 +263,21 @@ pub async fn start_gateway(
     http: &reqwest::Client,
 ) -> Result<(Proc, String), String> {
     let port = free_port().map_err(|e| e.to_string())?;
-    let store_arg = match store {
-        Store::Memory => "--memory-store".to_owned(),
-        Store::Durable => format!("--data-dir={}", dir.join(format!("data-{port}")).display()),
+    let data_dir = format!("--data-dir={}", dir.join(format!("data-{port}")).display());
+    let store_args = match store {
+        Store::Memory => vec!["--memory-store".to_owned()],
+        Store::Durable => vec![data_dir],
+        Store::Shared { url } => vec![format!("--store={url}"), data_dir],
     };
-    let mut proc = Proc::spawn(
-        dir,
-        &format!("gateway-{namespace}-{port}"),
-        mesh,
-        &[
-            "gateway".into(),
-            format!("--broker-url={broker_url}"),
-            format!("--http-addr=127.0.0.1:{port}"),
-            format!("--namespace={namespace}"),
-            store_arg,
-        ],
-    )
-    .map_err(|e| format!("cannot start the gateway: {e}"))?;
+    let mut args = vec![
+        "gateway".into(),
+        format!("--broker-url={broker_url}"),
+        format!("--http-addr=127.0.0.1:{port}"),
+        format!("--namespace={namespace}"),
+    ];
+    args.extend(store_args);
+    let mut proc = Proc::spawn(dir, &format!("gateway-{namespace}-{port}"), mesh, &args)
+        .map_err(|e| format!("cannot start the gateway: {e}"))?;
     let base = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {

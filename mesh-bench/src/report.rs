@@ -5,6 +5,7 @@
 
 use crate::codecs::CodecCost;
 use crate::e2e::LoadResult;
+use crate::stores::{StoreFigures, StoreKind, StoresRun};
 use crate::suite::{Figure, Figures};
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -329,6 +330,109 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
     out
 }
 
+/// The stores' table: one column per store, each row measured the same way on each store's
+/// gateway in this run; `header`, when given, goes first (a run of these rows only).
+pub fn render_stores(run: &StoresRun, stored_tasks: u64, header: Option<&str>) -> String {
+    let mut notes = Vec::new();
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut row = |name: &str, f: &mut dyn FnMut(&StoreFigures, &mut Vec<String>) -> String| {
+        let cells = run.stores.iter().map(|s| f(s, &mut notes)).collect();
+        rows.push((name.to_string(), cells));
+    };
+    let memory = run.stores.iter().find(|s| s.kind == StoreKind::Memory);
+    row(
+        "S1. JSON-RPC message/send → echo, concurrency 64: requests/s; p50 / p99",
+        &mut |s, n| {
+            cell(&s.c64, n, |r| match memory.map(|m| &m.c64) {
+                Some(m) if s.kind != StoreKind::Memory => throughput_against_store(r, m),
+                _ => format!(
+                    "{}; {} / {}{}",
+                    rate(r.per_s()),
+                    dur(r.p50),
+                    dur(r.p99),
+                    errors(r.errors)
+                ),
+            })
+        },
+    );
+    row(
+        "S1. … gateway CPU / load generator CPU per request",
+        &mut |s, n| cell(&s.c64, n, |_| cpu_per_request(&s.c64)),
+    );
+    row(
+        "S2. tasks/resubscribe replaying the events after the first of a finished 1,000-chunk stream: request → last event",
+        &mut |s, n| {
+            cell(&s.replay, n, |r| {
+                let extra = if r.without_id > 0 {
+                    format!(", {} without id", r.without_id)
+                } else {
+                    String::new()
+                };
+                let rounds: Vec<String> = r.elapsed.iter().map(|d| dur(*d)).collect();
+                format!(
+                    "{} (median of {}: {}; first event {}; {} events after id {}, each once and in order{extra})",
+                    dur(r.median()),
+                    rounds.len(),
+                    rounds.join(", "),
+                    dur(r.first_event),
+                    rate(r.events as f64),
+                    r.after
+                )
+            })
+        },
+    );
+    let rss_name = format!(
+        "S3. RSS of the gateway: ready → after {} message/send in all",
+        rate(stored_tasks as f64)
+    );
+    row(&rss_name, &mut |s, n| {
+        let pair = both(&s.idle, &s.full);
+        cell(&pair, n, |(idle, (full, sent))| {
+            format!("{idle} → {full} ({} tasks)", rate(*sent as f64))
+        })
+    });
+
+    let mut out = String::new();
+    if let Some(header) = header {
+        let _ = writeln!(out, "{header}\n");
+    }
+    let _ = writeln!(
+        out,
+        "Task stores, a gateway each, through the {} broker:\n",
+        run.broker.label()
+    );
+    let labels: Vec<&str> = run.stores.iter().map(|s| s.kind.label()).collect();
+    let _ = writeln!(out, "| case | {} |", labels.join(" | "));
+    let _ = writeln!(out, "|{}", " --- |".repeat(labels.len() + 1));
+    for (name, cells) in &rows {
+        // Its own notes, apart from the main table's.
+        let cells = cells.join(" | ").replace("(note ", "(stores note ");
+        let _ = writeln!(out, "| {name} | {cells} |");
+    }
+    for (i, n) in notes.iter().enumerate() {
+        let _ = writeln!(out, "\nstores note {}: {n}", i + 1);
+    }
+    out
+}
+
+/// A store's requests/s and latencies at concurrency 64, against the memory store's.
+fn throughput_against_store(r: &LoadResult, memory: &Figure<LoadResult>) -> String {
+    let against = match memory {
+        Ok(m) if m.per_s() > 0.0 => format!(
+            " ({:+.0} % against memory)",
+            100.0 * (r.per_s() / m.per_s() - 1.0)
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "{}{against}; {} / {}{}",
+        rate(r.per_s()),
+        dur(r.p50),
+        dur(r.p99),
+        errors(r.errors)
+    )
+}
+
 /// Another binding's latencies at concurrency 1, its p50 against JSON-RPC's of the same run.
 fn latency_against(r: &LoadResult, jsonrpc: &Figure<LoadResult>) -> String {
     let against = match jsonrpc {
@@ -451,5 +555,52 @@ mod tests {
             latency_against(&load(9000, 0, 180, 400), &missing),
             "180 µs / 400 µs"
         );
+    }
+
+    #[test]
+    fn the_stores_table_has_a_column_per_store_and_its_own_notes() {
+        use crate::memory::Rss;
+        use crate::procs::BrokerKind;
+        use crate::resume::Replay;
+        let store = |kind, per_s: u64| StoreFigures {
+            kind,
+            c64: Ok(load(per_s, 0, 3000, 6000)),
+            replay: Ok(Replay {
+                after: 1,
+                events: 1003,
+                without_id: 0,
+                elapsed: vec![
+                    Duration::from_millis(11),
+                    Duration::from_millis(12),
+                    Duration::from_millis(15),
+                ],
+                first_event: Duration::from_millis(2),
+            }),
+            idle: Ok(Rss { kib: 10 * 1024 }),
+            full: Ok((Rss { kib: 200 * 1024 }, 100_000)),
+        };
+        let mut postgres = store(StoreKind::Postgres, 5_000);
+        postgres.replay = Err("no database".into());
+        let run = StoresRun {
+            broker: BrokerKind::Mosquitto,
+            stores: vec![
+                store(StoreKind::Memory, 10_000),
+                store(StoreKind::Sqlite, 8_000),
+                postgres,
+            ],
+        };
+        let table = render_stores(&run, 100_000, None);
+        assert!(
+            table.contains("| case | memory | SQLite | PostgreSQL |"),
+            "{table}"
+        );
+        assert!(table.contains("8,000 (-20 % against memory); 3.00 ms / 6.00 ms"));
+        assert!(table.contains(
+            "12.00 ms (median of 3: 11.00 ms, 12.00 ms, 15.00 ms; first event 2.00 ms; 1,003 events after id 1"
+        ));
+        assert!(table.contains("| --- | --- | --- | --- |"));
+        assert!(table.contains("10.0 MiB → 200.0 MiB (100,000 tasks)"));
+        assert!(table.contains("— (stores note 1)"));
+        assert!(table.contains("stores note 1: no database"));
     }
 }

@@ -34,6 +34,9 @@ pub struct Plan {
     pub mesh: PathBuf,
     /// wrk, if installed.
     pub wrk: Option<PathBuf>,
+    /// A `postgres://` URL of a database on the server the PostgreSQL store's case creates its
+    /// own database on (and drops it after).
+    pub postgres: String,
     /// The directory for configs, scripts and logs.
     pub dir: PathBuf,
 }
@@ -361,7 +364,7 @@ fn wrk_case(
 
 /// `case` with the CPU time it took the gateway and the load generator (this process and
 /// the children it waited for: wrk); without it when `/proc` cannot be read.
-fn with_cpu(
+pub(crate) fn with_cpu(
     gateway: &procs::Proc,
     case: impl FnOnce() -> Figure<LoadResult>,
 ) -> Figure<LoadResult> {
