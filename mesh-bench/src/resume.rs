@@ -8,6 +8,7 @@
 //! with what differed.
 
 use crate::payload;
+use mesh_testkit::sse::{SseEvent, SseParser};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -38,13 +39,6 @@ impl Replay {
             .copied()
             .unwrap_or_default()
     }
-}
-
-/// One event of a stream: its SSE id (when it had one) and its `data:` lines joined.
-#[derive(Debug, Clone, PartialEq)]
-struct SseEvent {
-    id: Option<u64>,
-    data: String,
 }
 
 /// Streams `chunks` chunks from the writer behind `gateway`, then resubscribes from the first
@@ -134,7 +128,7 @@ async fn read_stream(
     if !response.status().is_success() {
         return Err(format!("SSE request: HTTP {}", response.status()));
     }
-    let mut parser = Parser::default();
+    let mut parser = SseParser::default();
     let mut timing: Option<Timing> = None;
     loop {
         let chunk = match tokio::time::timeout_at(deadline.into(), response.chunk()).await {
@@ -142,16 +136,16 @@ async fn read_stream(
                 return Err(format!(
                     "the stream did not end within {} s ({} events)",
                     bound.as_secs(),
-                    parser.events.len()
+                    parser.events().len()
                 ));
             }
             Ok(Err(e)) => return Err(format!("SSE stream: {e}")),
             Ok(Ok(None)) => break,
             Ok(Ok(Some(chunk))) => chunk,
         };
-        let before = parser.events.len();
+        let before = parser.events().len();
         parser.feed(&chunk);
-        if parser.events.len() > before {
+        if parser.events().len() > before {
             let now = start.elapsed();
             let t = timing.get_or_insert(Timing {
                 first: now,
@@ -161,7 +155,7 @@ async fn read_stream(
         }
     }
     parser.finish();
-    Ok((parser.events, timing))
+    Ok((parser.into_events(), timing))
 }
 
 /// The task's id in a stream's first event: a JSON-RPC response whose result is the task
@@ -200,97 +194,9 @@ fn check_ids(expected: &[u64], got: &[u64]) -> Result<(), String> {
     ))
 }
 
-/// An SSE parser: `id:` and `data:` fields, an event ending at a blank line.
-#[derive(Debug, Default)]
-struct Parser {
-    line: Vec<u8>,
-    id: Option<u64>,
-    data: Option<String>,
-    events: Vec<SseEvent>,
-}
-
-impl Parser {
-    fn feed(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            if b == b'\n' {
-                let line = std::mem::take(&mut self.line);
-                self.line_done(&line);
-            } else {
-                self.line.push(b);
-            }
-        }
-    }
-
-    fn line_done(&mut self, line: &[u8]) {
-        let line = String::from_utf8_lossy(line);
-        let line = line.strip_suffix('\r').unwrap_or(&line);
-        if line.is_empty() {
-            self.dispatch();
-        } else if let Some(value) = field(line, "data") {
-            let data = self.data.get_or_insert_with(String::new);
-            if !data.is_empty() {
-                data.push('\n');
-            }
-            data.push_str(value);
-        } else if let Some(value) = field(line, "id") {
-            self.id = value.trim().parse().ok();
-        }
-    }
-
-    /// Ends the event being read, if it has data (comments and bare ids are not events).
-    fn dispatch(&mut self) {
-        if let Some(data) = self.data.take() {
-            self.events.push(SseEvent {
-                id: self.id.take(),
-                data,
-            });
-        }
-        self.id = None;
-    }
-
-    fn finish(&mut self) {
-        if !self.line.is_empty() {
-            let line = std::mem::take(&mut self.line);
-            self.line_done(&line);
-        }
-        self.dispatch();
-    }
-}
-
-/// The value of `line` when it is field `name` (`name:value`, one leading space dropped).
-fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
-    let value = line.strip_prefix(name)?.strip_prefix(':')?;
-    Some(value.strip_prefix(' ').unwrap_or(value))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn events_are_split_at_blank_lines_with_their_ids() {
-        let mut p = Parser::default();
-        p.feed(b"data: {\"a\":1}\nid: 1\n\n: keep-alive\n\ndata: x\r\n");
-        p.feed(b"data: y\r\nid:2\r\n\r\ndata: z\n");
-        p.finish();
-        assert_eq!(
-            p.events,
-            vec![
-                SseEvent {
-                    id: Some(1),
-                    data: "{\"a\":1}".into()
-                },
-                SseEvent {
-                    id: Some(2),
-                    data: "x\ny".into()
-                },
-                SseEvent {
-                    id: None,
-                    data: "z".into()
-                },
-            ]
-        );
-    }
 
     #[test]
     fn the_task_id_is_read_from_a_task_or_an_update() {

@@ -34,6 +34,10 @@
 //! - [`TestDatabase`]: a fresh PostgreSQL database per test (on `MESH_TEST_POSTGRES`, by
 //!   default the machine's server at 127.0.0.1:5432), dropped with the value.
 //!
+//! ## Server-sent events
+//!
+//! - [`sse::SseParser`]: a stream's events (`id`, `data`) from its bytes.
+//!
 //! ## Certificates
 //!
 //! - [`TestCertificates`]: a CA and a server certificate for `localhost` / `127.0.0.1`,
@@ -50,6 +54,7 @@ use tokio::process::{Child, Command};
 
 mod certs;
 mod postgres;
+pub mod sse;
 pub use certs::TestCertificates;
 pub use postgres::TestDatabase;
 

@@ -122,30 +122,28 @@ struct Sse {
 /// Reads events until `stop` says so or the stream ends (bounded by WAIT).
 async fn read_until(response: &mut reqwest::Response, stop: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
     let mut events = Vec::new();
-    let mut buffer = String::new();
+    let mut parser = mesh_testkit::sse::SseParser::default();
     let read = async {
         loop {
-            while let Some(end) = buffer.find("\n\n") {
-                let frame: String = buffer.drain(..end + 2).collect();
-                let mut id = None;
-                let mut data = None;
-                for line in frame.lines() {
-                    if let Some(v) = line.strip_prefix("id:") {
-                        id = v.trim().parse().ok();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data = serde_json::from_str(v.trim()).ok();
-                    }
-                }
-                if let Some(data) = data {
-                    events.push(Sse { id, data });
-                    if stop(&events) {
-                        return;
-                    }
+            for event in parser.take_events() {
+                events.push(Sse {
+                    id: event.id,
+                    data: event.json(),
+                });
+                if stop(&events) {
+                    return;
                 }
             }
             match response.chunk().await {
-                Ok(Some(bytes)) => buffer.push_str(&String::from_utf8_lossy(&bytes)),
-                _ => return,
+                Ok(Some(bytes)) => parser.feed(&bytes),
+                _ => {
+                    parser.finish();
+                    events.extend(parser.take_events().into_iter().map(|e| Sse {
+                        id: e.id,
+                        data: e.json(),
+                    }));
+                    return;
+                }
             }
         }
     };

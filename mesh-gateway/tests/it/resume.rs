@@ -5,7 +5,7 @@
 use crate::support::*;
 use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
 use mesh_core::model::Part;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// An agent that streams three chunks, waits for the gate, streams three more and completes.
 fn paced(gate: Gate) -> Agent {
@@ -30,57 +30,6 @@ fn paced(gate: Gate) -> Agent {
             }
         }),
     )
-}
-
-/// One server-sent event: its `id` (when it has one) and its data.
-#[derive(Debug, Clone)]
-struct Sse {
-    id: Option<u64>,
-    data: Value,
-}
-
-/// Reads events from `response` until `stop` says so or the stream ends (bounded by WAIT).
-async fn read_until(response: &mut reqwest::Response, stop: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
-    let mut events = Vec::new();
-    let mut buffer = String::new();
-    let read = async {
-        loop {
-            while let Some(end) = buffer.find("\n\n") {
-                let frame: String = buffer.drain(..end + 2).collect();
-                let mut id = None;
-                let mut data = None;
-                for line in frame.lines() {
-                    if let Some(v) = line.strip_prefix("id:") {
-                        id = v.trim().parse().ok();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data = serde_json::from_str(v.trim()).ok();
-                    }
-                }
-                if let Some(data) = data {
-                    events.push(Sse { id, data });
-                    if stop(&events) {
-                        return;
-                    }
-                }
-            }
-            match response.chunk().await.expect("the stream reads") {
-                Some(bytes) => buffer.push_str(&String::from_utf8_lossy(&bytes)),
-                None => return,
-            }
-        }
-    };
-    tokio::time::timeout(WAIT, read)
-        .await
-        .expect("the events come");
-    events
-}
-
-fn is_chunk(event: &Sse, text: &str) -> bool {
-    event.data.to_string().contains(&format!("\"{text} \""))
-}
-
-fn ids(events: &[Sse]) -> Vec<u64> {
-    events.iter().filter_map(|e| e.id).collect()
 }
 
 async fn resubscribe(mesh: &Mesh, task: &str, last: Option<u64>) -> reqwest::Response {

@@ -599,3 +599,57 @@ pub async fn run_interop_script(
     );
     stdout
 }
+
+/// One server-sent event: its `id` (when it has one) and its data as JSON.
+#[derive(Debug, Clone)]
+pub struct Sse {
+    pub id: Option<u64>,
+    pub data: Value,
+}
+
+/// Reads events from `response` until `stop` says so or the stream ends (bounded by WAIT).
+pub async fn read_until(
+    response: &mut reqwest::Response,
+    stop: impl Fn(&[Sse]) -> bool,
+) -> Vec<Sse> {
+    let mut events = Vec::new();
+    let mut parser = mesh_testkit::sse::SseParser::default();
+    let read = async {
+        loop {
+            for event in parser.take_events() {
+                events.push(Sse {
+                    id: event.id,
+                    data: event.json(),
+                });
+                if stop(&events) {
+                    return;
+                }
+            }
+            match response.chunk().await.expect("the stream reads") {
+                Some(bytes) => parser.feed(&bytes),
+                None => {
+                    parser.finish();
+                    events.extend(parser.take_events().into_iter().map(|e| Sse {
+                        id: e.id,
+                        data: e.json(),
+                    }));
+                    return;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(WAIT, read)
+        .await
+        .expect("the events come");
+    events
+}
+
+/// The ids of `events`, in order.
+pub fn ids(events: &[Sse]) -> Vec<u64> {
+    events.iter().filter_map(|e| e.id).collect()
+}
+
+/// Whether `event` carries the chunk `text ` (as the paced test agents stream them).
+pub fn is_chunk(event: &Sse, text: &str) -> bool {
+    event.data.to_string().contains(&format!("\"{text} \""))
+}
