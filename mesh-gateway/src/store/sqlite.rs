@@ -765,7 +765,7 @@ fn write_loop(conn: &Mutex<Connection>, queue: &Queue, memory: &MemoryStore, sta
         }
         drop(conn);
         drop(batch);
-        queue.committed();
+        queue.committed(|| {});
     }
     queue.stopped();
     let conn = conn.locked();

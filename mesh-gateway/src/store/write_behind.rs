@@ -218,12 +218,16 @@ impl Queue {
     }
 
     /// The writer is done with its batch (committed, or given up).
-    pub(super) fn committed(&self) {
+    /// `then` runs once the batch is out of the queue's view and before any waiter is told:
+    /// what a writer does after a commit (letting written tasks go) is done by the time
+    /// [`Queue::written`] returns.
+    pub(super) fn committed(&self, then: impl FnOnce()) {
         let mut state = self.lock();
         state.in_flight = 0;
         state.in_flight_events = Arc::default();
         state.in_flight_records.clear();
         drop(state);
+        then();
         self.done.notify_all();
         self.committed.notify_waiters();
     }

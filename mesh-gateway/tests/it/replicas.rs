@@ -271,6 +271,22 @@ async fn a_stream_lost_at_one_gateway_resumes_at_the_other_with_every_event_once
     assert_eq!(final_event["status"]["state"], "completed", "{live:?}");
     assert_eq!(final_event["final"], true);
 
+    // HTTP+JSON at b, from the same Last-Event-ID: the same events under the same ids.
+    let mut rest = replicas
+        .mesh
+        .http
+        .get(format!(
+            "{}/agents/paced/tasks/{task}:subscribe",
+            replicas.b_base
+        ))
+        .header("last-event-id", last.to_string())
+        .send()
+        .await
+        .expect("the gateway answers");
+    assert_eq!(rest.status(), 200);
+    let tail = read_until(&mut rest, |_| false).await;
+    assert_eq!(ids(&tail), all, "{tail:?}");
+
     // The plain subscriber got the same events after its opening, to the same end.
     let watched = read_until(&mut watcher, |_| false).await;
     assert_eq!(

@@ -592,10 +592,17 @@ impl TaskStore for PostgresStore {
     }
 
     fn release(&self, id: &str) {
-        if let Some(record) = self.memory.get(id) {
-            self.released.locked().insert(id.to_owned(), record);
-            // The writer lets it go after its next batch.
-            self.queue.wake.notify_one();
+        let Some(record) = self.memory.get(id) else {
+            return;
+        };
+        // Noted first: the writer lets it go after the batch that writes the rest of it.
+        self.released.locked().insert(id.to_owned(), record.clone());
+        // All of it written already: it goes now.
+        if self.queue.holds_nothing_of(id) {
+            self.released.locked().remove(id);
+            if self.memory.remove_if_unchanged(id, &record) {
+                self.turns.locked().remove(id);
+            }
         }
     }
 
@@ -743,6 +750,48 @@ mod tests {
             "echo",
             Dialect::V1_0,
         )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_working_set_keeps_only_what_the_gateway_bridges() {
+        let db = mesh_testkit::TestDatabase::create().await;
+        let store = PostgresStore::open(db.url(), StoreLimits::default(), "gw-working-set")
+            .await
+            .unwrap();
+        let done = |id: &str| {
+            let task = finished(id).task;
+            Arc::new(Reply::StatusUpdate(task_events::status_event(
+                &task,
+                TaskState::Completed,
+                None,
+            )))
+        };
+        for i in 0..50 {
+            let id = format!("t{i}");
+            let mut running = finished(&id);
+            running.task.status.state = TaskState::Working;
+            store.insert(running).unwrap();
+            store.append(&id, &done(&id), Origin::default()).unwrap();
+            // The turn's stream ended: the bridge lets the task go.
+            store.release(&id);
+        }
+        for i in 0..50 {
+            store.written(&format!("t{i}")).await;
+        }
+        assert_eq!(
+            store.memory.len(),
+            0,
+            "the finished tasks left memory once written"
+        );
+        // Every one is still served, from the database.
+        let t7 = store
+            .load("t7")
+            .await
+            .unwrap()
+            .expect("t7 is in the database");
+        assert_eq!(t7.task.status.state, TaskState::Completed);
+        assert_eq!(t7.seq, 1);
+        store.close();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

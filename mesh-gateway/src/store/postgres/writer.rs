@@ -56,8 +56,7 @@ impl Writer {
                 }
             }
             drop(batch);
-            self.queue.committed();
-            self.let_go();
+            self.queue.committed(|| self.let_go());
         }
         self.queue.stopped();
     }
