@@ -10,6 +10,7 @@
 pub mod codecs;
 pub mod discovery;
 pub mod e2e;
+pub mod follow;
 pub mod grpc_load;
 pub mod memory;
 pub mod paired;

@@ -392,6 +392,20 @@ pub fn render_stores(run: &StoresRun, stored_tasks: u64, header: Option<&str>) -
         })
     });
 
+    row(
+        "S4. an event's delay to a subscriber on a second gateway (a 200-chunk stream, one chunk every 10 ms): median / p99 / max",
+        &mut |s, n| {
+            cell(&s.follow, n, |f| {
+                format!(
+                    "{} / {} / {} ({} events)",
+                    dur(f.at(0.5)),
+                    dur(f.at(0.99)),
+                    dur(f.at(1.0)),
+                    f.delays.len()
+                )
+            })
+        },
+    );
     let mut out = String::new();
     if let Some(header) = header {
         let _ = writeln!(out, "{header}\n");
@@ -578,6 +592,7 @@ mod tests {
             }),
             idle: Ok(Rss { kib: 10 * 1024 }),
             full: Ok((Rss { kib: 200 * 1024 }, 100_000)),
+            follow: Err("one gateway".into()),
         };
         let mut postgres = store(StoreKind::Postgres, 5_000);
         postgres.replay = Err("no database".into());

@@ -32,6 +32,13 @@ const MEMORY_KEEPS_NO_LOG: &str = "not measured: the memory store drops a task's
     the task ends (mesh-gateway's store/memory.rs), so a resubscription to a finished task gets \
     the final task only";
 
+/// The chunks of the stream a second gateway follows (one every `follow::PACE_MS`).
+pub const FOLLOW_CHUNKS: usize = 200;
+
+/// Why a store of one gateway has no follow figure.
+const ONE_GATEWAY: &str = "not measured: a store of one gateway: a subscriber on another \
+    gateway cannot see its tasks";
+
 /// How long creating or dropping the database may take.
 const DATABASE_WAIT: Duration = Duration::from_secs(20);
 
@@ -72,6 +79,8 @@ pub struct StoreFigures {
     pub idle: Figure<Rss>,
     /// The gateway's RSS after the sends that filled its store, and how many it answered.
     pub full: Figure<(Rss, u64)>,
+    /// A shared store: an event's delay to a subscriber on a second gateway.
+    pub follow: Figure<crate::follow::FollowDelay>,
 }
 
 impl StoreFigures {
@@ -81,7 +90,8 @@ impl StoreFigures {
             c64: Err(why.clone()),
             replay: Err(why.clone()),
             idle: Err(why.clone()),
-            full: Err(why),
+            full: Err(why.clone()),
+            follow: Err(why),
         }
     }
 }
@@ -154,6 +164,10 @@ async fn one_store(
     kind: StoreKind,
     store: Store,
 ) -> StoreFigures {
+    let shared_url = match &store {
+        Store::Shared { url } => Some(url.clone()),
+        _ => None,
+    };
     let (gateway, base) =
         match procs::start_gateway(&plan.dir, &plan.mesh, &broker.url(), ns, store, http).await {
             Ok(g) => g,
@@ -194,6 +208,24 @@ async fn one_store(
         replay
     };
 
+    let follow = match shared_url {
+        Some(url) => {
+            log(&format!(
+                "[stores, {label}] a {FOLLOW_CHUNKS}-chunk stream followed through a second gateway"
+            ));
+            let shared = Store::Shared { url };
+            match procs::start_gateway(&plan.dir, &plan.mesh, &broker.url(), ns, shared, http).await
+            {
+                Ok((_second, second)) => {
+                    crate::follow::run(http, &base, &second, FOLLOW_CHUNKS, Duration::from_secs(60))
+                        .await
+                }
+                Err(e) => Err(e),
+            }
+        }
+        None => Err(ONE_GATEWAY.to_owned()),
+    };
+
     log(&format!(
         "[stores, {label}] filling the store to {} tasks",
         plan.stored_tasks
@@ -223,6 +255,7 @@ async fn one_store(
         replay,
         idle,
         full,
+        follow,
     }
 }
 
