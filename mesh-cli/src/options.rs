@@ -195,7 +195,8 @@ pub struct StoreOptions {
         long,
         env = "MESH_STORE",
         value_name = "URL",
-        conflicts_with = "memory_store"
+        conflicts_with = "memory_store",
+        hide_env_values = true
     )]
     pub store: Option<String>,
     /// With `--store`: how long another gateway must have been gone before this one takes

@@ -271,9 +271,10 @@ async fn start_gateway(settings: &Settings, url: &str) -> Result<RunningGateway,
                 "cannot listen on {addr}: {source}; choose another address with --http-addr"
             )),
             GatewayError::Bus(bus) => unreachable_broker(url, bus),
-            GatewayError::Store(e) => {
-                Failure::Usage(format!("{e} (--data-dir, or --memory-store)"))
-            }
+            GatewayError::Store(e) => Failure::Usage(match settings.store_url {
+                Some(_) => format!("{e} (--store)"),
+                None => format!("{e} (--data-dir, or --memory-store)"),
+            }),
             GatewayError::Config(e) => Failure::Usage(format!("{e} (--cors-origin)")),
             GatewayError::WebhookTls(e) => Failure::Usage(format!("{e} (--webhook-ca)")),
             GatewayError::Tls(e) => Failure::Usage(format!("{e} (--tls-cert, --tls-key)")),

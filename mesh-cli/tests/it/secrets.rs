@@ -1,7 +1,7 @@
-//! No command prints a broker password: not in its status lines, not in its errors (a broker
-//! that does not answer, a URL that does not parse, a config file that does not parse), not
-//! in its logs at debug level, not in `--help` (the environment's values are hidden). The
-//! user name and `***` are shown instead.
+//! No command prints a broker's or a task database's password: not in its status lines, not
+//! in its errors (a broker or a database that does not answer, a URL that does not parse, a
+//! config file that does not parse), not in its logs at debug level, not in `--help` (the
+//! environment's values are hidden). The user name and `***` are shown instead.
 
 use crate::support::*;
 use mesh_testkit::{TestBroker, fresh_namespace};
@@ -61,6 +61,32 @@ async fn a_broker_that_does_not_answer_is_named_without_its_password() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_database_that_does_not_answer_is_named_without_its_password() {
+    let port = closed_port();
+    let broker = TestBroker::from_env().await;
+    let (code, output) = run(
+        &[
+            "gateway",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--broker-url",
+            &broker.url(),
+            "--store",
+            &format!("postgres://root:{PASSWORD}@127.0.0.1:{port}/mesh"),
+        ],
+        &[("RUST_LOG", "debug")],
+    )
+    .await;
+    assert_eq!(code, 2, "{output}");
+    assert!(
+        output.contains(&format!("postgres://root:***@127.0.0.1:{port}/mesh")),
+        "names the database: {output}"
+    );
+    assert!(output.contains("(--store)"), "{output}");
+    assert_hidden(&output);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_settings_and_help_do_not_print_the_password() {
     let (code, output) = run(
         &[
@@ -87,6 +113,7 @@ async fn bad_settings_and_help_do_not_print_the_password() {
                 ("MESH_BROKER_URL", env_url.as_str()),
                 ("MESH_GATEWAY_URL", "https://gw:s3cret-pass@127.0.0.1:1"),
                 ("MESH_API_KEYS", "alice=s3cret-pass"),
+                ("MESH_STORE", "postgres://root:s3cret-pass@127.0.0.1:1/mesh"),
             ],
         )
         .await;
