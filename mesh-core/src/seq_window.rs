@@ -140,6 +140,16 @@ impl SeqWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_started_later_takes_the_earlier_positions_as_seen() {
+        let mut w = SeqWindow::starting_at(5);
+        assert_eq!(w.admit(4), Admit::Duplicate);
+        assert_eq!(w.admit(0), Admit::Duplicate);
+        assert_eq!(w.admit(5), Admit::New);
+        assert_eq!(w.admit(5), Admit::Duplicate);
+        assert_eq!(w.admit(6), Admit::New);
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -445,7 +445,7 @@ impl Pusher {
         }
         // With a store shared by several gateways, the task as notified is where every one
         // of them reads it before its receiver hears of it (at once otherwise).
-        if let Some(store) = self.store.upgrade() {
+        if let Some(store) = self.store.upgrade().filter(|s| s.shared()) {
             store.written(&delivery.task_id).await;
         }
         let mut backoff = self.settings.backoff.min(MAX_BACKOFF);

@@ -143,7 +143,7 @@ impl Gateway {
         bus_config: BusConfig,
     ) -> Result<RunningGateway, GatewayError> {
         let store = open_store(&mut config).await?;
-        if store.changes().is_none() {
+        if !store.shared() {
             let bus = Bus::connect(bus_config).await?;
             return Gateway::start_on(config, bus, store, None).await;
         }
@@ -215,7 +215,7 @@ impl Gateway {
             .clone();
         // A shared store: the running tasks this gateway's earlier run left, and those of
         // gateways gone meanwhile, are taken over.
-        let orphans = if store.changes().is_some() {
+        let orphans = if store.shared() {
             store
                 .claim_orphans(config.takeover_grace)
                 .await
@@ -301,7 +301,7 @@ impl Gateway {
             pusher.clone(),
             Some((requester.clone(), config.cancel_wait)),
         ));
-        if store.changes().is_some() {
+        if store.shared() {
             let takeover = Arc::new(Takeover {
                 store: store.clone(),
                 bridge: bridge.clone(),

@@ -30,6 +30,12 @@
 //!   [`BusConfig::request_timeout`] fails with [`BusError::Timeout`].
 //! - **Subscribing** ([`Bus::subscribe`]) resolves once the broker acknowledged the
 //!   SUBSCRIBE, so a message published by anyone after it returns is delivered.
+//! - **Acknowledging.** The bus acknowledges each QoS 1 or 2 message once it is handed over,
+//!   unless the subscription leaves it to its consumer ([`AckMode::ByConsumer`]): then the
+//!   message carries an [`Ack`], sent when dropped, so that on a persistent session a message
+//!   the process had not finished with when it died comes again. Subscriptions made with
+//!   [`Bus::connect_subscribed`] exist before the connection, so they also get what a kept
+//!   session delivers right after the CONNACK.
 //! - **Routing.** Every incoming message goes to every subscription whose filter matches its
 //!   topic (`+`, `#`, and a `$share/<group>/` prefix stripped for matching). MQTT 3.1.1 does
 //!   not say which subscription a message came through, so routing is by topic: a topic that

@@ -190,3 +190,104 @@ async fn replies_come_at_qos0_on_a_clean_session_and_qos1_on_a_persistent_one() 
     persistent.disconnect().await.unwrap();
     clean.disconnect().await.unwrap();
 }
+
+/// The consumer acknowledges (`AckMode::ByConsumer`) on a persistent session: a message whose
+/// `Ack` it let go is not delivered again; one it still held when its process died is,
+/// to whoever opens the session next (subscribed before it connects).
+async fn a_message_the_consumer_did_not_acknowledge_comes_again_on_the_session(broker: TestBroker) {
+    use mesh_core::bus::AckMode;
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let filter = topics.agent_request_filter("sink").unwrap();
+    let topic = topics.agent_request("sink", "t1").unwrap();
+    let marker_topic = topics.agent_request("marker", "t1").unwrap();
+    let client_id = format!("acks-{}", uuid::Uuid::new_v4().simple());
+    let session = || {
+        let mut config = crate::support::config(&broker.url()).with_client_id(client_id.clone());
+        config.clean_session = false;
+        config
+    };
+    let publisher = connect(&broker.url()).await;
+    let mut markers = publisher
+        .subscribe(
+            &topics.agent_request_filter("marker").unwrap(),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    let (consumer, mut subs) = within(
+        "connect",
+        Bus::connect_subscribed(
+            session(),
+            &[(&filter, QoS::AtLeastOnce, AckMode::ByConsumer)],
+        ),
+    )
+    .await
+    .unwrap();
+    let mut sub = subs.remove(0);
+    // Subscribed once the broker acknowledged the filters made before the connection.
+    crate::support::wait_state(&consumer, "subscribed", |s| {
+        *s == mesh_core::bus::ConnectionState::Connected
+    })
+    .await;
+    publisher.send(&topic, "one").await.unwrap();
+    publisher.send(&topic, "two").await.unwrap();
+    let one = next(&mut sub).await;
+    let two = next(&mut sub).await;
+    assert_eq!(
+        (&one.payload[..], &two.payload[..]),
+        (&b"one"[..], &b"two"[..])
+    );
+    assert!(
+        one.ack.is_some() && two.ack.is_some(),
+        "each carries its ack"
+    );
+    // "one" is done with: its PUBACK goes before anything this bus publishes next, so once
+    // the marker arrived, the broker had it.
+    drop(one);
+    consumer.send(&marker_topic, "after one").await.unwrap();
+    next(&mut markers).await;
+    // The process dies with "two" not acknowledged.
+    consumer.abort();
+    drop(two);
+
+    let (again, mut subs) = within(
+        "connect again",
+        Bus::connect_subscribed(
+            session(),
+            &[(&filter, QoS::AtLeastOnce, AckMode::ByConsumer)],
+        ),
+    )
+    .await
+    .unwrap();
+    let mut sub = subs.remove(0);
+    publisher.send(&topic, "three").await.unwrap();
+    let first = next(&mut sub).await;
+    assert_eq!(
+        &first.payload[..],
+        b"two",
+        "the unacknowledged one comes again, first"
+    );
+    let second = next(&mut sub).await;
+    assert_eq!(
+        &second.payload[..],
+        b"three",
+        "the acknowledged one does not"
+    );
+    again.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mosquitto_redelivers_what_the_consumer_did_not_acknowledge() {
+    a_message_the_consumer_did_not_acknowledge_comes_again_on_the_session(
+        TestBroker::mosquitto().await,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_broker_redelivers_what_the_consumer_did_not_acknowledge() {
+    a_message_the_consumer_did_not_acknowledge_comes_again_on_the_session(
+        TestBroker::embedded().await,
+    )
+    .await
+}

@@ -111,7 +111,7 @@ impl TaskEvents {
     /// the stream (at once with a store of one gateway): a client that hears a task ended
     /// finds it ended through any replica.
     async fn settled(&self, event: LiveEvent) -> LiveEvent {
-        if self.done {
+        if self.done && self.store.shared() {
             self.store.written(&self.task_id).await;
         }
         event

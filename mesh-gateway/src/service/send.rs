@@ -68,7 +68,9 @@ impl A2aService {
             // through any of them next.
             let task = |service: &'a A2aService, task_id: String| async move {
                 let record = service.store().get(&task_id);
-                service.store().written(&task_id).await;
+                if service.store().shared() {
+                    service.store().written(&task_id).await;
+                }
                 match record {
                     Some(record) => Ok(SendOutcome::Task(record)),
                     None => Err(A2aError::task_not_found(&task_id)),
@@ -137,7 +139,9 @@ impl A2aService {
             }
             // As for a send: the task is where every gateway sharing the store reads it
             // before its client hears of it.
-            self.store().written(&started.task_id).await;
+            if self.store().shared() {
+                self.store().written(&started.task_id).await;
+            }
             Ok(self.events(started.task_id, vec![first], Some(started.events), false))
         }
     }

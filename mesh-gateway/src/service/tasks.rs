@@ -104,7 +104,7 @@ impl A2aService {
         // Submitted or working without a pump here: another gateway sharing the store
         // bridges it, and its agent is asked as when it runs here.
         let elsewhere = live.is_none()
-            && self.store().changes().is_some()
+            && self.store().shared()
             && matches!(
                 record.task.status.state,
                 TaskState::Submitted | TaskState::Working

@@ -449,7 +449,8 @@ pub trait TaskStore: Send + Sync + 'static {
     /// Waits until what the working set changed of task `id` so far is where every
     /// gateway sharing the store reads it (bounded: a database that is away does not hold
     /// the caller for long). The default returns at once: a store of one gateway serves
-    /// its reads from the working set.
+    /// its reads from the working set. Callers on a request's path ask only a
+    /// [`shared`](TaskStore::shared) store, so that the others cost nothing there.
     async fn written(&self, id: &str) {
         let _ = id;
     }
@@ -480,6 +481,11 @@ pub trait TaskStore: Send + Sync + 'static {
     }
     /// The tasks matching `query`, most recently updated first.
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError>;
+    /// True for a store several gateways share (their tasks, reads and writes are each
+    /// other's); false for a store of one gateway (the default).
+    fn shared(&self) -> bool {
+        false
+    }
     /// A store shared by several gateways: the ids of the tasks whose events or records
     /// another gateway (or this one) wrote, as they are written, so that a subscriber here
     /// can follow a task another gateway bridges. `None` for a store of one gateway.

@@ -588,6 +588,10 @@ impl TaskStore for PostgresStore {
 
     fn remove(&self, id: &str) {
         self.memory.remove_record(id);
+        // Nothing of it is left to write or to let go.
+        self.turns.locked().remove(id);
+        self.push_dirty.locked().remove(id);
+        self.released.locked().remove(id);
         self.queue.delete(&[id.to_owned()]);
     }
 
@@ -666,6 +670,10 @@ impl TaskStore for PostgresStore {
             next_page_token: (end < total).then(|| end.to_string()),
             total_size: usize::try_from(total).unwrap_or(0),
         })
+    }
+
+    fn shared(&self) -> bool {
+        true
     }
 
     fn changes(&self) -> Option<broadcast::Receiver<Arc<str>>> {
