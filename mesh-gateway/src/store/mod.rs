@@ -63,6 +63,7 @@ mod memory;
 mod postgres;
 mod size;
 mod sqlite;
+mod working_set;
 mod write_behind;
 
 /// Records and events for the tests of the modules that use a store.

@@ -147,7 +147,7 @@ pub(super) async fn listen(
 /// ([`RECORDS_CHANNEL`]), until `stop`.
 pub(super) async fn refresh_push_configs(
     pool: Pool,
-    memory: Arc<MemoryStore>,
+    set: Arc<WorkingSet>,
     push_dirty: PushDirty,
     mut records: broadcast::Receiver<Arc<str>>,
     stop: CancellationToken,
@@ -159,13 +159,13 @@ pub(super) async fn refresh_push_configs(
         };
         let ids: Vec<String> = match id {
             Ok(id) if &*id != ANY_TASK => {
-                if memory.get(&id).is_none() {
+                if set.memory.get(&id).is_none() {
                     continue;
                 }
                 vec![id.to_string()]
             }
             // Missed some, or the listener was away: every task of the working set.
-            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => memory.ids(),
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => set.memory.ids(),
             Err(broadcast::error::RecvError::Closed) => return,
         };
         let Ok(client) = pool.get().await else {
@@ -182,7 +182,7 @@ pub(super) async fn refresh_push_configs(
             let configs: Vec<mesh_core::model::TaskPushNotificationConfig> = push
                 .and_then(|p| serde_json::from_str(p).ok())
                 .unwrap_or_default();
-            adopt_push_configs(&memory, &push_dirty, row.get(0), &configs);
+            adopt_push_configs(&set.memory, &push_dirty, row.get(0), &configs);
         }
     }
 }

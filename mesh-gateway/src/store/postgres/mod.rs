@@ -41,11 +41,12 @@
 //! (crate::GatewayConfig::gateway_id)): a gateway that restarts with the same id delivers
 //! those it left pending.
 
-use super::memory::{LogMode, LoggedEvent};
-use super::write_behind::{Batch, Queue, RecordWork};
+use super::memory::{LoggedEvent, MemoryStore};
+use super::working_set::{WorkingSet, merge_logged};
+use super::write_behind::{Batch, RecordWork};
 use super::{
-    MemoryStore, Origin, Orphan, PendingDelivery, STATES, StoreError, StoreLimits, StoredEvent,
-    TaskPage, TaskQuery, TaskRecord, TaskStore,
+    Origin, Orphan, PendingDelivery, STATES, StoreError, StoreLimits, StoredEvent, TaskPage,
+    TaskQuery, TaskRecord, TaskStore,
 };
 use crate::task_events;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -160,9 +161,6 @@ CREATE TABLE IF NOT EXISTS mesh_webhook_deliveries (
 /// The columns a record is read from, in this order (see [`record_from_row`]).
 const RECORD_COLUMNS: &str = "id, agent, dialect, owner, created, updated, task, push, seq";
 
-/// Task id → the request of its current turn and the task's sequence before it.
-type Turns = Arc<Mutex<HashMap<String, (String, u64)>>>;
-
 /// See [`PostgresStore::push_dirty`].
 type PushDirty = Arc<Mutex<std::collections::HashSet<String>>>;
 
@@ -177,18 +175,11 @@ struct Totals {
 
 /// Tasks in PostgreSQL, shared by every gateway on the same database. See the module docs.
 pub struct PostgresStore {
-    memory: Arc<MemoryStore>,
-    queue: Arc<Queue>,
+    set: Arc<WorkingSet>,
     pool: Pool,
     limits: StoreLimits,
     totals: Arc<RwLock<Totals>>,
-    /// Tasks whose turn ended, to leave the working set once written: the record as it was
-    /// then (any later change makes a new one, and keeps the task).
-    released: Arc<Mutex<HashMap<String, Arc<TaskRecord>>>>,
     changes: broadcast::Sender<Arc<str>>,
-    /// The request and the starting sequence of the current turn of each task of the
-    /// working set ([`TaskStore::begin_turn`]), written with its row.
-    turns: Turns,
     /// This gateway's id (the `gateway` of the rows it writes).
     gateway: String,
     /// Tasks whose push configs the next snapshot writes (a record inserted whole); the
@@ -261,10 +252,7 @@ impl PostgresStore {
             "task store opened (PostgreSQL, shared)"
         );
 
-        let memory = Arc::new(MemoryStore::with_log(limits, LogMode::Elsewhere));
-        let queue = Arc::new(Queue::new());
-        let released = Arc::new(Mutex::new(HashMap::new()));
-        let turns: Turns = Arc::default();
+        let set = Arc::new(WorkingSet::new(limits));
         let push_dirty: PushDirty = Arc::default();
         let (changes, _) = broadcast::channel(CHANGES_CAPACITY);
         let (records, _) = broadcast::channel(CHANGES_CAPACITY);
@@ -293,7 +281,7 @@ impl PostgresStore {
         ));
         tokio::spawn(refresh_push_configs(
             pool.clone(),
-            memory.clone(),
+            set.clone(),
             push_dirty.clone(),
             records.subscribe(),
             stop.clone(),
@@ -301,10 +289,7 @@ impl PostgresStore {
         let writer = {
             let writer = Writer {
                 pool: writer_pool,
-                queue: queue.clone(),
-                memory: memory.clone(),
-                released: released.clone(),
-                turns: turns.clone(),
+                set: set.clone(),
                 push_dirty: push_dirty.clone(),
                 totals: totals.clone(),
                 limits,
@@ -318,14 +303,11 @@ impl PostgresStore {
                 })?
         };
         Ok(PostgresStore {
-            memory,
-            queue,
+            set,
             pool,
             limits,
             totals,
-            released,
             changes,
-            turns,
             gateway: gateway.to_owned(),
             push_dirty,
             gone_since: Mutex::default(),
@@ -339,7 +321,7 @@ impl PostgresStore {
     /// Writes what is pending and stops the writer and the listener (also done on drop).
     pub fn close(&self) {
         self.stop.cancel();
-        self.queue.close();
+        self.set.queue.close();
         let writer = self.writer.locked().take();
         if let Some(writer) = writer {
             let _ = writer.join();
@@ -351,16 +333,6 @@ impl PostgresStore {
             .get()
             .await
             .map_err(|e| StoreError::Storage(format!("no connection to the task database: {e}")))
-    }
-
-    /// The record of `id` in the working set when it is newer than (or as new as) the
-    /// database's: the task is bridged here, or what this gateway changed of it is not all
-    /// written yet. A task whose turn ended here and is written may have been continued by
-    /// another gateway since: the database has it.
-    fn newest_here(&self, id: &str) -> Option<Arc<TaskRecord>> {
-        let record = self.memory.get(id)?;
-        (!self.released.locked().contains_key(id) || !self.queue.holds_nothing_of(id))
-            .then_some(record)
     }
 
     /// Refuses a new task while the last count says the database is full of tasks that are
@@ -392,21 +364,17 @@ fn storage_error(what: &str, e: impl std::fmt::Display) -> StoreError {
 impl TaskStore for PostgresStore {
     fn insert(&self, record: TaskRecord) -> Result<(), StoreError> {
         let id = record.task.id.clone();
-        let new = self.memory.get(&id).is_none() && record.seq == 0;
+        let new = self.set.memory.get(&id).is_none() && record.seq == 0;
         if new {
             self.check_room()?;
         }
-        // The working set evicts nothing the database needs: what it lets go is written.
-        self.memory.insert_record(record, &mut Vec::new())?;
-        // A new turn here: bridged again.
-        self.released.locked().remove(&id);
+        // Noted before the writer can see the record.
         self.push_dirty.locked().insert(id.clone());
-        self.queue.snapshot(&id);
-        Ok(())
+        self.set.insert(record)
     }
 
     fn get(&self, id: &str) -> Option<Arc<TaskRecord>> {
-        self.memory.get(id)
+        self.set.memory.get(id)
     }
 
     async fn load(&self, id: &str) -> Result<Option<Arc<TaskRecord>>, StoreError> {
@@ -414,7 +382,7 @@ impl TaskStore for PostgresStore {
         // here; one whose turn ended here and is written may have been continued by another
         // gateway since.
         let client = self.client().await?;
-        if let Some(record) = self.newest_here(id) {
+        if let Some(record) = self.set.newest_here(id) {
             // Its push configs are the database's (another gateway may have set them).
             let row = client
                 .query_opt("SELECT push FROM mesh_tasks WHERE id = $1", &[&id])
@@ -430,8 +398,8 @@ impl TaskStore for PostgresStore {
             if configs == record.push_configs {
                 return Ok(Some(record));
             }
-            adopt_push_configs(&self.memory, &self.push_dirty, id, &configs);
-            return Ok(self.memory.get(id).or(Some(record)));
+            adopt_push_configs(&self.set.memory, &self.push_dirty, id, &configs);
+            return Ok(self.set.memory.get(id).or(Some(record)));
         }
         read_record(&client, id)
             .await
@@ -445,11 +413,7 @@ impl TaskStore for PostgresStore {
         event: &Arc<Reply>,
         origin: Origin,
     ) -> Result<Arc<TaskRecord>, StoreError> {
-        let appended = self
-            .memory
-            .append_event(id, event, origin, &mut Vec::new())?;
-        self.queue.event(id, appended.event, appended.snapshot, &[]);
-        Ok(appended.record)
+        self.set.append(id, event, origin)
     }
 
     async fn events_after(
@@ -460,21 +424,14 @@ impl TaskStore for PostgresStore {
     ) -> Result<Vec<StoredEvent>, StoreError> {
         // What this gateway has not written yet first: a batch committed meanwhile is then
         // read from the database (the two are merged by sequence).
-        let queued = self.queue.queued_events(id, after, limit);
+        let queued = self.set.queue.queued_events(id, after, limit);
         let client = self.client().await?;
-        let mut events = read_events(&client, id, after, limit)
+        let committed = read_events(&client, id, after, limit)
             .await
             .map_err(|e| storage_error(&format!("cannot read the events of {id}"), e))?;
-        let last = events.last().map_or(after, |e| e.seq);
-        events.extend(
-            queued
-                .iter()
-                .filter(|e| e.seq > last)
-                .map(LoggedEvent::stored),
-        );
-        events.truncate(limit);
+        let events = merge_logged(id, after, limit, committed, &queued)?;
         if events.is_empty() {
-            let known = self.memory.get(id).is_some()
+            let known = self.set.memory.get(id).is_some()
                 || client
                     .query_opt("SELECT 1 FROM mesh_tasks WHERE id = $1", &[&id])
                     .await
@@ -484,19 +441,11 @@ impl TaskStore for PostgresStore {
                 return Err(StoreError::TaskNotFound(id.to_owned()));
             }
         }
-        match events.first() {
-            Some(first) if first.seq != after + 1 => Err(StoreError::EventsForgotten {
-                task: id.to_owned(),
-                first: first.seq,
-            }),
-            _ => Ok(events),
-        }
+        Ok(events)
     }
 
     fn update(&self, id: &str, apply: &mut dyn FnMut(&mut TaskRecord)) -> Option<Arc<TaskRecord>> {
-        let record = self.memory.update_record(id, apply)?;
-        self.queue.snapshot(id);
-        Some(record)
+        self.set.update(id, apply)
     }
 
     async fn modify(
@@ -507,8 +456,8 @@ impl TaskStore for PostgresStore {
         // Through the database, whoever bridges the task: push configs are read by the
         // gateway that delivers its notifications, which may be another one (it is told).
         // A task of the working set is written first, so that its row is there.
-        if self.memory.get(id).is_some() {
-            self.queue.written(id, WRITTEN_WAIT).await;
+        if self.set.memory.get(id).is_some() {
+            self.set.queue.written(id, WRITTEN_WAIT).await;
         }
         let failed =
             |e: tokio_postgres::Error| storage_error(&format!("cannot change task {id}"), e);
@@ -551,18 +500,16 @@ impl TaskStore for PostgresStore {
             .map_err(failed)?;
         tx.commit().await.map_err(failed)?;
         // The working set's copy takes the configs (its snapshots leave them to this path).
-        adopt_push_configs(&self.memory, &self.push_dirty, id, &record.push_configs);
+        adopt_push_configs(&self.set.memory, &self.push_dirty, id, &record.push_configs);
         Ok(Some(Arc::new(record)))
     }
 
     async fn written(&self, id: &str) {
-        self.queue.written(id, WRITTEN_WAIT).await;
+        self.set.queue.written(id, WRITTEN_WAIT).await;
     }
 
     fn begin_turn(&self, id: &str, request_id: &str, start: u64) {
-        self.turns
-            .locked()
-            .insert(id.to_owned(), (request_id.to_owned(), start));
+        self.set.begin_turn(id, request_id, start);
     }
 
     async fn claim_orphans(&self, grace: Duration) -> Result<Vec<Orphan>, StoreError> {
@@ -587,27 +534,12 @@ impl TaskStore for PostgresStore {
     }
 
     fn remove(&self, id: &str) {
-        self.memory.remove_record(id);
-        // Nothing of it is left to write or to let go.
-        self.turns.locked().remove(id);
         self.push_dirty.locked().remove(id);
-        self.released.locked().remove(id);
-        self.queue.delete(&[id.to_owned()]);
+        self.set.remove(id);
     }
 
     fn release(&self, id: &str) {
-        let Some(record) = self.memory.get(id) else {
-            return;
-        };
-        // Noted first: the writer lets it go after the batch that writes the rest of it.
-        self.released.locked().insert(id.to_owned(), record.clone());
-        // All of it written already: it goes now.
-        if self.queue.holds_nothing_of(id) {
-            self.released.locked().remove(id);
-            if self.memory.remove_if_unchanged(id, &record) {
-                self.turns.locked().remove(id);
-            }
-        }
+        self.set.release(id);
     }
 
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
@@ -654,7 +586,7 @@ impl TaskStore for PostgresStore {
         let mut records = Vec::with_capacity(rows.len());
         for row in &rows {
             let id: &str = row.get(0);
-            if let Some(record) = self.newest_here(id) {
+            if let Some(record) = self.set.newest_here(id) {
                 records.push(record);
                 continue;
             }
@@ -693,19 +625,19 @@ impl TaskStore for PostgresStore {
     }
 
     fn pending_writes(&self) -> usize {
-        self.queue.pending()
+        self.set.queue.pending()
     }
 
     fn flush(&self, timeout: Duration) -> bool {
-        self.queue.wait_empty(timeout)
+        self.set.queue.wait_empty(timeout)
     }
 
     fn keep_delivery(&self, delivery: Arc<PendingDelivery>) {
-        self.queue.push_delivery(delivery.id, Some(delivery));
+        self.set.queue.push_delivery(delivery.id, Some(delivery));
     }
 
     fn forget_delivery(&self, id: u64) {
-        self.queue.push_delivery(id, None);
+        self.set.queue.push_delivery(id, None);
     }
 
     fn take_pending_deliveries(&self) -> Vec<PendingDelivery> {
@@ -787,7 +719,7 @@ mod tests {
             store.written(&format!("t{i}")).await;
         }
         assert_eq!(
-            store.memory.len(),
+            store.set.memory.len(),
             0,
             "the finished tasks left memory once written"
         );

@@ -7,10 +7,7 @@ use super::*;
 /// released tasks go, and applies the bounds.
 pub(super) struct Writer {
     pub(super) pool: Pool,
-    pub(super) queue: Arc<Queue>,
-    pub(super) memory: Arc<MemoryStore>,
-    pub(super) released: Arc<Mutex<HashMap<String, Arc<TaskRecord>>>>,
-    pub(super) turns: Turns,
+    pub(super) set: Arc<WorkingSet>,
     pub(super) push_dirty: PushDirty,
     pub(super) totals: Arc<RwLock<Totals>>,
     pub(super) limits: StoreLimits,
@@ -29,14 +26,14 @@ impl Writer {
             Ok(runtime) => runtime,
             Err(error) => {
                 tracing::error!(%error, "the task store's writer cannot start: nothing is written");
-                self.queue.stopped();
+                self.set.queue.stopped();
                 return;
             }
         };
         let mut last_retention = Instant::now();
         loop {
             let left = RETENTION_EVERY.saturating_sub(last_retention.elapsed());
-            if !self.queue.wait_for_work(left) {
+            if !self.set.queue.wait_for_work(left) {
                 break;
             }
             if last_retention.elapsed() >= RETENTION_EVERY {
@@ -45,7 +42,7 @@ impl Writer {
                     tracing::warn!(%error, "could not apply the task store's bounds");
                 }
             }
-            let batch = self.queue.take();
+            let batch = self.set.queue.take();
             if batch.len() > 0 {
                 // A failed batch is retried once, then dropped with an error in the log.
                 let result = runtime
@@ -56,27 +53,9 @@ impl Writer {
                 }
             }
             drop(batch);
-            self.queue.committed(|| self.let_go());
+            self.set.queue.committed(|| self.set.let_go());
         }
-        self.queue.stopped();
-    }
-
-    /// Lets the released tasks that are written leave the working set.
-    fn let_go(&self) {
-        let mut released = self.released.locked();
-        if released.is_empty() {
-            return;
-        }
-        released.retain(|id, record| {
-            if !self.queue.holds_nothing_of(id) {
-                return true;
-            }
-            // Changed since (a new turn here): it stays, until released again.
-            if self.memory.remove_if_unchanged(id, record) {
-                self.turns.locked().remove(id);
-            }
-            false
-        });
+        self.set.queue.stopped();
     }
 
     /// Writes a batch in one transaction: deletions, snapshots, events, the state of the
@@ -115,22 +94,16 @@ impl Writer {
         }
 
         // The turns of the batch's tasks as they are now (a short lock).
-        let turns: HashMap<&str, (String, u64)> = {
-            let all = self.turns.locked();
-            batch
-                .records
-                .keys()
-                .chain(batch.events.keys())
-                .filter_map(|id| all.get(id).map(|turn| (id.as_str(), turn.clone())))
-                .collect()
-        };
+        let turns = self
+            .set
+            .turns_of(batch.records.keys().chain(batch.events.keys()));
         let mut snapshots = Snapshots::default();
         for (id, work) in &batch.records {
             if *work == RecordWork::Delete {
                 continue;
             }
             // Gone meanwhile (removed: its deletion is queued).
-            let Some((record, log_bytes)) = self.memory.snapshot_of(id) else {
+            let Some((record, log_bytes)) = self.set.memory.snapshot_of(id) else {
                 continue;
             };
             snapshots.add(&record, log_bytes, turns.get(id.as_str()));
@@ -191,7 +164,7 @@ impl Writer {
                 if batch.records.contains_key(id) {
                     continue;
                 }
-                if let Some((record, log_bytes)) = self.memory.snapshot_of(id) {
+                if let Some((record, log_bytes)) = self.set.memory.snapshot_of(id) {
                     states.add(&record, log_bytes, turns.get(id.as_str()));
                 }
             }
