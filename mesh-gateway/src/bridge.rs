@@ -317,11 +317,13 @@ impl Bridge {
     /// The task as it stands and a receiver of every event after that snapshot: while it is
     /// live, until its pump ends, or with `until_terminal`, until the task reaches a terminal
     /// state, across interrupted states (an interrupted task's subscriber waits for the next
-    /// message). `Err` when too many subscribers wait for the task already.
+    /// message). `stored`: the task as the store has it, for one that left the working set.
+    /// `Err` when too many subscribers wait for the task already.
     pub(crate) fn attach(
         &self,
         id: &str,
         until_terminal: bool,
+        stored: Option<&Arc<TaskRecord>>,
     ) -> Result<Option<Attached>, A2aError> {
         let live = self.live_map();
         if let Some(task) = live.get(id).cloned() {
@@ -335,7 +337,7 @@ impl Bridge {
                 Some(task.subscribe(STREAM_CAPACITY, until_terminal)),
             )));
         }
-        let Some(record) = self.store.get(id) else {
+        let Some(record) = self.store.get(id).or_else(|| stored.cloned()) else {
             return Ok(None);
         };
         if !until_terminal || record.task.status.state.is_terminal() {
@@ -676,7 +678,7 @@ mod tests {
     async fn a_subscriber_of_an_interrupted_task_gets_the_events_of_its_next_message() {
         let bridge = bridge_with("t", TaskState::InputRequired);
         let (_, follower) = bridge
-            .attach("t", true)
+            .attach("t", true, None)
             .expect("room to wait")
             .expect("the task exists");
         let mut follower = follower.expect("a subscription");
@@ -698,15 +700,18 @@ mod tests {
         let mut followers: Vec<Subscription> = (0..MAX_WAITING_SUBSCRIBERS)
             .map(|_| {
                 bridge
-                    .attach("t", true)
+                    .attach("t", true, None)
                     .expect("room to wait")
                     .and_then(|(_, rx)| rx)
                     .expect("a subscription")
             })
             .collect();
-        assert!(bridge.attach("t", true).is_err(), "one more than the bound");
+        assert!(
+            bridge.attach("t", true, None).is_err(),
+            "one more than the bound"
+        );
         // A subscription that does not follow the task gets the snapshot alone.
-        let (_, none) = bridge.attach("t", false).unwrap().unwrap();
+        let (_, none) = bridge.attach("t", false, None).unwrap().unwrap();
         assert!(none.is_none());
 
         let canceled = TaskRecord::new(task("t", TaskState::Canceled), "agent", Dialect::V1_0);

@@ -89,7 +89,7 @@ impl TaskEvents {
             }
             Some(Live::Lagged) => {
                 tracing::debug!(task = %self.task_id, "slow subscriber resynchronised");
-                let Some(record) = self.store.get(&self.task_id) else {
+                let Some(record) = self.record().await else {
                     self.done = true;
                     return None;
                 };
@@ -100,10 +100,18 @@ impl TaskEvents {
                 // The pump ended without a final event (stopped): close with the task as it
                 // stands when that ends it.
                 self.done = true;
-                let record = self.store.get(&self.task_id)?;
+                let record = self.record().await?;
                 let task = Reply::Task(record.task.clone());
                 ends_task(&task).then(|| (record.seq, Ok(Arc::new(task))))
             }
+        }
+    }
+
+    /// The task as it is now: in the working set while its turn runs, else in the store.
+    async fn record(&self) -> Option<Arc<crate::store::TaskRecord>> {
+        match self.store.get(&self.task_id) {
+            Some(record) => Some(record),
+            None => self.store.load(&self.task_id).await.ok().flatten(),
         }
     }
 

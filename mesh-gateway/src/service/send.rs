@@ -71,6 +71,11 @@ impl A2aService {
                 if service.store().shared() {
                     service.store().written(&task_id).await;
                 }
+                // Written and let go of the working set as its turn ended: the store has it.
+                let record = match record {
+                    Some(record) => Some(record),
+                    None => service.store().load(&task_id).await?,
+                };
                 match record {
                     Some(record) => Ok(SendOutcome::Task(record)),
                     None => Err(A2aError::task_not_found(&task_id)),

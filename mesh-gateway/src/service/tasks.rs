@@ -221,7 +221,7 @@ impl A2aService {
                 return Ok((record, events));
             }
         }
-        let Some((snapshot, live)) = self.bridge.attach(&params.id, true)? else {
+        let Some((snapshot, live)) = self.bridge.attach(&params.id, true, Some(&record))? else {
             return Err(A2aError::task_not_found(&params.id));
         };
         let task = || -> (Seq, LiveEvent) {

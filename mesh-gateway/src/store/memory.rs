@@ -58,6 +58,16 @@ pub(crate) enum LogMode {
     Elsewhere,
 }
 
+/// See [`MemoryStore::state_of`].
+pub(crate) struct StateColumns {
+    pub(crate) id: String,
+    pub(crate) state: TaskState,
+    pub(crate) updated: SystemTime,
+    pub(crate) seq: u64,
+    /// The record's estimated size and its log's.
+    pub(crate) bytes: usize,
+}
+
 struct Entry {
     record: Arc<TaskRecord>,
     /// The record's estimated size.
@@ -213,18 +223,6 @@ impl MemoryStore {
         Ok(())
     }
 
-    /// Adds a record read back from disk (never refused: what was kept stays kept, and the
-    /// bounds evict finished tasks as usual). `log_bytes`: its event log on disk.
-    pub(crate) fn load(&self, record: TaskRecord, log_bytes: usize, evicted: &mut Vec<String>) {
-        let bytes = record.estimated_bytes();
-        let mut inner = self.write();
-        if let Some(old) = inner.tasks.remove(&record.task.id) {
-            inner.bytes -= old.bytes();
-        }
-        inner.add(Entry::new(record, bytes, log_bytes));
-        inner.evict(&self.limits, (0, 0), SystemTime::now(), evicted);
-    }
-
     /// Applies and logs one event (see [`TaskStore::append`]).
     pub(crate) fn append_event(
         &self,
@@ -334,17 +332,25 @@ impl MemoryStore {
         Some(record)
     }
 
-    /// Forgets finished tasks older than `max_age` (also done by every insert).
-    pub(crate) fn expire(&self, evicted: &mut Vec<String>) {
-        self.write()
-            .evict(&self.limits, (0, 0), SystemTime::now(), evicted);
-    }
-
     /// The record and the bytes of its event log up to its sequence, read together (what a
     /// snapshot of it records).
     pub(crate) fn snapshot_of(&self, id: &str) -> Option<(Arc<TaskRecord>, usize)> {
         let inner = self.read();
         inner.tasks.get(id).map(|e| (e.record.clone(), e.log_bytes))
+    }
+
+    /// What a durable store keeps current of task `id` between its snapshots, read under
+    /// the lock: no reference to the record is kept, so an append meanwhile still changes
+    /// it in place.
+    pub(crate) fn state_of(&self, id: &str) -> Option<StateColumns> {
+        let inner = self.read();
+        inner.tasks.get(id).map(|e| StateColumns {
+            id: e.record.task.id.clone(),
+            state: e.record.task.status.state.clone(),
+            updated: e.record.updated,
+            seq: e.record.seq,
+            bytes: e.record_bytes + e.log_bytes,
+        })
     }
 
     /// The ids of the tasks it holds.
@@ -823,7 +829,10 @@ pub(crate) mod tests {
             r.task.status.state = TaskState::Completed
         });
         std::thread::sleep(Duration::from_millis(2));
-        store.expire(&mut Vec::new());
+        // Every insert forgets what is past its age.
+        store
+            .insert(task("newer", "c", TaskState::Working))
+            .unwrap();
         assert!(store.get("running").is_none());
         assert!(store.get("new").is_some());
     }

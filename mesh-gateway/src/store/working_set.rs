@@ -14,7 +14,10 @@
 
 use super::memory::{LogMode, LoggedEvent};
 use super::write_behind::Queue;
-use super::{MemoryStore, Origin, StoreError, StoreLimits, StoredEvent, TaskRecord, TaskStore};
+use super::{
+    MemoryStore, Origin, STATES, StoreError, StoreLimits, StoredEvent, TaskRecord, TaskStore,
+};
+use mesh_core::model::TaskState;
 use mesh_core::rpc::Reply;
 use mesh_core::sync::MutexExt;
 use std::collections::HashMap;
@@ -34,9 +37,18 @@ pub(super) struct WorkingSet {
 }
 
 impl WorkingSet {
+    /// A working set for a store of `limits`: those of one task apply here; those of the
+    /// store apply to the database (a task the working set evicted before it is written
+    /// would be lost).
     pub(super) fn new(limits: StoreLimits) -> WorkingSet {
+        let unbounded = StoreLimits {
+            max_tasks: usize::MAX,
+            max_bytes: usize::MAX,
+            max_age: std::time::Duration::MAX,
+            ..limits
+        };
         WorkingSet {
-            memory: MemoryStore::with_log(limits, LogMode::Elsewhere),
+            memory: MemoryStore::with_log(unbounded, LogMode::Elsewhere),
             queue: Queue::new(),
             released: Mutex::default(),
             turns: Mutex::default(),
@@ -148,6 +160,80 @@ impl WorkingSet {
         let record = self.memory.get(id)?;
         (!self.released.locked().contains_key(id) || !self.queue.holds_nothing_of(id))
             .then_some(record)
+    }
+}
+
+/// What a store on a database counts of it: its tasks, how many are finished, their bytes
+/// (estimated), how many are in each state.
+#[derive(Debug, Clone)]
+pub(super) struct Totals {
+    pub(super) tasks: usize,
+    pub(super) finished: usize,
+    pub(super) bytes: usize,
+    pub(super) states: Vec<(TaskState, usize)>,
+}
+
+impl Default for Totals {
+    fn default() -> Totals {
+        Totals {
+            tasks: 0,
+            finished: 0,
+            bytes: 0,
+            states: STATES.iter().map(|s| (s.clone(), 0)).collect(),
+        }
+    }
+}
+
+impl Totals {
+    /// Counts `n` tasks in the state named `state` (as the database stores it), of `bytes`
+    /// in all.
+    pub(super) fn add(&mut self, state: &str, n: usize, bytes: usize) {
+        self.tasks += n;
+        self.bytes += bytes;
+        if let Some(entry) = self
+            .states
+            .iter_mut()
+            .find(|(s, _)| mesh_core::model::state_name(s) == state)
+        {
+            entry.1 += n;
+            if entry.0.is_terminal() {
+                self.finished += n;
+            }
+        }
+    }
+
+    /// No longer counts one task in the state named `state`, of `bytes`.
+    pub(super) fn subtract(&mut self, state: &str, bytes: usize) {
+        self.tasks = self.tasks.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(bytes);
+        if let Some(entry) = self
+            .states
+            .iter_mut()
+            .find(|(s, _)| mesh_core::model::state_name(s) == state)
+        {
+            entry.1 = entry.1.saturating_sub(1);
+            if entry.0.is_terminal() {
+                self.finished = self.finished.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Refuses a new task while the counts say the database is full of tasks that are not
+    /// finished: the writer deletes the oldest finished ones to make room, never a running
+    /// one.
+    pub(super) fn check_room(&self, limits: StoreLimits) -> Result<(), StoreError> {
+        if self.tasks >= limits.max_tasks && self.finished == 0 {
+            return Err(StoreError::Full(super::Limit::Tasks(limits.max_tasks)));
+        }
+        if self.bytes >= limits.max_bytes && self.finished == 0 {
+            return Err(StoreError::Full(super::Limit::Bytes(limits.max_bytes)));
+        }
+        Ok(())
+    }
+
+    /// True when the counts are past `limits` (the writer applies them then).
+    pub(super) fn over(&self, limits: StoreLimits) -> bool {
+        self.tasks > limits.max_tasks || self.bytes > limits.max_bytes
     }
 }
 

@@ -63,6 +63,9 @@ pub(super) struct QueueState {
     pub(super) in_flight_events: Arc<HashMap<String, Vec<LoggedEvent>>>,
     /// The tasks whose records the writer is committing now.
     pub(super) in_flight_records: Vec<String>,
+    /// How many batches the writer took, and how many it is done with.
+    pub(super) batches_taken: u64,
+    pub(super) batches_done: u64,
     pub(super) closed: bool,
     /// The writer thread has ended.
     pub(super) stopped: bool,
@@ -211,6 +214,7 @@ impl Queue {
             deliveries: std::mem::take(&mut state.deliveries),
         };
         state.event_bytes = 0;
+        state.batches_taken += 1;
         state.in_flight = batch.len();
         state.in_flight_events = events;
         state.in_flight_records = batch.records.keys().cloned().collect();
@@ -223,6 +227,7 @@ impl Queue {
     /// [`Queue::written`] returns.
     pub(super) fn committed(&self, then: impl FnOnce()) {
         let mut state = self.lock();
+        state.batches_done += 1;
         state.in_flight = 0;
         state.in_flight_events = Arc::default();
         state.in_flight_records.clear();
@@ -241,6 +246,30 @@ impl Queue {
             committed.as_mut().enable();
             if self.holds_nothing_of(id) || self.lock().stopped {
                 return;
+            }
+            if tokio::time::timeout_at(deadline, committed).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Waits until everything queued so far is committed (at most `timeout`), however much
+    /// is queued after: a reader of the database then sees every change made before.
+    pub(super) async fn caught_up(&self, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let target = {
+            let state = self.lock();
+            state.batches_taken + u64::from(!state.is_empty())
+        };
+        loop {
+            let committed = self.committed.notified();
+            tokio::pin!(committed);
+            committed.as_mut().enable();
+            {
+                let state = self.lock();
+                if state.batches_done >= target || state.stopped {
+                    return;
+                }
             }
             if tokio::time::timeout_at(deadline, committed).await.is_err() {
                 return;

@@ -366,7 +366,11 @@ async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
     assert!(stats.events > chunks, "{stats:?}");
     assert!(stats.snapshots <= 16, "{stats:?}");
     assert!(stats.snapshot_bytes <= 3 * stats.event_bytes, "{stats:?}");
-    let seq = store.get(&task_id).unwrap().seq;
+    let seq = store
+        .read(&task_id)
+        .unwrap()
+        .expect("the task is stored")
+        .seq;
     assert_eq!(seq, stats.events);
     let tail = store.events_after(&task_id, seq - 1, 10).unwrap();
     assert_eq!(tail.len(), 1);
@@ -510,7 +514,7 @@ async fn over_the_byte_budget_finished_tasks_go_then_new_work_is_refused(broker:
     assert_eq!(code(&refused), -32603, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(message.contains(&format!("{budget} bytes")), "{message}");
-    // The disk holds what memory does: the finished tasks' rows went with them.
+    // The disk holds what the bounds keep: the finished tasks' rows went.
     gw.shutdown().await;
     let store = SqliteStore::open(&dir, mesh_gateway::StoreLimits::default()).unwrap();
     assert!(
@@ -518,7 +522,7 @@ async fn over_the_byte_budget_finished_tasks_go_then_new_work_is_refused(broker:
         "{} bytes",
         store.bytes()
     );
-    assert!(store.get(&booking).is_some());
+    assert!(store.read(&booking).unwrap().is_some());
     drop(store);
     echo.shutdown().await;
     booker.shutdown().await;

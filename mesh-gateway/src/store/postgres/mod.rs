@@ -42,11 +42,11 @@
 //! those it left pending.
 
 use super::memory::{LoggedEvent, MemoryStore};
-use super::working_set::{WorkingSet, merge_logged};
+use super::working_set::{Totals, WorkingSet, merge_logged};
 use super::write_behind::{Batch, RecordWork};
 use super::{
-    Origin, Orphan, PendingDelivery, STATES, StoreError, StoreLimits, StoredEvent, TaskPage,
-    TaskQuery, TaskRecord, TaskStore,
+    Origin, Orphan, PendingDelivery, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery,
+    TaskRecord, TaskStore,
 };
 use crate::task_events;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -163,15 +163,6 @@ const RECORD_COLUMNS: &str = "id, agent, dialect, owner, created, updated, task,
 
 /// See [`PostgresStore::push_dirty`].
 type PushDirty = Arc<Mutex<std::collections::HashSet<String>>>;
-
-/// What the last count of the database found.
-#[derive(Debug, Clone, Default)]
-struct Totals {
-    tasks: usize,
-    finished: usize,
-    bytes: usize,
-    states: Vec<(TaskState, usize)>,
-}
 
 /// Tasks in PostgreSQL, shared by every gateway on the same database. See the module docs.
 pub struct PostgresStore {
@@ -338,15 +329,7 @@ impl PostgresStore {
     /// Refuses a new task while the last count says the database is full of tasks that are
     /// not finished (see the module docs).
     fn check_room(&self) -> Result<(), StoreError> {
-        let totals = self.totals.read_locked();
-        let limits = self.limits;
-        if totals.tasks >= limits.max_tasks && totals.finished == 0 {
-            return Err(StoreError::Full(super::Limit::Tasks(limits.max_tasks)));
-        }
-        if totals.bytes >= limits.max_bytes && totals.finished == 0 {
-            return Err(StoreError::Full(super::Limit::Bytes(limits.max_bytes)));
-        }
-        Ok(())
+        self.totals.read_locked().check_room(self.limits)
     }
 }
 

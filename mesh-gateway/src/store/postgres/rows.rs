@@ -176,25 +176,13 @@ pub(super) async fn count(
             &[],
         )
         .await?;
-    let mut totals = Totals {
-        states: STATES.iter().map(|s| (s.clone(), 0)).collect(),
-        ..Totals::default()
-    };
+    let mut totals = Totals::default();
     for row in rows {
-        let state: &str = row.get(0);
-        let n = usize::try_from(row.get::<_, i64>(1)).unwrap_or(0);
-        totals.tasks += n;
-        totals.bytes += usize::try_from(row.get::<_, i64>(2)).unwrap_or(0);
-        if row.get::<_, Option<bool>>(3).unwrap_or(false) {
-            totals.finished += n;
-        }
-        if let Some(entry) = totals
-            .states
-            .iter_mut()
-            .find(|(s, _)| mesh_core::model::state_name(s) == state)
-        {
-            entry.1 += n;
-        }
+        totals.add(
+            row.get(0),
+            usize::try_from(row.get::<_, i64>(1)).unwrap_or(0),
+            usize::try_from(row.get::<_, i64>(2)).unwrap_or(0),
+        );
     }
     Ok(totals)
 }

@@ -2,6 +2,7 @@
 //! each, on a runtime of its own; the bounds; the working set's tasks let go once written.
 
 use super::*;
+use crate::store::memory::StateColumns;
 
 /// The writer thread: takes the queue's batches, writes each in one transaction, lets
 /// released tasks go, and applies the bounds.
@@ -164,8 +165,8 @@ impl Writer {
                 if batch.records.contains_key(id) {
                     continue;
                 }
-                if let Some((record, log_bytes)) = self.set.memory.snapshot_of(id) {
-                    states.add(&record, log_bytes, turns.get(id.as_str()));
+                if let Some(now) = self.set.memory.state_of(id) {
+                    states.add(now, turns.get(id.as_str()));
                 }
             }
             if !states.ids.is_empty() {
@@ -420,16 +421,14 @@ pub(super) struct States {
 }
 
 impl States {
-    fn add(&mut self, record: &TaskRecord, log_bytes: usize, turn: Option<&(String, u64)>) {
+    fn add(&mut self, now: StateColumns, turn: Option<&(String, u64)>) {
         self.turn_requests.push(turn.map(|t| t.0.clone()));
         self.turn_starts.push(turn.map(|t| sql_int(t.1)));
-        self.ids.push(record.task.id.clone());
-        self.states
-            .push(mesh_core::model::state_name(&record.task.status.state));
-        self.finals.push(record.task.status.state.is_terminal());
-        self.updated.push(millis(record.updated));
-        self.last_seqs.push(sql_int(record.seq));
-        self.bytes
-            .push(sql_int((record.estimated_bytes() + log_bytes) as u64));
+        self.states.push(mesh_core::model::state_name(&now.state));
+        self.finals.push(now.state.is_terminal());
+        self.updated.push(millis(now.updated));
+        self.last_seqs.push(sql_int(now.seq));
+        self.bytes.push(sql_int(now.bytes as u64));
+        self.ids.push(now.id);
     }
 }

@@ -1,0 +1,284 @@
+//! Opening the SQLite store: the data directory's lock, the schema (and its upgrades from
+//! earlier versions), the tasks the previous gateway left running (failed), the bounds, the
+//! counts, and the webhook deliveries left pending. Nothing here loads the tasks.
+
+use super::writer::{apply_bounds, count, upsert_task};
+use super::{DB_FILE, LOCK_FILE};
+use crate::store::working_set::Totals;
+use crate::store::{PendingDelivery, StoreError, StoreLimits, TaskRecord};
+use crate::task_events;
+use mesh_core::model::{Message, Part, Role, TaskState, TaskStatus};
+use rusqlite::{Connection, params};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use super::reads::{RECORD_COLUMNS, apply_logged, from_millis, millis, record_from_row};
+
+/// A pending webhook delivery whose next attempt is older than this is dropped at start.
+const DELIVERY_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY NOT NULL,
+    agent TEXT NOT NULL,
+    dialect TEXT NOT NULL,
+    owner TEXT,
+    created INTEGER NOT NULL,
+    updated INTEGER NOT NULL,
+    final INTEGER NOT NULL,
+    task TEXT NOT NULL,
+    push TEXT
+);
+CREATE TABLE IF NOT EXISTS task_events (
+    task_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    time INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    PRIMARY KEY (task_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS webhook_deliveries (
+    id INTEGER PRIMARY KEY NOT NULL,
+    task_id TEXT NOT NULL,
+    config_id TEXT,
+    url TEXT NOT NULL,
+    config TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    attempts INTEGER NOT NULL,
+    next_attempt INTEGER NOT NULL
+);
+";
+
+/// The columns added since the first version of `tasks`, with their definitions.
+const ADDED_COLUMNS: [(&str, &str); 5] = [
+    ("seq", "INTEGER NOT NULL DEFAULT 0"),
+    ("log_bytes", "INTEGER NOT NULL DEFAULT 0"),
+    ("bytes", "INTEGER NOT NULL DEFAULT 0"),
+    ("context_id", "TEXT"),
+    ("state", "TEXT"),
+];
+
+/// Made once the columns are there.
+const INDEXES: &str = "
+DROP INDEX IF EXISTS tasks_created;
+CREATE INDEX IF NOT EXISTS tasks_listing ON tasks (updated DESC, id);
+CREATE INDEX IF NOT EXISTS tasks_retention ON tasks (final, updated, created);
+";
+
+/// What [`open`] hands the store.
+pub(super) struct Opened {
+    pub(super) conn: Connection,
+    pub(super) path: PathBuf,
+    pub(super) lock: std::fs::File,
+    pub(super) totals: Totals,
+    pub(super) deliveries: Vec<PendingDelivery>,
+}
+
+/// See the module docs.
+pub(super) fn open(dir: &Path, limits: StoreLimits) -> Result<Opened, StoreError> {
+    let storage = |what: &str, e: &dyn std::fmt::Display| {
+        StoreError::Storage(format!("{what} {}: {e}", dir.display()))
+    };
+    std::fs::create_dir_all(dir).map_err(|e| storage("cannot create the data directory", &e))?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))
+        .map_err(|e| storage("cannot open the lock file in", &e))?;
+    match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            return Err(StoreError::Storage(format!(
+                "the task database in {} is in use by another gateway (one gateway per data directory)",
+                dir.display()
+            )));
+        }
+        Err(e) => return Err(storage("cannot lock the data directory", &e)),
+    }
+    let path = dir.join(DB_FILE);
+    let mut conn =
+        Connection::open(&path).map_err(|e| storage("cannot open the task database in", &e))?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
+        .and_then(|_| conn.pragma_update(None, "synchronous", "NORMAL"))
+        .map_err(|e| storage("cannot configure the task database in", &e))?;
+    conn.execute_batch(SCHEMA)
+        .map_err(|e| storage("cannot create the task table in", &e))?;
+    upgrade(&mut conn).map_err(|e| storage("cannot upgrade the task table in", &e))?;
+    fail_running(&mut conn).map_err(|e| storage("cannot read the task database in", &e))?;
+    let mut totals = count(&conn).map_err(|e| storage("cannot count the tasks in", &e))?;
+    apply_bounds(&mut conn, limits, &mut totals)
+        .map_err(|e| storage("cannot apply the bounds to the task database in", &e))?;
+    let deliveries = load_deliveries(&conn)
+        .map_err(|e| storage("cannot read the pending webhook deliveries in", &e))?;
+    Ok(Opened {
+        conn,
+        path,
+        lock,
+        totals,
+        deliveries,
+    })
+}
+
+/// Adds the columns and indexes of this version to a database made by an earlier one, and
+/// fills the new columns of its rows.
+fn upgrade(conn: &mut Connection) -> rusqlite::Result<()> {
+    let mut columns = Vec::new();
+    {
+        let mut statement = conn.prepare("PRAGMA table_info(tasks)")?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            columns.push(row.get::<_, String>(1)?);
+        }
+    }
+    for (column, definition) in ADDED_COLUMNS {
+        if !columns.iter().any(|c| c == column) {
+            conn.execute_batch(&format!(
+                "ALTER TABLE tasks ADD COLUMN {column} {definition}"
+            ))?;
+        }
+    }
+    conn.execute_batch(INDEXES)?;
+    // Rows of an earlier version: their state, context and bytes from their snapshot.
+    let tx = conn.transaction()?;
+    let mut filled = Vec::new();
+    {
+        let mut statement = tx.prepare(&format!(
+            "SELECT {RECORD_COLUMNS} FROM tasks WHERE state IS NULL"
+        ))?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            match record_from_row(row)? {
+                Ok((record, log_bytes)) => filled.push((record, log_bytes)),
+                Err(message) => tracing::warn!(%message, "a stored task does not parse"),
+            }
+        }
+    }
+    for (record, log_bytes) in &filled {
+        upsert_task(&tx, record, *log_bytes)?;
+    }
+    // Those that do not parse cannot be served: they go.
+    if tx.execute("DELETE FROM tasks WHERE state IS NULL", [])? > 0 {
+        tx.execute(
+            "DELETE FROM task_events WHERE task_id NOT IN (SELECT id FROM tasks)",
+            [],
+        )?;
+    }
+    if !filled.is_empty() {
+        tracing::info!(tasks = filled.len(), "task database upgraded");
+    }
+    tx.commit()
+}
+
+/// Fails the tasks that were running (submitted or working) when the previous gateway
+/// stopped: their reply streams went with that process.
+fn fail_running(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    let mut failed = Vec::new();
+    {
+        let mut statement = tx.prepare(&format!(
+            "SELECT {RECORD_COLUMNS} FROM tasks WHERE final = 0"
+        ))?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let Ok((mut record, mut log_bytes)) = record_from_row(row)? else {
+                continue;
+            };
+            log_bytes += apply_logged(&tx, &mut record)?;
+            if matches!(
+                record.task.status.state,
+                TaskState::Submitted | TaskState::Working
+            ) {
+                fail(&mut record);
+                failed.push((record, log_bytes));
+            }
+        }
+    }
+    for (record, log_bytes) in &failed {
+        upsert_task(&tx, record, *log_bytes)?;
+    }
+    if !failed.is_empty() {
+        tracing::info!(
+            tasks = failed.len(),
+            "failed the tasks the previous gateway left running"
+        );
+    }
+    tx.commit()
+}
+
+/// Marks `record` failed: the gateway that bridged it stopped.
+fn fail(record: &mut TaskRecord) {
+    let mut message = Message::new(
+        Role::Agent,
+        vec![Part::text(
+            "the gateway stopped while the task was running: its reply stream is lost",
+        )],
+    );
+    message.task_id = Some(record.task.id.clone());
+    message.context_id = Some(record.task.context_id.clone());
+    task_events::set_status(
+        &mut record.task,
+        TaskStatus {
+            state: TaskState::Failed,
+            message: Some(message),
+            timestamp: Some(chrono::Utc::now()),
+        },
+    );
+    record.updated = SystemTime::now();
+}
+
+/// The pending webhook deliveries, in the order of their ids. Those older than
+/// [`DELIVERY_MAX_AGE`] and rows that do not parse are deleted (and logged), never fatal.
+fn load_deliveries(conn: &Connection) -> rusqlite::Result<Vec<PendingDelivery>> {
+    let cutoff = millis(SystemTime::now()).saturating_sub(DELIVERY_MAX_AGE.as_millis() as i64);
+    let dropped = conn.execute(
+        "DELETE FROM webhook_deliveries WHERE next_attempt < ?1",
+        params![cutoff],
+    )?;
+    if dropped > 0 {
+        tracing::warn!(
+            deliveries = dropped,
+            "dropped webhook deliveries pending for more than a day"
+        );
+    }
+    let mut statement = conn.prepare(
+        "SELECT id, task_id, config, payload, attempts, next_attempt FROM webhook_deliveries ORDER BY id",
+    )?;
+    let mut rows = statement.query([])?;
+    let mut deliveries = Vec::new();
+    let mut unreadable = Vec::new();
+    while let Some(row) = rows.next()? {
+        let id: i64 = row.get(0)?;
+        let task_id: String = row.get(1)?;
+        let config: String = row.get(2)?;
+        let parsed = u64::try_from(id).map_err(|e| e.to_string()).and_then(|id| {
+            Ok((
+                id,
+                serde_json::from_str(&config).map_err(|e| e.to_string())?,
+            ))
+        });
+        let (delivery_id, config) = match parsed {
+            Ok(parsed) => parsed,
+            Err(error) => {
+                tracing::warn!(task = %task_id, delivery = id, %error, "dropping a stored webhook delivery that does not parse");
+                unreadable.push(id);
+                continue;
+            }
+        };
+        let payload: Vec<u8> = row.get(3)?;
+        let attempts: i64 = row.get(4)?;
+        deliveries.push(PendingDelivery {
+            id: delivery_id,
+            task_id,
+            config,
+            body: bytes::Bytes::from(payload),
+            attempts: u32::try_from(attempts.max(0)).unwrap_or(u32::MAX),
+            next_attempt: from_millis(row.get(5)?),
+        });
+    }
+    drop(rows);
+    for id in unreadable {
+        conn.execute("DELETE FROM webhook_deliveries WHERE id = ?1", params![id])?;
+    }
+    Ok(deliveries)
+}
