@@ -250,6 +250,18 @@ pub enum Store {
     /// The PostgreSQL store several gateways share (`--store <url>`), its gateway id in a fresh
     /// data directory under the bench's directory.
     Shared { url: String },
+    /// The store of a gateway that ran before (its data directory, and its `--store` URL if
+    /// it had one): a restart.
+    Again {
+        data_dir: PathBuf,
+        url: Option<String>,
+    },
+}
+
+/// The data directory of the gateway [`start_gateway`] started at `base`.
+pub fn data_dir(dir: &Path, base: &str) -> PathBuf {
+    let port = base.rsplit(':').next().unwrap_or_default();
+    dir.join(format!("data-{port}"))
 }
 
 /// Starts `mesh gateway` on a free port, connected to `broker_url`, and waits for
@@ -263,11 +275,19 @@ pub async fn start_gateway(
     http: &reqwest::Client,
 ) -> Result<(Proc, String), String> {
     let port = free_port().map_err(|e| e.to_string())?;
-    let data_dir = format!("--data-dir={}", dir.join(format!("data-{port}")).display());
+    let data_dir = format!(
+        "--data-dir={}",
+        data_dir(dir, &format!("http://127.0.0.1:{port}")).display()
+    );
     let store_args = match store {
         Store::Memory => vec!["--memory-store".to_owned()],
         Store::Durable => vec![data_dir],
         Store::Shared { url } => vec![format!("--store={url}"), data_dir],
+        Store::Again { data_dir, url } => {
+            let mut args = vec![format!("--data-dir={}", data_dir.display())];
+            args.extend(url.map(|url| format!("--store={url}")));
+            args
+        }
     };
     let mut args = vec![
         "gateway".into(),

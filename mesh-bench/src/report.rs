@@ -406,6 +406,11 @@ pub fn render_stores(run: &StoresRun, stored_tasks: u64, header: Option<&str>) -
             })
         },
     );
+    row(
+        "S5. RSS of a gateway restarted on that full store, once ready",
+        &mut |s, n| cell(&s.restarted, n, |rss| rss.to_string()),
+    );
+
     let mut out = String::new();
     if let Some(header) = header {
         let _ = writeln!(out, "{header}\n");
@@ -592,6 +597,7 @@ mod tests {
             }),
             idle: Ok(Rss { kib: 10 * 1024 }),
             full: Ok((Rss { kib: 200 * 1024 }, 100_000)),
+            restarted: Ok(Rss { kib: 20 * 1024 }),
             follow: Err("one gateway".into()),
         };
         let mut postgres = store(StoreKind::Postgres, 5_000);

@@ -10,10 +10,12 @@
 //!   timed from the request to the last event; every id the first stream carried after that
 //!   one must come back once and in order (see [`crate::resume`]); not on the memory store,
 //!   which drops a task's event log when the task ends;
-//! - the gateway's RSS when ready, and after it has answered `stored_tasks` sends in all.
+//! - the gateway's RSS when ready, and after it has answered `stored_tasks` sends in all;
+//! - the RSS of a gateway restarted on that full store (the same data directory and
+//!   database), once ready.
 //!
-//! The SQLite store keeps every task in memory as well; the PostgreSQL store keeps only the
-//! tasks the gateway bridges (its working set), so its RSS should not grow with the tasks.
+//! The durable stores keep in memory only the tasks the gateway bridges (its working set),
+//! so their RSS should not grow with the tasks, nor a restarted gateway's with the store.
 
 use crate::e2e::{self, Load, LoadResult};
 use crate::memory::{self, Rss};
@@ -31,6 +33,9 @@ pub const REPLAY_CHUNKS: usize = 1_000;
 const MEMORY_KEEPS_NO_LOG: &str = "not measured: the memory store drops a task's event log when \
     the task ends (mesh-gateway's store/memory.rs), so a resubscription to a finished task gets \
     the final task only";
+
+/// Why the memory store has no restart figure.
+const MEMORY_KEEPS_NOTHING: &str = "not measured: the memory store keeps nothing across a restart";
 
 /// The chunks of the stream a second gateway follows (one every `follow::PACE_MS`).
 pub const FOLLOW_CHUNKS: usize = 200;
@@ -79,6 +84,8 @@ pub struct StoreFigures {
     pub idle: Figure<Rss>,
     /// The gateway's RSS after the sends that filled its store, and how many it answered.
     pub full: Figure<(Rss, u64)>,
+    /// The RSS of a gateway restarted on that full store, once ready.
+    pub restarted: Figure<Rss>,
     /// A shared store: an event's delay to a subscriber on a second gateway.
     pub follow: Figure<crate::follow::FollowDelay>,
 }
@@ -91,6 +98,7 @@ impl StoreFigures {
             replay: Err(why.clone()),
             idle: Err(why.clone()),
             full: Err(why.clone()),
+            restarted: Err(why.clone()),
             follow: Err(why),
         }
     }
@@ -208,7 +216,7 @@ async fn one_store(
         replay
     };
 
-    let follow = match shared_url {
+    let follow = match shared_url.clone() {
         Some(url) => {
             log(&format!(
                 "[stores, {label}] a {FOLLOW_CHUNKS}-chunk stream followed through a second gateway"
@@ -249,12 +257,36 @@ async fn one_store(
     let full = fill
         .and_then(|()| memory::of(&gateway))
         .map(|rss| (rss, sent));
+
+    let restarted = match (&full, kind) {
+        (Err(e), _) => Err(e.clone()),
+        (Ok(_), StoreKind::Memory) => Err(MEMORY_KEEPS_NOTHING.to_owned()),
+        (Ok(_), _) => {
+            log(&format!(
+                "[stores, {label}] a gateway restarted on the full store"
+            ));
+            let again = Store::Again {
+                data_dir: procs::data_dir(&plan.dir, &base),
+                url: shared_url.clone(),
+            };
+            drop(gateway);
+            match procs::start_gateway(&plan.dir, &plan.mesh, &broker.url(), ns, again, http).await
+            {
+                Ok((restarted, _)) => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    memory::of(&restarted)
+                }
+                Err(e) => Err(e),
+            }
+        }
+    };
     StoreFigures {
         kind,
         c64,
         replay,
         idle,
         full,
+        restarted,
         follow,
     }
 }
