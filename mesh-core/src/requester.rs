@@ -657,28 +657,39 @@ async fn route(
 /// broker drops: the broker discards what was published to this requester meanwhile (and
 /// a publish of its own may be lost too), so waiting for the deadline would wait for events
 /// that may never come. With a persistent session the broker keeps the replies, and the
-/// streams go on after the reconnect.
+/// streams go on after the reconnect, unless the broker lost the session meanwhile
+/// ([`Bus::sessions_lost`]): then they fail as the connection comes back.
 fn fail_on_connection_loss(bus: &Bus, pending: &Pending) {
-    if bus.inbox_qos() != QoS::AtMostOnce {
-        return;
-    }
+    let persistent = bus.inbox_qos() != QoS::AtMostOnce;
     let mut state = bus.state();
     let pending = pending.clone();
+    let lost = bus.sessions_lost_reader();
     tokio::spawn(async move {
+        let mut sessions_lost = lost();
         while state.changed().await.is_ok() {
-            let reason = match &*state.borrow_and_update() {
-                ConnectionState::Disconnected { reason } => reason.clone(),
+            let message = match &*state.borrow_and_update() {
+                ConnectionState::Disconnected { reason } if !persistent => format!(
+                    "the connection to the broker dropped while the request was in flight \
+                     ({reason}); its events may be lost, so it failed"
+                ),
+                ConnectionState::Connected if persistent => {
+                    let now = lost();
+                    if now == sessions_lost {
+                        continue;
+                    }
+                    sessions_lost = now;
+                    "the broker lost this client's session while the connection was down \
+                     (restarted without keeping sessions?): the request's events sent \
+                     meanwhile are lost, so it failed"
+                        .to_owned()
+                }
                 ConnectionState::Closed => break,
                 _ => continue,
             };
             let pending = pending.locked();
             if !pending.is_empty() {
-                tracing::warn!(requests = pending.len(), %reason, "the bus connection dropped: requests in flight fail");
+                tracing::warn!(requests = pending.len(), reason = %message, "requests in flight fail");
             }
-            let message = format!(
-                "the connection to the broker dropped while the request was in flight \
-                 ({reason}); its events may be lost, so it failed"
-            );
             for entry in pending.values() {
                 entry.end(Ended::ConnectionLost, &message);
             }

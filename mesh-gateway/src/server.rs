@@ -120,9 +120,9 @@ impl Gateway {
     /// [`GatewayConfig::data_dir`] when one is set, else with an in-memory store.
     ///
     /// The bus is connected already, so replies the broker kept for this gateway's session
-    /// while it was down may be gone before its requester subscribes: a gateway that shares
-    /// its store and should follow its own earlier run's tasks starts with
-    /// [`Gateway::connect`].
+    /// while it was down may be gone before its requester subscribes: a gateway that should
+    /// follow its own earlier run's tasks starts with [`Gateway::connect`] (here they are
+    /// failed, with a status that says why).
     pub async fn start(
         mut config: GatewayConfig,
         bus: Bus,
@@ -132,18 +132,19 @@ impl Gateway {
     }
 
     /// Connects to the bus with `bus_config` and starts a gateway on it, as
-    /// [`Gateway::start`] does. With a store shared by several gateways the session is
-    /// persistent and named after the gateway ([`session_client_id`]), and the gateway's
-    /// replies are subscribed to before it connects: the tasks its earlier run left running
-    /// are followed from the replies the broker kept meanwhile, and the gateway can open the
-    /// session of another that is gone to take its tasks over (see
+    /// [`Gateway::start`] does. With a durable store (SQLite or PostgreSQL: one that is
+    /// [`resumable`](TaskStore::resumable)) the session is persistent and named after the
+    /// gateway ([`session_client_id`]), and the gateway's replies are subscribed to before it
+    /// connects: the tasks its earlier run left running are followed from the replies the
+    /// broker kept meanwhile; with a store shared by several gateways, the gateway can also
+    /// open the session of another that is gone to take its tasks over (see
     /// [`takeover`](crate::takeover)).
     pub async fn connect(
         mut config: GatewayConfig,
         bus_config: BusConfig,
     ) -> Result<RunningGateway, GatewayError> {
         let store = open_store(&mut config).await?;
-        if !store.shared() {
+        if !store.resumable() {
             let bus = Bus::connect(bus_config).await?;
             return Gateway::start_on(config, bus, store, None).await;
         }
@@ -213,9 +214,9 @@ impl Gateway {
             .gateway_id
             .get_or_insert_with(|| format!("gw-{}", uuid::Uuid::new_v4().simple()))
             .clone();
-        // A shared store: the running tasks this gateway's earlier run left, and those of
-        // gateways gone meanwhile, are taken over.
-        let orphans = if store.shared() {
+        // A resumable store: the running tasks this gateway's earlier run left are followed;
+        // with a shared store, those of gateways gone meanwhile are taken over.
+        let mut orphans = if store.resumable() {
             store
                 .claim_orphans(config.takeover_grace)
                 .await
@@ -226,6 +227,12 @@ impl Gateway {
         } else {
             Vec::new()
         };
+        if !store.shared() {
+            // A store of one gateway: what it left running is this one's.
+            for orphan in &mut orphans {
+                orphan.gateway.clone_from(&gateway_id);
+            }
+        }
         let (own, others): (Vec<_>, Vec<_>) =
             orphans.into_iter().partition(|o| o.gateway == gateway_id);
         let takeover_topics = topics.clone();
@@ -301,7 +308,7 @@ impl Gateway {
             pusher.clone(),
             Some((requester.clone(), config.cancel_wait)),
         ));
-        if store.shared() {
+        if store.resumable() {
             let takeover = Arc::new(Takeover {
                 store: store.clone(),
                 bridge: bridge.clone(),
@@ -316,8 +323,10 @@ impl Gateway {
                 let takeover = takeover.clone();
                 tokio::spawn(async move { takeover.follow(own, own_streams).await });
             }
-            takeover.adopt_all(others);
-            takeover.watch(shutdown.clone());
+            if store.shared() {
+                takeover.adopt_all(others);
+                takeover.watch(shutdown.clone());
+            }
         }
         let signer = config
             .signing_key

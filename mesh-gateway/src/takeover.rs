@@ -1,8 +1,9 @@
-//! Taking over the running tasks of a gateway that is gone, when several gateways share the
-//! task store: the replies its agents still send are followed here, logged with the task's
+//! Following the running tasks of a gateway that stopped: its own, when it restarts on its
+//! durable store, and those of another one that is gone, when several gateways share the
+//! task store. The replies their agents still send are followed here, logged with the task's
 //! next sequence numbers, and reach every subscriber of the task on any gateway.
 //!
-//! Each gateway's bus session is persistent and named after the gateway
+//! A gateway on a durable store has a persistent bus session named after it
 //! ([`session_client_id`]): while a gateway is down, the broker keeps the replies addressed
 //! to it. A gateway that restarts with the same id follows its own earlier run's tasks on its
 //! own session (the replies kept meanwhile come first); a gateway that finds another one gone

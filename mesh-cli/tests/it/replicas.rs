@@ -58,7 +58,18 @@ async fn replica_with(
     dir: &std::path::Path,
     grace: &str,
 ) -> (Child, String) {
-    let mut child = spawn(&[
+    gateway_on(broker, namespace, Some(store), dir, grace).await
+}
+
+/// `mesh gateway` with its tasks in `store` (PostgreSQL), else in SQLite in `dir`.
+async fn gateway_on(
+    broker: &str,
+    namespace: &str,
+    store: Option<&str>,
+    dir: &std::path::Path,
+    grace: &str,
+) -> (Child, String) {
+    let mut args = vec![
         "gateway",
         "--broker-url",
         broker,
@@ -66,20 +77,22 @@ async fn replica_with(
         namespace,
         "--http-addr",
         "127.0.0.1:0",
-        "--store",
-        store,
         "--data-dir",
         dir.to_str().unwrap(),
         "--takeover-grace",
         grace,
-    ]);
+    ];
+    if let Some(store) = store {
+        args.extend(["--store", store]);
+    }
+    let mut child = spawn(&args);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let line = tokio::time::timeout(WAIT, lines.next_line())
         .await
         .expect("the gateway says where it listens")
         .unwrap()
         .expect("a line");
-    assert!(line.contains("PostgreSQL"), "{line}");
+    assert_eq!(line.contains("PostgreSQL"), store.is_some(), "{line}");
     let url = line
         .split_whitespace()
         .find(|w| w.starts_with("http://"))
@@ -277,10 +290,21 @@ async fn a_stream_resumes_at_another_replica_after_its_own_is_killed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_restarted_after_sigkill_follows_its_tasks_from_the_replies_its_session_kept() {
+    let db = mesh_testkit::TestDatabase::create().await;
+    restarted_after_sigkill(Some(db.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_on_sqlite_restarted_after_sigkill_follows_its_tasks_too() {
+    restarted_after_sigkill(None).await;
+}
+
+/// One gateway on `store` (PostgreSQL, else SQLite), SIGKILLed while a task streams and
+/// restarted on the same data directory: the client resumes to the end, every event once.
+async fn restarted_after_sigkill(store: Option<&str>) {
     let broker = mesh_testkit::TestBroker::from_env().await;
     let broker_url = broker.url();
     let namespace = mesh_testkit::fresh_namespace();
-    let db = mesh_testkit::TestDatabase::create().await;
     let dir = temp_dir("restart");
     let _writer = spawn(&[
         "agent",
@@ -293,7 +317,7 @@ async fn a_gateway_restarted_after_sigkill_follows_its_tasks_from_the_replies_it
     mesh_core::tls::install_crypto_provider();
     let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
     // One gateway (no other to take over), restarted on the same data directory: same id.
-    let (mut first, url) = replica_with(&broker_url, &namespace, db.url(), &dir, "60s").await;
+    let (mut first, url) = gateway_on(&broker_url, &namespace, store, &dir, "60s").await;
     wait_online(&http, &url, "writer").await;
     let message = json!({"message": {"kind": "message", "role": "user", "messageId": "m1",
         "parts": [{"kind": "text", "text": "restart chunks: 20 pace: 150"}]}});
@@ -305,7 +329,7 @@ async fn a_gateway_restarted_after_sigkill_follows_its_tasks_from_the_replies_it
     drop(stream);
 
     // The agent goes on while no gateway runs; the broker keeps its replies.
-    let (_second, url) = replica_with(&broker_url, &namespace, db.url(), &dir, "60s").await;
+    let (_second, url) = gateway_on(&broker_url, &namespace, store, &dir, "60s").await;
     let last = *seen_ids.last().unwrap();
     let mut resumed = open(
         &http,

@@ -86,6 +86,9 @@ pub(crate) struct BusState {
     /// Counts the connections: an [`Ack`] made on one is not sent on another (the broker
     /// sends what was not acknowledged again, under other packet ids).
     pub(crate) connection: AtomicU64,
+    /// Counts the reconnections on which the broker had no session for this client (see
+    /// [`Bus::sessions_lost`](super::Bus::sessions_lost)).
+    pub(crate) sessions_lost: AtomicU64,
     /// Sends the acknowledgements the consumers give ([`Ack`]).
     pub(crate) acker: std::sync::OnceLock<(AsyncClient, tokio::runtime::Handle)>,
 }
@@ -176,6 +179,7 @@ impl Default for BusState {
             // ones when it lags (nothing is kept when nobody listens).
             dropped: tokio::sync::broadcast::channel(1).0,
             connection: AtomicU64::default(),
+            sessions_lost: AtomicU64::default(),
             acker: std::sync::OnceLock::new(),
         }
     }
@@ -572,7 +576,11 @@ impl Driver {
                 Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                     connected = true;
                     // Acknowledgements made on the last connection are not sent on this one.
-                    self.shared.connection.fetch_add(1, Ordering::Relaxed);
+                    let earlier = self.shared.connection.fetch_add(1, Ordering::Relaxed);
+                    if earlier > 0 && !ack.session_present {
+                        // Counted before `Connected` is said (below, or once re-subscribed).
+                        self.shared.sessions_lost.fetch_add(1, Ordering::Relaxed);
+                    }
                     // A publish rumqttc dropped with the last connection would keep the count
                     // up for good (acknowledgements then wait for the next write or read);
                     // counting too few only flushes them sooner.

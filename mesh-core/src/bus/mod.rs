@@ -491,6 +491,21 @@ impl Bus {
         *self.inner.state.borrow() == ConnectionState::Connected
     }
 
+    /// How many times the bus reconnected to a broker that had no session for it (a
+    /// persistent session the broker lost: it restarted without persistence, or expired
+    /// it), counted before the bus says [`ConnectionState::Connected`] again: what the
+    /// broker kept for the session meanwhile (replies addressed to it) is gone. On a clean
+    /// session every reconnection counts (the broker keeps nothing for it).
+    pub fn sessions_lost(&self) -> u64 {
+        self.inner.shared.sessions_lost.load(Ordering::Relaxed)
+    }
+
+    /// [`Bus::sessions_lost`] for a watcher that must not keep the bus open.
+    pub(crate) fn sessions_lost_reader(&self) -> impl Fn() -> u64 + Send + 'static {
+        let shared = self.inner.shared.clone();
+        move || shared.sessions_lost.load(Ordering::Relaxed)
+    }
+
     /// The largest packet this bus publishes or takes in ([`BusConfig::max_packet_size`]).
     pub fn max_packet_size(&self) -> usize {
         self.inner.max_packet_size

@@ -77,6 +77,8 @@ async fn every_subscription_works_again_after_the_broker_restarts(mut broker: Te
         stopped.elapsed()
     );
     assert!(agent.is_connected());
+    // Clean sessions: the broker kept nothing for either, and each bus says so.
+    assert_eq!((agent.sessions_lost(), gateway.sessions_lost()), (1, 1));
 
     // Every subscription works again (Connected means re-subscribed). "before" may arrive
     // once more first: when the broker died before its PUBACK reached the gateway, the bus

@@ -14,9 +14,10 @@
 //! (estimated, see the [`store`](super) module docs). An event is kept as it came (shared with
 //! the bridge's subscribers, not copied) and encoded only when the log is read.
 //!
-//! The same store serves [`SqliteStore`](super::SqliteStore) from memory; there it keeps no
-//! event in memory but counts the bytes of the log it writes to disk, so that one budget
-//! bounds both.
+//! The same store holds the working set of the durable stores
+//! ([`working_set`](super::working_set)); there it keeps no event in memory but counts the
+//! bytes of the log written to the database, and evicts nothing (the database's bounds are
+//! the store's).
 
 use super::{
     Limit, Origin, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery, TaskRecord,

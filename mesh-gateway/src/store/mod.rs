@@ -3,17 +3,20 @@
 //! answer from one place, and each task's event log (every event of its reply streams, in
 //! order).
 //!
-//! [`TaskStore`] is synchronous on purpose: the gateway's hot path appends to the store once
+//! [`TaskStore`]'s hot path is synchronous on purpose: the gateway appends to the store once
 //! per event and must never hold a lock across an await. A durable store keeps the same
-//! contract by serving from memory and writing behind (a queue drained by its own thread), so
-//! the trait needs no async methods. Records are shared as `Arc<TaskRecord>`: reading a task
-//! is a reference-count increment, not a copy of its history, and appending an event changes
-//! the record in place (no store keeps a second reference to a record it is changing).
+//! contract by serving the tasks the gateway bridges now (its working set) from memory and
+//! writing behind (a queue drained by its own thread); the other tasks are read from its
+//! database by the trait's asynchronous methods. Records are shared as `Arc<TaskRecord>`:
+//! reading a task is a reference-count increment, not a copy of its history, and appending
+//! an event changes the record in place (no store keeps a second reference to a record it is
+//! changing).
 //!
-//! Two stores: [`MemoryStore`] (tests, benchmarks, `--memory-store`) and [`SqliteStore`]
-//! (durable: SQLite in WAL mode, loaded into memory at start, written behind by a thread of
-//! its own in batched transactions: one row per event, and a snapshot of the task now and
-//! then).
+//! Three stores: [`MemoryStore`] (tests, benchmarks, `--memory-store`), [`SqliteStore`] (one
+//! gateway's, durable: SQLite in WAL mode) and [`PostgresStore`] (shared by several
+//! gateways). The two durable ones keep only their working set in memory
+//! ([`working_set`]) and write behind by a thread of their own in batched transactions
+//! ([`write_behind`]): one row per event, and a snapshot of the task now and then.
 //!
 //! The store also keeps the webhook deliveries not made yet ([`PendingDelivery`]): the
 //! durable store writes them behind like tasks and hands them back after a restart, so a
@@ -247,10 +250,10 @@ pub struct Origin {
     /// Its place in its turn's reply stream (the agent's `_mesh.seq`): logged, so that a
     /// gateway taking the turn over knows where to go on from ([`Orphan::next_position`]).
     pub position: Option<u64>,
-    /// Its acknowledgement to the broker, when the bus leaves it to the gateway: a store
-    /// shared by several gateways drops it once the event is committed (a gateway that dies
-    /// before has the broker deliver it again to whoever takes its session over); the others
-    /// drop it at once.
+    /// Its acknowledgement to the broker, when the bus leaves it to the gateway: a durable
+    /// store drops it once the event is committed (a gateway that dies before has the
+    /// broker deliver it again to whoever opens its session next); the memory store drops
+    /// it at once.
     pub ack: Option<mesh_core::bus::Ack>,
 }
 
@@ -392,8 +395,8 @@ impl From<StoreError> for A2aError {
 /// are always in memory. The asynchronous ones ([`load`](TaskStore::load),
 /// [`modify`](TaskStore::modify), [`list`](TaskStore::list),
 /// [`events_after`](TaskStore::events_after)) reach every task the store holds, wherever it
-/// is: a store shared by several gateways reads its database there. For the memory and
-/// SQLite stores both views are the same tasks.
+/// is: a durable store reads its database there. For the memory store both views are the
+/// same tasks.
 #[async_trait::async_trait]
 pub trait TaskStore: Send + Sync + 'static {
     /// Adds a task to the working set, or replaces the record of the same id (a follow-up
@@ -463,20 +466,19 @@ pub trait TaskStore: Send + Sync + 'static {
     fn begin_turn(&self, id: &str, request_id: &str, start: u64) {
         let _ = (id, request_id, start);
     }
-    /// A store shared by several gateways: takes over the running tasks (submitted or
-    /// working) of the gateways that are gone (for `grace` at least), and, the first time, those
-    /// this gateway's earlier run left: each is marked as this gateway's and handed back
-    /// with what is known of its turn, for the gateway to follow its replies or fail it.
-    /// The default (a store of one gateway) has none.
+    /// A [`resumable`](TaskStore::resumable) store: the first time, the running tasks
+    /// (submitted or working) this gateway's earlier run left; a store shared by several
+    /// gateways also takes over those of the gateways that are gone (for `grace` at least).
+    /// Each is marked as this gateway's and handed back with what is known of its turn, for
+    /// the gateway to follow its replies or fail it. The default has none.
     async fn claim_orphans(&self, grace: Duration) -> Result<Vec<Orphan>, StoreError> {
         let _ = grace;
         Ok(Vec::new())
     }
     /// Forgets a task.
     fn remove(&self, id: &str);
-    /// Says that the gateway bridges the task no more (its turn's stream ended): a store
-    /// shared by several gateways may then let it leave the working set, once written. The
-    /// default keeps it.
+    /// Says that the gateway bridges the task no more (its turn's stream ended): a durable
+    /// store then lets it leave the working set, once written. The default keeps it.
     fn release(&self, id: &str) {
         let _ = id;
     }
@@ -486,6 +488,14 @@ pub trait TaskStore: Send + Sync + 'static {
     /// other's); false for a store of one gateway (the default).
     fn shared(&self) -> bool {
         false
+    }
+    /// True for a store that keeps each running task's turn ([`TaskStore::begin_turn`]) and
+    /// each reply's place in it ([`Origin::position`]) across a restart, so that a gateway
+    /// restarted on it follows the tasks it left running
+    /// ([`TaskStore::claim_orphans`]) on a persistent bus session. The default is
+    /// [`shared`](TaskStore::shared).
+    fn resumable(&self) -> bool {
+        self.shared()
     }
     /// A store shared by several gateways: the ids of the tasks whose events or records
     /// another gateway (or this one) wrote, as they are written, so that a subscriber here

@@ -41,8 +41,12 @@
 //! ([`StoreError::Full`]) while the store is full of tasks that are not finished; running
 //! tasks are never deleted.
 //!
-//! Tasks that were running (submitted or working) when the previous gateway stopped are
-//! failed at start: their reply streams went with that process.
+//! **A restart.** Each task's current turn (the request it was sent as, the sequence it
+//! began at) is kept with its row, and each reply's place in its turn's stream with its
+//! event. The tasks that were running (submitted or working) when the previous gateway
+//! stopped are handed to the next one ([`TaskStore::claim_orphans`]), which follows their
+//! replies on its persistent bus session from the first one not logged (see
+//! [`takeover`](crate::takeover)), or fails them when it cannot.
 //!
 //! Pending webhook deliveries ([`PendingDelivery`]) go the same way: kept, updated and
 //! forgotten through the same write-behind queue (a send never waits for them either), in a
@@ -53,8 +57,8 @@
 
 use super::working_set::{Totals, WorkingSet, merge_logged};
 use super::{
-    Origin, PendingDelivery, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery, TaskRecord,
-    TaskStore,
+    Origin, Orphan, PendingDelivery, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery,
+    TaskRecord, TaskStore,
 };
 use mesh_core::model::TaskState;
 use mesh_core::rpc::Reply;
@@ -91,6 +95,8 @@ pub struct SqliteStore {
     /// The deliveries pending at open, until the pusher takes them.
     pending_deliveries: Mutex<Vec<PendingDelivery>>,
     stats: Arc<Counters>,
+    /// The tasks the previous gateway left running, until the gateway claims them.
+    running: Mutex<Vec<Orphan>>,
     /// The data directory's lock, held while the store is open.
     _lock: std::fs::File,
 }
@@ -129,15 +135,16 @@ impl Counters {
 }
 
 impl SqliteStore {
-    /// Opens (or creates) the store in `dir` (created if missing): fails the tasks the
-    /// previous gateway left running, applies the bounds, counts the tasks, and starts the
-    /// writer thread. Loads no task.
+    /// Opens (or creates) the store in `dir` (created if missing): finds the tasks the
+    /// previous gateway left running (for [`TaskStore::claim_orphans`]), applies the bounds,
+    /// counts the tasks, and starts the writer thread. Loads no other task.
     pub fn open(dir: &Path, limits: StoreLimits) -> Result<SqliteStore, StoreError> {
         let opened = open::open(dir, limits)?;
         tracing::info!(
             path = %opened.path.display(),
             tasks = opened.totals.tasks,
             webhook_deliveries = opened.deliveries.len(),
+            left_running = opened.running.len(),
             "task store opened"
         );
         let set = Arc::new(WorkingSet::new(limits));
@@ -167,6 +174,7 @@ impl SqliteStore {
             path: opened.path,
             pending_deliveries: Mutex::new(opened.deliveries),
             stats,
+            running: Mutex::new(opened.running),
             _lock: opened.lock,
         })
     }
@@ -311,6 +319,18 @@ impl TaskStore for SqliteStore {
         let changed = self.set.update(id, apply);
         self.set.release(id);
         Ok(changed)
+    }
+
+    fn begin_turn(&self, id: &str, request_id: &str, start: u64) {
+        self.set.begin_turn(id, request_id, start);
+    }
+
+    async fn claim_orphans(&self, _grace: Duration) -> Result<Vec<Orphan>, StoreError> {
+        Ok(std::mem::take(&mut *self.running.locked()))
+    }
+
+    fn resumable(&self) -> bool {
+        true
     }
 
     fn remove(&self, id: &str) {

@@ -1,13 +1,12 @@
 //! Opening the SQLite store: the data directory's lock, the schema (and its upgrades from
-//! earlier versions), the tasks the previous gateway left running (failed), the bounds, the
-//! counts, and the webhook deliveries left pending. Nothing here loads the tasks.
+//! earlier versions), the tasks the previous gateway left running, the bounds, the counts,
+//! and the webhook deliveries left pending. Nothing here loads the tasks the gateway does
+//! not bridge.
 
 use super::writer::{apply_bounds, count, upsert_task};
 use super::{DB_FILE, LOCK_FILE};
 use crate::store::working_set::Totals;
-use crate::store::{PendingDelivery, StoreError, StoreLimits, TaskRecord};
-use crate::task_events;
-use mesh_core::model::{Message, Part, Role, TaskState, TaskStatus};
+use crate::store::{Orphan, PendingDelivery, StoreError, StoreLimits};
 use rusqlite::{Connection, params};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -49,12 +48,15 @@ CREATE TABLE IF NOT EXISTS webhook_deliveries (
 ";
 
 /// The columns added since the first version of `tasks`, with their definitions.
-const ADDED_COLUMNS: [(&str, &str); 5] = [
-    ("seq", "INTEGER NOT NULL DEFAULT 0"),
-    ("log_bytes", "INTEGER NOT NULL DEFAULT 0"),
-    ("bytes", "INTEGER NOT NULL DEFAULT 0"),
-    ("context_id", "TEXT"),
-    ("state", "TEXT"),
+const ADDED_COLUMNS: [(&str, &str, &str); 8] = [
+    ("tasks", "seq", "INTEGER NOT NULL DEFAULT 0"),
+    ("tasks", "log_bytes", "INTEGER NOT NULL DEFAULT 0"),
+    ("tasks", "bytes", "INTEGER NOT NULL DEFAULT 0"),
+    ("tasks", "context_id", "TEXT"),
+    ("tasks", "state", "TEXT"),
+    ("tasks", "turn_request", "TEXT"),
+    ("tasks", "turn_start", "INTEGER"),
+    ("task_events", "position", "INTEGER"),
 ];
 
 /// Made once the columns are there.
@@ -71,6 +73,8 @@ pub(super) struct Opened {
     pub(super) lock: std::fs::File,
     pub(super) totals: Totals,
     pub(super) deliveries: Vec<PendingDelivery>,
+    /// The tasks left running.
+    pub(super) running: Vec<Orphan>,
 }
 
 /// See the module docs.
@@ -105,7 +109,7 @@ pub(super) fn open(dir: &Path, limits: StoreLimits) -> Result<Opened, StoreError
     conn.execute_batch(SCHEMA)
         .map_err(|e| storage("cannot create the task table in", &e))?;
     upgrade(&mut conn).map_err(|e| storage("cannot upgrade the task table in", &e))?;
-    fail_running(&mut conn).map_err(|e| storage("cannot read the task database in", &e))?;
+    let running = running(&conn).map_err(|e| storage("cannot read the task database in", &e))?;
     let mut totals = count(&conn).map_err(|e| storage("cannot count the tasks in", &e))?;
     apply_bounds(&mut conn, limits, &mut totals)
         .map_err(|e| storage("cannot apply the bounds to the task database in", &e))?;
@@ -117,6 +121,7 @@ pub(super) fn open(dir: &Path, limits: StoreLimits) -> Result<Opened, StoreError
         lock,
         totals,
         deliveries,
+        running,
     })
 }
 
@@ -124,17 +129,17 @@ pub(super) fn open(dir: &Path, limits: StoreLimits) -> Result<Opened, StoreError
 /// fills the new columns of its rows.
 fn upgrade(conn: &mut Connection) -> rusqlite::Result<()> {
     let mut columns = Vec::new();
-    {
-        let mut statement = conn.prepare("PRAGMA table_info(tasks)")?;
+    for table in ["tasks", "task_events"] {
+        let mut statement = conn.prepare(&format!("PRAGMA table_info({table})"))?;
         let mut rows = statement.query([])?;
         while let Some(row) = rows.next()? {
-            columns.push(row.get::<_, String>(1)?);
+            columns.push((table, row.get::<_, String>(1)?));
         }
     }
-    for (column, definition) in ADDED_COLUMNS {
-        if !columns.iter().any(|c| c == column) {
+    for (table, column, definition) in ADDED_COLUMNS {
+        if !columns.iter().any(|(t, c)| *t == table && c == column) {
             conn.execute_batch(&format!(
-                "ALTER TABLE tasks ADD COLUMN {column} {definition}"
+                "ALTER TABLE {table} ADD COLUMN {column} {definition}"
             ))?;
         }
     }
@@ -170,61 +175,49 @@ fn upgrade(conn: &mut Connection) -> rusqlite::Result<()> {
     tx.commit()
 }
 
-/// Fails the tasks that were running (submitted or working) when the previous gateway
-/// stopped: their reply streams went with that process.
-fn fail_running(conn: &mut Connection) -> rusqlite::Result<()> {
-    let tx = conn.transaction()?;
-    let mut failed = Vec::new();
-    {
-        let mut statement = tx.prepare(&format!(
-            "SELECT {RECORD_COLUMNS} FROM tasks WHERE final = 0"
-        ))?;
-        let mut rows = statement.query([])?;
-        while let Some(row) = rows.next()? {
-            let Ok((mut record, mut log_bytes)) = record_from_row(row)? else {
+/// The tasks that were running (submitted or working) when the previous gateway stopped,
+/// each with what is known of its turn, for the gateway to follow their replies or fail
+/// them ([`TaskStore::claim_orphans`](crate::store::TaskStore::claim_orphans)).
+fn running(conn: &Connection) -> rusqlite::Result<Vec<Orphan>> {
+    let mut statement = conn.prepare(&format!(
+        "SELECT {RECORD_COLUMNS}, turn_request, turn_start FROM tasks
+         WHERE final = 0 AND state IN ('submitted', 'working')"
+    ))?;
+    let mut last_position =
+        conn.prepare("SELECT max(position) FROM task_events WHERE task_id = ?1 AND seq > ?2")?;
+    let mut rows = statement.query([])?;
+    let mut orphans = Vec::new();
+    while let Some(row) = rows.next()? {
+        let (mut record, _) = match record_from_row(row)? {
+            Ok(read) => read,
+            Err(message) => {
+                tracing::warn!(%message, "a running task that does not parse is left as it is");
                 continue;
-            };
-            log_bytes += apply_logged(&tx, &mut record)?;
-            if matches!(
-                record.task.status.state,
-                TaskState::Submitted | TaskState::Working
-            ) {
-                fail(&mut record);
-                failed.push((record, log_bytes));
             }
-        }
+        };
+        apply_logged(conn, &mut record)?;
+        let request_id: Option<String> = row.get(10)?;
+        let turn_start = row
+            .get::<_, Option<i64>>(11)?
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(record.seq);
+        // The turn's last event from the agent that is logged: the next one follows it.
+        let last: Option<i64> = last_position.query_row(
+            params![
+                record.task.id,
+                i64::try_from(turn_start).unwrap_or(i64::MAX)
+            ],
+            |row| row.get(0),
+        )?;
+        orphans.push(Orphan {
+            gateway: String::new(),
+            next_position: last.map_or(0, |p| u64::try_from(p).unwrap_or(0) + 1),
+            turn_start,
+            request_id,
+            record,
+        });
     }
-    for (record, log_bytes) in &failed {
-        upsert_task(&tx, record, *log_bytes)?;
-    }
-    if !failed.is_empty() {
-        tracing::info!(
-            tasks = failed.len(),
-            "failed the tasks the previous gateway left running"
-        );
-    }
-    tx.commit()
-}
-
-/// Marks `record` failed: the gateway that bridged it stopped.
-fn fail(record: &mut TaskRecord) {
-    let mut message = Message::new(
-        Role::Agent,
-        vec![Part::text(
-            "the gateway stopped while the task was running: its reply stream is lost",
-        )],
-    );
-    message.task_id = Some(record.task.id.clone());
-    message.context_id = Some(record.task.context_id.clone());
-    task_events::set_status(
-        &mut record.task,
-        TaskStatus {
-            state: TaskState::Failed,
-            message: Some(message),
-            timestamp: Some(chrono::Utc::now()),
-        },
-    );
-    record.updated = SystemTime::now();
+    Ok(orphans)
 }
 
 /// The pending webhook deliveries, in the order of their ids. Those older than

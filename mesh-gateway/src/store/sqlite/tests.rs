@@ -155,15 +155,21 @@ fn retention_by_count_applies_on_reopen() {
     {
         let store = SqliteStore::open(&dir, limits(100)).unwrap();
         for i in 0..10 {
-            let mut r = record(&format!("t{i}"), TaskState::Working);
+            let mut r = record(&format!("t{i}"), TaskState::Completed);
             r.created = UNIX_EPOCH + Duration::from_secs(1_000 + i);
+            // Within their age (a minute), the oldest first.
+            r.updated = std::time::SystemTime::now() - Duration::from_secs(10 - i);
             store.insert(r).unwrap();
         }
+        store.insert(record("running", TaskState::Working)).unwrap();
         assert!(store.flush(Duration::from_secs(5)));
     }
+    // The oldest finished tasks go; a running one never does.
     let store = SqliteStore::open(&dir, limits(3)).unwrap();
     assert_eq!(store.len(), 3);
-    assert!(store.read("t9").unwrap().is_some() && store.read("t0").unwrap().is_none());
+    for (id, kept) in [("t9", true), ("t8", true), ("running", true), ("t7", false)] {
+        assert_eq!(store.read(id).unwrap().is_some(), kept, "{id}");
+    }
     drop(store);
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -208,8 +214,21 @@ fn events_are_logged_and_applied_after_the_snapshot_on_reopen() {
         t.task.artifacts.as_ref().unwrap()[0].parts.len(),
         n as usize
     );
-    // It was running: the previous gateway took its stream along.
-    assert_eq!(t.task.status.state, TaskState::Failed);
+    // It was running: the next gateway gets it to follow (or fail), once; the finished
+    // one is not.
+    assert_eq!(t.task.status.state, TaskState::Working);
+    let claim = || {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(store.claim_orphans(Duration::ZERO))
+            .unwrap()
+    };
+    let running = claim();
+    let ids: Vec<&str> = running.iter().map(|o| o.record.task.id.as_str()).collect();
+    assert_eq!(ids, ["t"]);
+    assert_eq!(running[0].record.seq, n, "with every event logged applied");
+    assert!(claim().is_empty(), "handed out once");
     assert_eq!(
         store.read("done").unwrap().unwrap().task.status.state,
         TaskState::Completed

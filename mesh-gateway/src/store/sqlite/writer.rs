@@ -90,7 +90,8 @@ impl Writer {
         }
         {
             let mut append = tx.prepare_cached(
-                "INSERT OR REPLACE INTO task_events (task_id, seq, time, event) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT OR REPLACE INTO task_events (task_id, seq, time, event, position)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
             for (id, events) in batch.events.iter() {
                 for event in events {
@@ -101,12 +102,19 @@ impl Writer {
                         sql_int(event.seq),
                         millis(event.time),
                         JsonText(&json),
+                        event.position.map(sql_int),
                     ])?;
                     written.events += 1;
                     written.event_bytes += json.len() as u64;
                 }
             }
         }
+        // The turns of the batch's tasks as they are now (a short lock).
+        let turns = self
+            .set
+            .turns_of(batch.records.keys().chain(batch.events.keys()));
+        let mut turn =
+            tx.prepare_cached("UPDATE tasks SET turn_request = ?2, turn_start = ?3 WHERE id = ?1")?;
         for (id, work) in &batch.records {
             if *work == RecordWork::Delete {
                 continue;
@@ -117,6 +125,9 @@ impl Writer {
             };
             uncount(&tx, id, &mut totals)?;
             let task_bytes = upsert_task(&tx, &record, log_bytes)?;
+            if let Some((request, start)) = turns.get(id.as_str()) {
+                turn.execute(params![id, request, sql_int(*start)])?;
+            }
             count_record(&record, log_bytes, &mut totals);
             written.snapshots += 1;
             written.snapshot_bytes += task_bytes as u64;
@@ -142,6 +153,9 @@ impl Writer {
                         sql_int(now.bytes as u64),
                     ])?;
                     totals.add(name, 1, now.bytes);
+                    if let Some((request, start)) = turns.get(id.as_str()) {
+                        turn.execute(params![id, request, sql_int(*start)])?;
+                    }
                 }
             }
         }
@@ -174,6 +188,7 @@ impl Writer {
                 }
             }
         }
+        drop(turn);
         tx.commit()?;
         Ok(totals)
     }
