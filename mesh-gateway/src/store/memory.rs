@@ -493,13 +493,7 @@ impl MemoryStore {
 
     /// The tasks matching `query` ([`TaskStore::list`], here without waiting).
     pub fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
-        let offset = match &query.page_token {
-            None => 0,
-            Some(token) if token.is_empty() => 0,
-            Some(token) => token
-                .parse::<usize>()
-                .map_err(|_| StoreError::InvalidPageToken(token.clone()))?,
-        };
+        let offset = super::columns::page_offset(query.page_token.as_deref())?;
         let mut matching: Vec<Arc<TaskRecord>> = {
             let inner = self.read();
             inner

@@ -62,6 +62,7 @@
 //! follow-up turn). The gateway then fails the task with a status message that names the
 //! limit and asks its agent to cancel it.
 
+mod columns;
 mod memory;
 mod postgres;
 mod size;

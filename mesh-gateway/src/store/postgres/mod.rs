@@ -41,6 +41,7 @@
 //! (crate::GatewayConfig::gateway_id)): a gateway that restarts with the same id delivers
 //! those it left pending.
 
+use super::columns::{from_millis, millis, page_offset, push_json, sql_int};
 use super::memory::{LoggedEvent, MemoryStore};
 use super::working_set::{Totals, WorkingSet, merge_logged};
 use super::write_behind::{Batch, RecordWork};
@@ -60,7 +61,7 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::broadcast;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, NoTls, Row};
@@ -526,15 +527,7 @@ impl TaskStore for PostgresStore {
     }
 
     async fn list(&self, query: &TaskQuery) -> Result<TaskPage, StoreError> {
-        let offset = match &query.page_token {
-            None => 0,
-            Some(token) if token.is_empty() => 0,
-            Some(token) => token
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| StoreError::InvalidPageToken(token.clone()))?,
-        };
+        let offset = sql_int(page_offset(query.page_token.as_deref())? as u64);
         let page_size = sql_int(query.page_size.max(1) as u64);
         let state = query.state.as_ref().map(mesh_core::model::state_name);
         let failed = |e: tokio_postgres::Error| storage_error("cannot list tasks", e);
@@ -654,25 +647,9 @@ fn make_pool(
 mod tests {
     //! The store on a real PostgreSQL (a fresh database per test, see mesh-testkit).
     use super::*;
-    use mesh_core::model::TaskStatus;
 
     fn finished(id: &str) -> TaskRecord {
-        TaskRecord::new(
-            Task {
-                id: id.into(),
-                context_id: "ctx".into(),
-                status: TaskStatus {
-                    state: TaskState::Completed,
-                    message: None,
-                    timestamp: None,
-                },
-                artifacts: None,
-                history: None,
-                metadata: None,
-            },
-            "echo",
-            Dialect::V1_0,
-        )
+        crate::store::memory::tests::task(id, "ctx", TaskState::Completed)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

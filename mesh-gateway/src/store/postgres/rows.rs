@@ -3,26 +3,6 @@
 
 use super::*;
 
-pub(super) fn millis(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-pub(super) fn from_millis(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
-}
-
-/// A count as PostgreSQL's BIGINT (saturating).
-pub(super) fn sql_int(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-pub(super) fn push_json(record: &TaskRecord) -> Option<String> {
-    (!record.push_configs.is_empty())
-        .then(|| serde_json::to_string(&record.push_configs).unwrap_or_default())
-}
-
 /// A record from a row of [`RECORD_COLUMNS`], as its snapshot has it.
 pub(super) fn record_from_row(row: &Row) -> Result<TaskRecord, StoreError> {
     let id: String = row.get(0);

@@ -157,6 +157,7 @@ impl SqliteStore {
                 totals: totals.clone(),
                 limits,
                 stats: stats.clone(),
+                rows: writer::Rows::default(),
             };
             std::thread::Builder::new()
                 .name("mesh-task-store".into())

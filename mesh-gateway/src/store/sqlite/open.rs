@@ -11,7 +11,8 @@ use rusqlite::{Connection, params};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::reads::{RECORD_COLUMNS, apply_logged, from_millis, millis, record_from_row};
+use super::reads::{RECORD_COLUMNS, apply_logged, record_from_row};
+use crate::store::columns::{from_millis, millis};
 
 /// A pending webhook delivery whose next attempt is older than this is dropped at start.
 const DELIVERY_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
@@ -111,7 +112,7 @@ pub(super) fn open(dir: &Path, limits: StoreLimits) -> Result<Opened, StoreError
     upgrade(&mut conn).map_err(|e| storage("cannot upgrade the task table in", &e))?;
     let running = running(&conn).map_err(|e| storage("cannot read the task database in", &e))?;
     let mut totals = count(&conn).map_err(|e| storage("cannot count the tasks in", &e))?;
-    apply_bounds(&mut conn, limits, &mut totals)
+    apply_bounds(&mut conn, limits, &mut totals, &mut Default::default())
         .map_err(|e| storage("cannot apply the bounds to the task database in", &e))?;
     let deliveries = load_deliveries(&conn)
         .map_err(|e| storage("cannot read the pending webhook deliveries in", &e))?;
@@ -160,7 +161,7 @@ fn upgrade(conn: &mut Connection) -> rusqlite::Result<()> {
         }
     }
     for (record, log_bytes) in &filled {
-        upsert_task(&tx, record, *log_bytes)?;
+        upsert_task(&tx, record, *log_bytes, None)?;
     }
     // Those that do not parse cannot be served: they go.
     if tx.execute("DELETE FROM tasks WHERE state IS NULL", [])? > 0 {

@@ -2,6 +2,7 @@
 //! writer), made as needed and reused, and the queries that read a task, its log, and a
 //! listing. Every function here blocks: the store calls them off the async workers.
 
+use crate::store::columns::{from_millis, page_offset, sql_int};
 use crate::store::{StoreError, StoredEvent, TaskPage, TaskQuery, TaskRecord};
 use crate::task_events;
 use mesh_core::dialect::Dialect;
@@ -9,7 +10,7 @@ use mesh_core::sync::MutexExt;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// The most reading connections.
 const MAX_READERS: usize = 4;
@@ -144,15 +145,7 @@ impl Readers {
         query: &TaskQuery,
         newest_here: &dyn Fn(&str) -> Option<Arc<TaskRecord>>,
     ) -> Result<TaskPage, StoreError> {
-        let offset = match &query.page_token {
-            None => 0,
-            Some(token) if token.is_empty() => 0,
-            Some(token) => token
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| StoreError::InvalidPageToken(token.clone()))?,
-        };
+        let offset = sql_int(page_offset(query.page_token.as_deref())? as u64);
         let page_size = sql_int(query.page_size.max(1) as u64);
         let state = query.state.as_ref().map(mesh_core::model::state_name);
         let filters = "(?1 IS NULL OR agent = ?1) AND (?2 IS NULL OR context_id = ?2)
@@ -264,19 +257,4 @@ pub(super) fn apply_logged(conn: &Connection, record: &mut TaskRecord) -> rusqli
         record.seq = u64::try_from(seq).unwrap_or(record.seq);
     }
     Ok(bytes)
-}
-
-pub(super) fn millis(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-pub(super) fn from_millis(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
-}
-
-/// A count as SQLite's INTEGER (saturating).
-pub(super) fn sql_int(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }

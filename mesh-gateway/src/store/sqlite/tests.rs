@@ -1,29 +1,15 @@
 //! The store on real SQLite files (a fresh directory per test).
 use super::*;
 use crate::store::MemoryStore;
-use crate::store::memory::tests::{chunk, status};
+use crate::store::memory::tests::{chunk, status, task};
 use mesh_core::dialect::Dialect;
-use mesh_core::model::{Task, TaskStatus};
 use rusqlite::Connection;
 use std::time::{Instant, UNIX_EPOCH};
 
 fn record(id: &str, state: TaskState) -> TaskRecord {
-    TaskRecord::new(
-        Task {
-            id: id.into(),
-            context_id: "ctx".into(),
-            status: TaskStatus {
-                state,
-                message: None,
-                timestamp: None,
-            },
-            artifacts: None,
-            history: None,
-            metadata: None,
-        },
-        "echo",
-        Dialect::V1_0,
-    )
+    let mut record = task(id, "ctx", state);
+    record.dialect = Dialect::V1_0;
+    record
 }
 
 fn limits(max_tasks: usize) -> StoreLimits {

@@ -2,15 +2,16 @@
 //! database, one transaction each; the counts of the tasks, kept as rows change; the bounds;
 //! the working set's tasks let go once written.
 
-use super::reads::{millis, sql_int};
 use super::{Counters, WriteStats};
+use crate::store::columns::{millis, push_json, sql_int};
 use crate::store::working_set::{Totals, WorkingSet};
 use crate::store::write_behind::{Batch, RecordWork};
-use crate::store::{StoreLimits, TaskRecord};
+use crate::store::{StoreLimits, TaskRecord, TaskStore};
 use crate::task_events;
 use mesh_core::sync::RwLockExt;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -24,7 +25,20 @@ pub(super) struct Writer {
     pub(super) totals: Arc<RwLock<Totals>>,
     pub(super) limits: StoreLimits,
     pub(super) stats: Arc<Counters>,
+    /// See [`Rows`].
+    pub(super) rows: Rows,
 }
+
+/// What the database holds of the tasks the writer wrote lately (state and bytes, for the
+/// counts), so that writing a task's row again does not read it first. The writer is the
+/// database's only writer: an entry stays true until the writer changes the row, and is
+/// updated then. Entries of tasks that left the working set are dropped now and then; the
+/// whole is cleared when a transaction fails.
+pub(super) type Rows = HashMap<String, (&'static str, usize)>;
+
+/// How many entries [`Rows`] keeps at least before it drops those of tasks that left the
+/// working set.
+const ROWS_KEPT: usize = 4096;
 
 impl Writer {
     /// The writer's loop, until the queue is closed and written.
@@ -41,28 +55,37 @@ impl Writer {
                 // A failed batch is retried once (a transient lock or I/O error), then
                 // dropped with an error in the log.
                 let mut written = WriteStats::default();
-                let result = self
-                    .write(&batch, &mut written)
-                    .or_else(|_| self.write(&batch, &mut written));
+                let result = self.write(&batch, &mut written).or_else(|_| {
+                    self.rows.clear();
+                    self.write(&batch, &mut written)
+                });
                 match result {
                     Ok(after) => {
                         totals = Some(after);
                         self.stats.add(&written);
                     }
                     Err(error) => {
+                        self.rows.clear();
                         tracing::error!(%error, changes = batch.len(), "could not write tasks to the task store");
                     }
                 }
             }
             drop(batch);
+            if self.rows.len() > ROWS_KEPT.max(2 * self.set.memory.len()) {
+                let memory = &self.set.memory;
+                self.rows.retain(|id, _| memory.get(id).is_some());
+            }
             // The counts are published with the bounds applied, and before the batch counts
             // as committed: no reader sees the store past its bounds once they are applied.
             let mut totals = totals.unwrap_or_else(|| self.totals.read_locked().clone());
             if totals.over(self.limits) || last_retention.elapsed() >= RETENTION_EVERY {
                 last_retention = Instant::now();
                 let before = totals.clone();
-                if let Err(error) = apply_bounds(&mut self.conn, self.limits, &mut totals) {
+                if let Err(error) =
+                    apply_bounds(&mut self.conn, self.limits, &mut totals, &mut self.rows)
+                {
                     tracing::warn!(%error, "could not apply the task store's bounds");
+                    self.rows.clear();
                     totals = before;
                 }
             }
@@ -85,7 +108,7 @@ impl Writer {
                 work,
                 RecordWork::Delete | RecordWork::Snapshot { fresh: true }
             ) {
-                delete_task(&tx, id, &mut totals)?;
+                delete_task(&tx, id, &mut totals, &mut self.rows)?;
             }
         }
         {
@@ -113,8 +136,6 @@ impl Writer {
         let turns = self
             .set
             .turns_of(batch.records.keys().chain(batch.events.keys()));
-        let mut turn =
-            tx.prepare_cached("UPDATE tasks SET turn_request = ?2, turn_start = ?3 WHERE id = ?1")?;
         for (id, work) in &batch.records {
             if *work == RecordWork::Delete {
                 continue;
@@ -123,18 +144,19 @@ impl Writer {
             let Some((record, log_bytes)) = self.set.memory.snapshot_of(id) else {
                 continue;
             };
-            uncount(&tx, id, &mut totals)?;
-            let task_bytes = upsert_task(&tx, &record, log_bytes)?;
-            if let Some((request, start)) = turns.get(id.as_str()) {
-                turn.execute(params![id, request, sql_int(*start)])?;
-            }
-            count_record(&record, log_bytes, &mut totals);
+            uncount(&tx, id, &mut totals, &mut self.rows)?;
+            let (task_bytes, bytes) = upsert_task(&tx, &record, log_bytes, turns.get(id.as_str()))?;
+            let name = mesh_core::model::state_name(&record.task.status.state);
+            totals.add(name, 1, bytes);
+            self.rows.insert(id.clone(), (name, bytes));
             written.snapshots += 1;
             written.snapshot_bytes += task_bytes as u64;
         }
         {
             let mut state = tx.prepare_cached(
-                "UPDATE tasks SET state = ?2, final = ?3, updated = ?4, bytes = ?5 WHERE id = ?1",
+                "UPDATE tasks SET state = ?2, final = ?3, updated = ?4, bytes = ?5,
+                     turn_request = coalesce(?6, turn_request), turn_start = coalesce(?7, turn_start)
+                 WHERE id = ?1",
             )?;
             for id in batch.events.keys() {
                 if batch.records.contains_key(id) {
@@ -143,19 +165,20 @@ impl Writer {
                 let Some(now) = self.set.memory.state_of(id) else {
                     continue;
                 };
-                if uncount(&tx, id, &mut totals)? {
+                if uncount(&tx, id, &mut totals, &mut self.rows)? {
                     let name = mesh_core::model::state_name(&now.state);
+                    let turn = turns.get(id.as_str());
                     state.execute(params![
                         id,
                         name,
                         now.state.is_terminal(),
                         millis(now.updated),
                         sql_int(now.bytes as u64),
+                        turn.map(|t| &t.0),
+                        turn.map(|t| sql_int(t.1)),
                     ])?;
                     totals.add(name, 1, now.bytes);
-                    if let Some((request, start)) = turns.get(id.as_str()) {
-                        turn.execute(params![id, request, sql_int(*start)])?;
-                    }
+                    self.rows.insert(id.clone(), (name, now.bytes));
                 }
             }
         }
@@ -188,28 +211,31 @@ impl Writer {
                 }
             }
         }
-        drop(turn);
         tx.commit()?;
         Ok(totals)
     }
 }
 
-/// Writes `record`'s row whole (its snapshot); returns the bytes of its task's JSON.
+/// Writes `record`'s row whole (its snapshot), with its current turn when known; returns
+/// the bytes of its task's JSON and the bytes the row counts (the estimate of the record and
+/// its log).
 pub(super) fn upsert_task(
     conn: &Connection,
     record: &TaskRecord,
     log_bytes: usize,
-) -> rusqlite::Result<usize> {
+    turn: Option<&(String, u64)>,
+) -> rusqlite::Result<(usize, usize)> {
     let task = serde_json::to_string(&record.task).unwrap_or_default();
-    let push = (!record.push_configs.is_empty())
-        .then(|| serde_json::to_string(&record.push_configs).unwrap_or_default());
+    let bytes = record.estimated_bytes() + log_bytes;
+    let push = push_json(record);
     conn.prepare_cached(
         "INSERT INTO tasks (id, agent, dialect, owner, created, updated, final, task, push, seq,
-             log_bytes, context_id, state, bytes)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+             log_bytes, context_id, state, bytes, turn_request, turn_start)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
          ON CONFLICT(id) DO UPDATE SET agent = ?2, dialect = ?3, owner = ?4, created = ?5,
              updated = ?6, final = ?7, task = ?8, push = ?9, seq = ?10, log_bytes = ?11,
-             context_id = ?12, state = ?13, bytes = ?14",
+             context_id = ?12, state = ?13, bytes = ?14,
+             turn_request = coalesce(?15, turn_request), turn_start = coalesce(?16, turn_start)",
     )?
     .execute(params![
         record.task.id,
@@ -225,14 +251,26 @@ pub(super) fn upsert_task(
         sql_int(log_bytes as u64),
         record.task.context_id,
         mesh_core::model::state_name(&record.task.status.state),
-        sql_int((record.estimated_bytes() + log_bytes) as u64),
+        sql_int(bytes as u64),
+        turn.map(|t| &t.0),
+        turn.map(|t| sql_int(t.1)),
     ])?;
-    Ok(task.len())
+    Ok((task.len(), bytes))
 }
 
 /// No longer counts task `id`'s row in `totals` (about to be written or deleted); false
-/// when there is no such row.
-fn uncount(conn: &Connection, id: &str, totals: &mut Totals) -> rusqlite::Result<bool> {
+/// when there is no such row. What the writer wrote of it lately is in `rows`; else the
+/// row is read.
+fn uncount(
+    conn: &Connection,
+    id: &str,
+    totals: &mut Totals,
+    rows: &mut Rows,
+) -> rusqlite::Result<bool> {
+    if let Some((state, bytes)) = rows.remove(id) {
+        totals.subtract(state, bytes);
+        return Ok(true);
+    }
     let row: Option<(Option<String>, i64)> = conn
         .prepare_cached("SELECT state, bytes FROM tasks WHERE id = ?1")?
         .query_row(params![id], |row| Ok((row.get(0)?, row.get(1)?)))
@@ -247,18 +285,14 @@ fn uncount(conn: &Connection, id: &str, totals: &mut Totals) -> rusqlite::Result
     Ok(true)
 }
 
-/// Counts `record`'s row (as written) in `totals`.
-fn count_record(record: &TaskRecord, log_bytes: usize, totals: &mut Totals) {
-    totals.add(
-        mesh_core::model::state_name(&record.task.status.state),
-        1,
-        record.estimated_bytes() + log_bytes,
-    );
-}
-
 /// Deletes task `id`'s rows.
-fn delete_task(conn: &Connection, id: &str, totals: &mut Totals) -> rusqlite::Result<()> {
-    if uncount(conn, id, totals)? {
+fn delete_task(
+    conn: &Connection,
+    id: &str,
+    totals: &mut Totals,
+    rows: &mut Rows,
+) -> rusqlite::Result<()> {
+    if uncount(conn, id, totals, rows)? {
         conn.prepare_cached("DELETE FROM tasks WHERE id = ?1")?
             .execute(params![id])?;
     }
@@ -291,6 +325,7 @@ pub(super) fn apply_bounds(
     conn: &mut Connection,
     limits: StoreLimits,
     totals: &mut Totals,
+    rows: &mut Rows,
 ) -> rusqlite::Result<()> {
     let mut after = totals.clone();
     let tx = conn.transaction()?;
@@ -301,7 +336,7 @@ pub(super) fn apply_bounds(
         .query_map(params![expired_before], |row| row.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     for id in &victims {
-        delete_task(&tx, id, &mut after)?;
+        delete_task(&tx, id, &mut after, rows)?;
     }
     if after.over(limits) {
         victims.clear();
@@ -309,17 +344,17 @@ pub(super) fn apply_bounds(
         let mut bytes = after.bytes;
         let mut oldest = tx
             .prepare("SELECT id, bytes FROM tasks WHERE final = 1 ORDER BY updated, created, id")?;
-        let mut rows = oldest.query([])?;
+        let mut found = oldest.query([])?;
         while tasks > limits.max_tasks || bytes > limits.max_bytes {
-            let Some(row) = rows.next()? else { break };
+            let Some(row) = found.next()? else { break };
             victims.push(row.get(0)?);
             tasks -= 1;
             bytes = bytes.saturating_sub(usize::try_from(row.get::<_, i64>(1)?).unwrap_or(0));
         }
-        drop(rows);
+        drop(found);
         drop(oldest);
         for id in &victims {
-            delete_task(&tx, id, &mut after)?;
+            delete_task(&tx, id, &mut after, rows)?;
         }
     }
     tx.commit()?;
