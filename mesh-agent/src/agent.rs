@@ -18,7 +18,9 @@ use crate::guard::{self, Guarded, OwnCard, Watches};
 use crate::handler::Handler;
 use crate::runner::{self, Running, SendRequest};
 use foldhash::{HashMap, HashSet};
-use mesh_core::bus::{Bus, BusConfig, BusError, DropReason, Dropped, LastWill, QoS};
+use mesh_core::bus::{
+    Bus, BusConfig, BusError, ConnectionState, DropReason, Dropped, LastWill, QoS,
+};
 use mesh_core::card_signing::{SigningKey, TrustedKeys};
 use mesh_core::codec;
 use mesh_core::dialect::Dialect;
@@ -354,7 +356,7 @@ impl Agent {
                 instance: instance.clone(),
                 card_topic: card_topic.clone(),
                 presence_topic: presence_topic.clone(),
-                card: own_card,
+                card: own_card.clone(),
                 online: online.clone(),
                 own_key: self
                     .config
@@ -372,14 +374,37 @@ impl Agent {
             let stop = stop.clone();
             let topic = presence_topic.clone();
             let heartbeat = self.config.heartbeat;
+            let (own_card, card_topic) = (own_card.clone(), card_topic.clone());
             tokio::spawn(async move {
                 let mut ticks = tokio::time::interval(heartbeat);
                 ticks.tick().await;
+                let mut state = bus.state();
+                let mut sessions_lost = bus.sessions_lost();
                 loop {
                     tokio::select! {
                         _ = ticks.tick() => {
                             if let Err(error) = bus.publish(&topic, online.clone(), QoS::AtLeastOnce, true).await {
                                 tracing::warn!(%error, "presence heartbeat not published");
+                            }
+                        }
+                        changed = state.changed() => {
+                            if changed.is_err() {
+                                break;
+                            }
+                            let connected = *state.borrow_and_update() == ConnectionState::Connected;
+                            let lost = bus.sessions_lost();
+                            if !connected || lost == sessions_lost {
+                                continue;
+                            }
+                            sessions_lost = lost;
+                            // Connected again without a session: maybe to another node of the
+                            // broker's cluster, or to a broker that lost its retained messages.
+                            // The card and the presence are announced again at once.
+                            let card = own_card.locked().payload.clone();
+                            for (topic, payload) in [(&card_topic, card), (&topic, online.clone())] {
+                                if let Err(error) = bus.publish(topic, payload, QoS::AtLeastOnce, true).await {
+                                    tracing::warn!(%error, %topic, "not announced again after a reconnect");
+                                }
                             }
                         }
                         _ = stop.cancelled() => break,
@@ -457,6 +482,11 @@ impl RunningAgent {
     /// The agent's name.
     pub fn name(&self) -> &str {
         &self.shared.name
+    }
+
+    /// The instance's connection to the broker (its state, what it counts).
+    pub fn bus(&self) -> &Bus {
+        &self.shared.bus
     }
 
     /// This instance's id (its presence topic segment).

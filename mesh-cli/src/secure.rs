@@ -212,18 +212,23 @@ impl Profile {
         toml::from_str(&text).map_err(|e: toml::de::Error| unusable(e.to_string()))
     }
 
-    /// Account `name` on the broker of `broker_url` (its user and password there).
+    /// Account `name` on the broker of `broker_url` (its user and password there; on each
+    /// node of a comma-separated list).
     pub fn account_on(&self, name: &str, broker_url: &str) -> Result<String, Failure> {
         let account = BrokerUrl::parse(&self.account_url(name)?)
             .map_err(|e| Failure::Usage(format!("{}: {e}", self.account_config(name).display())))?;
-        let broker = BrokerUrl::parse(broker_url).map_err(|e| Failure::Usage(e.to_string()))?;
-        match (&account.username, &account.password) {
-            (Some(user), Some(password)) => Ok(with_credentials(&broker, user, password)),
-            _ => Err(Failure::Usage(format!(
+        let (Some(user), Some(password)) = (&account.username, &account.password) else {
+            return Err(Failure::Usage(format!(
                 "{}: its broker_url has no user and password",
                 self.account_config(name).display()
-            ))),
+            )));
+        };
+        let mut nodes = Vec::new();
+        for node in broker_url.split(',').map(str::trim) {
+            let broker = BrokerUrl::parse(node).map_err(|e| Failure::Usage(e.to_string()))?;
+            nodes.push(with_credentials(&broker, user, password));
         }
+        Ok(nodes.join(","))
     }
 }
 

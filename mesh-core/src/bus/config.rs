@@ -202,6 +202,9 @@ pub struct LastWill {
 /// come from (see [`crate::tls`]).
 pub use crate::tls::TlsRoots;
 
+/// The most nodes a broker URL may list.
+pub const MAX_BROKER_NODES: usize = 16;
+
 /// Exponential reconnect backoff: `min`, doubled after every failed attempt, capped at `max`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
@@ -232,8 +235,14 @@ impl Backoff {
 /// and change the public fields.
 #[derive(Clone)]
 pub struct BusConfig {
-    /// The broker.
+    /// The broker (the first node of its cluster).
     pub url: BrokerUrl,
+    /// The other nodes of the broker's cluster, in order: when the connection to a node
+    /// fails (or cannot be made), the bus tries the next one, round the list, and
+    /// re-subscribes there. Empty: one broker. [`BusConfig::new`] takes them from a
+    /// comma-separated list of URLs; a node's URL without user info uses
+    /// [`BusConfig::username`] and [`BusConfig::password`].
+    pub failover: Vec<BrokerUrl>,
     /// The user name (taken from the URL's user info by [`BusConfig::new`]).
     pub username: Option<String>,
     /// The password (taken from the URL's user info by [`BusConfig::new`]).
@@ -281,6 +290,7 @@ impl fmt::Debug for BusConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BusConfig")
             .field("url", &self.url)
+            .field("failover", &self.failover)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("client_id", &self.client_id)
@@ -302,15 +312,32 @@ impl fmt::Debug for BusConfig {
 impl BusConfig {
     /// A configuration with the defaults for the broker at `url` (`mqtt://` or `mqtts://`);
     /// user name and password come from the URL's user info, if any.
+    ///
+    /// `url` may list the nodes of a broker cluster, separated by commas
+    /// (`mqtt://a:1883,mqtt://b:1883`): the first is [`BusConfig::url`], the others
+    /// [`BusConfig::failover`].
     pub fn new(url: &str) -> Result<Self, BusError> {
-        let url = BrokerUrl::parse(url).map_err(|reason| BusError::InvalidUrl {
-            url: redact_url(url),
-            reason,
-        })?;
+        let mut nodes = Vec::new();
+        for node in url.split(',').map(str::trim) {
+            nodes.push(
+                BrokerUrl::parse(node).map_err(|reason| BusError::InvalidUrl {
+                    url: redact_url(node),
+                    reason,
+                })?,
+            );
+        }
+        if nodes.len() > MAX_BROKER_NODES {
+            return Err(BusError::InvalidConfig(format!(
+                "at most {MAX_BROKER_NODES} broker URLs, not {}",
+                nodes.len()
+            )));
+        }
+        let url = nodes.remove(0);
         Ok(BusConfig {
             username: url.username.clone(),
             password: url.password.clone(),
             url,
+            failover: nodes,
             client_id: format!("mesh-{}", uuid::Uuid::new_v4().simple()),
             keep_alive: Duration::from_secs(30),
             clean_session: true,
@@ -347,6 +374,22 @@ impl BusConfig {
         self.username = Some(username.into());
         self.password = Some(password.into());
         self
+    }
+
+    /// The options of each node ([`BusConfig::url`], then [`BusConfig::failover`]), with the
+    /// node as it may be shown.
+    pub(crate) fn nodes(&self) -> Result<Vec<(String, rumqttc::MqttOptions)>, BusError> {
+        let mut nodes = vec![(self.url.to_string(), self.mqtt_options()?)];
+        for url in &self.failover {
+            let mut node = self.clone();
+            node.url = url.clone();
+            if url.username.is_some() {
+                node.username.clone_from(&url.username);
+                node.password.clone_from(&url.password);
+            }
+            nodes.push((url.to_string(), node.mqtt_options()?));
+        }
+        Ok(nodes)
     }
 
     /// Checks the values rumqttc would otherwise panic on, and builds its options.
@@ -583,6 +626,32 @@ mod tests {
         assert_eq!(c.max_packet_size, 16 * 1024 * 1024);
         assert_eq!(c.default_qos, QoS::AtLeastOnce);
         assert!(c.mqtt_options().is_ok());
+    }
+
+    #[test]
+    fn a_list_of_urls_is_the_nodes_of_a_cluster_each_with_the_credentials_it_names() {
+        let c = BusConfig::new("mqtt://u:p@a:1, mqtt://b:2,mqtts://v:q@c").unwrap();
+        assert_eq!((c.url.host.as_str(), c.url.port), ("a", 1));
+        let hosts: Vec<&str> = c.failover.iter().map(|u| u.host.as_str()).collect();
+        assert_eq!(hosts, ["b", "c"]);
+        let nodes = c.nodes().unwrap();
+        let shown: Vec<&str> = nodes.iter().map(|(url, _)| url.as_str()).collect();
+        assert_eq!(shown, ["mqtt://a:1", "mqtt://b:2", "mqtts://c:8883"]);
+        let credentials = |i: usize| nodes[i].1.credentials().map(|login| login.username);
+        assert_eq!(
+            (credentials(0), credentials(1), credentials(2)),
+            (Some("u".into()), Some("u".into()), Some("v".into()))
+        );
+        assert!(!format!("{c:?}").contains(":q@") && !format!("{c:?}").contains("\"q\""));
+        assert!(matches!(
+            BusConfig::new("mqtt://a,http://b"),
+            Err(BusError::InvalidUrl { .. })
+        ));
+        let many = vec!["mqtt://a"; MAX_BROKER_NODES + 1].join(",");
+        assert!(matches!(
+            BusConfig::new(&many),
+            Err(BusError::InvalidConfig(_))
+        ));
     }
 
     #[test]

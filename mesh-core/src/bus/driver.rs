@@ -487,7 +487,13 @@ pub(crate) struct Driver {
     pub(crate) state: watch::Sender<ConnectionState>,
     pub(crate) shutdown: watch::Receiver<bool>,
     pub(crate) backoff: Backoff,
+    /// The node connected to (or tried) now, as it may be shown.
     pub(crate) url: String,
+    /// Every node of the broker's cluster, as it may be shown and with its options
+    /// ([`BusConfig::failover`](super::BusConfig::failover)).
+    pub(crate) nodes: Vec<(String, rumqttc::MqttOptions)>,
+    /// Which of `nodes` is connected to (or tried) now.
+    pub(crate) node: usize,
     /// The acknowledgements (PUBACK, PUBREC) of incoming publishes routed and not yet
     /// acknowledged.
     pub(crate) acks: Vec<Packet>,
@@ -642,6 +648,12 @@ impl Driver {
                 }
                 Ok(_) => {}
                 Err(e) => {
+                    if ready.is_some() && self.node + 1 < self.nodes.len() {
+                        // The first connection: every node is tried once before it fails.
+                        tracing::warn!(url = %self.url, error = %e, "cannot connect to this broker node: trying the next");
+                        self.next_node();
+                        continue;
+                    }
                     if let Some(ready) = ready.take() {
                         let reason = e.to_string();
                         let _ = ready.send(Err(e));
@@ -658,6 +670,8 @@ impl Driver {
                     let delay = self.backoff.delay(attempt);
                     attempt = attempt.saturating_add(1);
                     tracing::warn!(url = %self.url, error = %reason, retry_in = ?delay, "bus disconnected");
+                    // The next attempt goes to the next node of the cluster, if there is one.
+                    self.next_node();
                     self.state
                         .send_replace(ConnectionState::Disconnected { reason });
                     let mut shutdown = self.shutdown.clone();
@@ -676,6 +690,18 @@ impl Driver {
         tracing::info!(url = %self.url, %reason, "bus closed");
         self.shared.close();
         self.state.send_replace(ConnectionState::Closed);
+    }
+
+    /// Points the event loop at the next node of the broker's cluster (round the list); a
+    /// broker of one node stays where it is.
+    fn next_node(&mut self) {
+        if self.nodes.len() < 2 {
+            return;
+        }
+        self.node = (self.node + 1) % self.nodes.len();
+        let (url, options) = &self.nodes[self.node];
+        self.url.clone_from(url);
+        self.eventloop.mqtt_options = options.clone();
     }
 
     /// The connection dropped after its CONNACK: gives up the publish the broker keeps

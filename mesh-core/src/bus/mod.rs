@@ -278,10 +278,14 @@ impl Bus {
         for (filter, _, _) in filters {
             check_filter(filter)?;
         }
-        let opts = config.mqtt_options()?;
-        let url = config.url.to_string();
+        let nodes = config.nodes()?;
+        let url = nodes
+            .iter()
+            .map(|(url, _)| url.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
         let (client, mut eventloop) =
-            rumqttc::AsyncClient::new(opts, config.request_channel_capacity);
+            rumqttc::AsyncClient::new(nodes[0].1.clone(), config.request_channel_capacity);
         let mut net = rumqttc::NetworkOptions::new();
         net.set_tcp_nodelay(true);
         let secs = config.connect_timeout.as_secs_f64().ceil().max(1.0) as u64;
@@ -317,7 +321,9 @@ impl Bus {
             state: state_tx.clone(),
             shutdown: shutdown_rx,
             backoff: config.backoff,
-            url: url.clone(),
+            url: nodes[0].0.clone(),
+            nodes,
+            node: 0,
             acks: Vec::new(),
             max_packet_size: config.max_packet_size,
             resend_guard: ResendGuard::default(),
@@ -346,7 +352,10 @@ impl Bus {
                 request_timeout: config.request_timeout,
             }),
         };
-        match tokio::time::timeout(config.connect_timeout, ready_rx).await {
+        // Each node may take the connect timeout before the next is tried.
+        let nodes = u32::try_from(config.failover.len() + 1).unwrap_or(u32::MAX);
+        let connect_timeout = config.connect_timeout.saturating_mul(nodes);
+        match tokio::time::timeout(connect_timeout, ready_rx).await {
             Ok(Ok(Ok(()))) => Ok((bus, subscriptions)),
             Ok(Ok(Err(source))) => Err(BusError::Connect {
                 url,
@@ -355,7 +364,7 @@ impl Bus {
             Ok(Err(_)) => Err(BusError::Closed),
             Err(_) => Err(BusError::ConnectTimeout {
                 url,
-                after: config.connect_timeout,
+                after: connect_timeout,
             }),
         }
         // On error `bus` is dropped here, which stops both tasks.

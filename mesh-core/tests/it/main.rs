@@ -4,6 +4,7 @@
 //! dependencies are linked once. Run one module with `cargo test -p mesh-core --test it <module>::`.
 
 mod bus_acks;
+mod bus_failover;
 mod bus_pubsub;
 mod bus_reconnect;
 mod bus_tls;

@@ -6,6 +6,7 @@
 mod auth;
 mod bindings;
 mod console;
+mod failover;
 mod faults;
 mod http;
 mod interop;
