@@ -5,7 +5,7 @@
 //! it has read it from the database.
 
 use crate::payload;
-use mesh_testkit::sse::SseParser;
+use mesh_core::sse::SseParser;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

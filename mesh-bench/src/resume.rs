@@ -8,7 +8,7 @@
 //! with what differed.
 
 use crate::payload;
-use mesh_testkit::sse::{SseEvent, SseParser};
+use mesh_core::sse::{SseEvent, SseParser};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

@@ -6,6 +6,7 @@
 //! the gateway's socket holding a small write for the client's delayed ACK: Nagle's algorithm).
 
 use crate::payload;
+use mesh_core::sse::SseParser;
 use std::time::{Duration, Instant};
 
 /// What the stream measured.
@@ -49,7 +50,7 @@ pub async fn run(
     let mut first = None;
     let mut last = start;
     let mut largest_gap = Duration::ZERO;
-    let mut line = Vec::new();
+    let mut parser = SseParser::default();
     let mut complete = false;
     loop {
         let chunk = match tokio::time::timeout_at(deadline.into(), response.chunk()).await {
@@ -62,18 +63,10 @@ pub async fn run(
             Ok(Ok(Some(chunk))) => chunk,
         };
         let now = Instant::now();
-        let before = events;
-        for &b in chunk.iter() {
-            if b == b'\n' {
-                if line.starts_with(b"data:") {
-                    events += 1;
-                }
-                line.clear();
-            } else {
-                line.push(b);
-            }
-        }
-        if events > before {
+        parser.feed(&chunk);
+        let read = parser.take_events().len() as u64;
+        events += read;
+        if read > 0 {
             if first.is_some() {
                 largest_gap = largest_gap.max(now.duration_since(last));
             }

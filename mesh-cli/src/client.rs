@@ -18,6 +18,7 @@ use mesh_core::model::{
 use mesh_core::registry::Registry;
 use mesh_core::requester::{Requester, RequesterKind, SendOptions, strip_reply_meta};
 use mesh_core::rpc::{Call, Reply, Request};
+use mesh_core::sse::SseParser;
 use mesh_core::topic::Topics;
 use serde_json::Value;
 use std::io::{IsTerminal, Write};
@@ -439,27 +440,22 @@ impl Gateway {
             return printer.decoded(agent, &body);
         }
         let mut body = response.bytes_stream();
-        let mut buffer: Vec<u8> = Vec::new();
+        let mut parser = SseParser::default();
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| {
                 Failure::Unreachable(format!("the stream broke: {}", e.without_url()))
             })?;
-            buffer.extend_from_slice(&chunk);
-            while let Some(end) = find(&buffer, b"\n\n") {
-                let event: Vec<u8> = buffer.drain(..end + 2).collect();
-                for line in event.split(|b| *b == b'\n') {
-                    if let Some(data) = line.strip_prefix(b"data:") {
-                        printer.decoded(agent, data.trim_ascii_start())?;
-                    }
-                }
+            parser.feed(&chunk);
+            for event in parser.take_events() {
+                printer.decoded(agent, event.data.as_bytes())?;
             }
+        }
+        parser.finish();
+        for event in parser.take_events() {
+            printer.decoded(agent, event.data.as_bytes())?;
         }
         Ok(())
     }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Prints what an agent says: the final answer, or (with --stream) every event as it comes.

@@ -14,6 +14,7 @@
 //! - [`meta`]: the reserved metadata key `_mesh` that carries routing on the bus;
 //! - [`registry`]: the live view of the mesh's agents, cards and instances;
 //! - [`requester`]: sending a request to an agent and receiving its replies;
+//! - [`sse`]: server-sent events read from a gateway's stream;
 //! - [`tls`]: TLS for every client (the bus, webhooks, HTTP clients): one crypto provider,
 //!   one way to load trusted roots;
 //! - [`card_signing`]: signed agent cards (A2A §8.4): ES256 keys, the canonical form, sign
@@ -32,6 +33,7 @@ pub mod registry;
 pub mod requester;
 pub mod rpc;
 pub mod seq_window;
+pub mod sse;
 pub mod sync;
 pub mod tls;
 pub mod topic;

@@ -36,7 +36,6 @@
 //!
 //! ## Server-sent events
 //!
-//! - [`sse::SseParser`]: a stream's events (`id`, `data`) from its bytes.
 //!
 //! ## Certificates
 //!
@@ -54,7 +53,6 @@ use tokio::process::{Child, Command};
 
 mod certs;
 mod postgres;
-pub mod sse;
 pub use certs::TestCertificates;
 pub use postgres::TestDatabase;
 

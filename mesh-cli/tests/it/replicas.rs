@@ -135,7 +135,7 @@ struct Sse {
 /// Reads events until `stop` says so or the stream ends (bounded by WAIT).
 async fn read_until(response: &mut reqwest::Response, stop: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
     let mut events = Vec::new();
-    let mut parser = mesh_testkit::sse::SseParser::default();
+    let mut parser = mesh_core::sse::SseParser::default();
     let read = async {
         loop {
             for event in parser.take_events() {

@@ -613,7 +613,7 @@ pub async fn read_until(
     stop: impl Fn(&[Sse]) -> bool,
 ) -> Vec<Sse> {
     let mut events = Vec::new();
-    let mut parser = mesh_testkit::sse::SseParser::default();
+    let mut parser = mesh_core::sse::SseParser::default();
     let read = async {
         loop {
             for event in parser.take_events() {

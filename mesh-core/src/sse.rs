@@ -1,6 +1,7 @@
-//! Server-sent events as a test (or a benchmark) reads them: `id:` and `data:` fields, an
-//! event ending at a blank line, comments (keep-alives) and events without data skipped. Pure:
-//! bytes in, events out; the caller reads its HTTP body and feeds it.
+//! Server-sent events as a client of the gateway reads them (the CLI, the benchmarks, the
+//! tests): `id:` and `data:` fields, an event ending at a blank line (`\n` or `\r\n`),
+//! `data:` lines of one event joined, comments (keep-alives) and events without data skipped.
+//! Pure: bytes in, events out; the caller reads its HTTP body and feeds it.
 
 /// One event of a stream: its `id` (when it had a number there) and its `data:` lines joined.
 #[derive(Debug, Clone, PartialEq, Eq)]
