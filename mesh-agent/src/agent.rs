@@ -286,6 +286,7 @@ impl Agent {
             requester: requester.clone(),
             registry,
             running: Mutex::default(),
+            idle: tokio::sync::Notify::new(),
             dedup: Mutex::new(Dedup::default()),
             topics: topics.clone(),
             own_card: own_card.clone(),
@@ -456,6 +457,8 @@ pub(crate) struct InstanceState {
     pub(crate) requester: Requester,
     pub(crate) registry: Registry,
     pub(crate) running: Mutex<HashMap<String, Arc<Running>>>,
+    /// Told when the last running task ends (see [`InstanceState::task_ended`]).
+    idle: tokio::sync::Notify,
     dedup: Mutex<Dedup>,
     /// The namespace's topics: a reply goes only to one of its response topics.
     topics: Topics,
@@ -467,7 +470,35 @@ impl InstanceState {
     pub(crate) fn lock_running(&self) -> MutexGuard<'_, HashMap<String, Arc<Running>>> {
         self.running.locked()
     }
+
+    /// Task `id` ended: it leaves the running tasks, and a shutdown waiting for them to end
+    /// is told when it was the last.
+    pub(crate) fn task_ended(&self, id: &str) {
+        let mut running = self.lock_running();
+        running.remove(id);
+        if running.is_empty() {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Waits until no task runs, or `deadline`; true when none does.
+    async fn all_ended(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.lock_running().is_empty() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return false;
+            }
+        }
+    }
 }
+
+/// How long a shutdown waits for the tasks it canceled (past the grace) to end.
+const CANCELED_WAIT: Duration = Duration::from_secs(2);
 
 /// One running instance of an agent.
 pub struct RunningAgent {
@@ -537,17 +568,19 @@ impl RunningAgent {
     /// rest, announces the instance offline, clears its retained presence and disconnects.
     pub async fn shutdown(self) {
         self.stop.cancel();
-        let grace = tokio::time::Instant::now() + self.shared.config.shutdown_grace;
-        while self.running_tasks() > 0 && tokio::time::Instant::now() < grace {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        let leftover: Vec<Arc<Running>> = self.shared.lock_running().values().cloned().collect();
-        for running in &leftover {
-            running.cancel.cancel();
-        }
-        let cancel_deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-        while self.running_tasks() > 0 && tokio::time::Instant::now() < cancel_deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let now = tokio::time::Instant::now();
+        if !self
+            .shared
+            .all_ended(now + self.shared.config.shutdown_grace)
+            .await
+        {
+            let leftover: Vec<Arc<Running>> =
+                self.shared.lock_running().values().cloned().collect();
+            for running in &leftover {
+                running.cancel.cancel();
+            }
+            let canceled = tokio::time::Instant::now() + CANCELED_WAIT;
+            self.shared.all_ended(canceled).await;
         }
         for handle in &self.loops {
             handle.abort();

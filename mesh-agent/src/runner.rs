@@ -238,7 +238,7 @@ pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
         tracing::warn!(agent = %shared.name, task = %task_id, %error, "could not publish the end of a task");
     }
 
-    shared.lock_running().remove(&task_id);
+    shared.task_ended(&task_id);
     let waiters = std::mem::take(&mut *running.cancel_waiters.locked());
     if !waiters.is_empty() {
         let task = emitter.task().await;
