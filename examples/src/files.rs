@@ -4,8 +4,8 @@
 //! bytes, a reference by URI for a file sent by URI. A `manifest.txt` artifact (by bytes)
 //! lists what arrived: name, media type, size or URI.
 
+use mesh_agent::model::{Part, PartContent};
 use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
-use mesh_core::model::{Part, PartContent};
 
 /// The files agent.
 pub fn agent() -> Agent {

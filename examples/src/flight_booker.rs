@@ -4,8 +4,8 @@
 //! names two airport codes (three capital letters each) and a date completes the task with a
 //! `FlightItinerary.json` data artifact. A follow-up that still lacks them asks again.
 
+use mesh_agent::model::{Part, Role};
 use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
-use mesh_core::model::{Part, Role};
 use serde_json::json;
 
 /// The flight-booker agent.

@@ -6,8 +6,8 @@
 //! becomes its own, and the follow-up is sent on with everything the user said in the task.
 //! Canceling the orchestrator's task cancels the peer's.
 
+use mesh_agent::model::{Message, Part, Role, TaskState};
 use mesh_agent::{Agent, HandlerError, Outcome, PeerError, TaskContext, handler_fn};
-use mesh_core::model::{Message, Part, Role, TaskState};
 use mesh_core::rpc::Reply;
 
 /// The orchestrator agent.

@@ -5,8 +5,8 @@
 //! streams, which the ordering tests and the SSE benchmark use; `"pace: 200"` waits that many
 //! milliseconds before each chunk (at most ten seconds), for a stream a person can watch.
 
+use mesh_agent::model::Part;
 use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
-use mesh_core::model::Part;
 
 /// The most chunks one request may ask for.
 const MAX_CHUNKS: usize = 100_000;

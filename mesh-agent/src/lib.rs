@@ -7,8 +7,7 @@
 //! An echo agent:
 //!
 //! ```no_run
-//! use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
-//! use mesh_core::bus::BusConfig;
+//! use mesh_agent::{Agent, BusConfig, Outcome, TaskContext, handler_fn, new_artifact};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let echo = Agent::new("echo", handler_fn(|ctx: TaskContext| async move {
@@ -43,4 +42,8 @@ pub use agent::{Agent, AgentConfig, AgentError, RunningAgent};
 pub use context::{TaskContext, new_artifact};
 pub use emitter::EmitError;
 pub use handler::{FnHandler, Handler, HandlerError, Outcome, agent_text, handler_fn};
+/// How an instance reaches the broker: all an agent needs of the bus.
+pub use mesh_core::bus::BusConfig;
+/// The A2A model a handler reads and writes (messages, parts, artifacts, tasks, states).
+pub use mesh_core::model;
 pub use peer::{PeerAnswer, PeerError, PeerStream, Peers};
