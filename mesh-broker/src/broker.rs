@@ -35,6 +35,9 @@ pub struct Broker {
     local_addr: SocketAddr,
     scx: ServerContext,
     server: JoinHandle<()>,
+    /// The cluster node's gRPC server, if the broker is one.
+    #[cfg(feature = "cluster")]
+    grpc: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -107,11 +110,15 @@ impl Broker {
 
         // The busy check spawns a load monitor that outlives the broker; a broker
         // for local use and tests has no need of it.
-        let scx = ServerContext::new()
+        let builder = ServerContext::new()
             .busy_check_enable(false)
-            .mqtt_max_sessions(isize::try_from(config.max_connections).unwrap_or(isize::MAX))
-            .build()
-            .await;
+            .mqtt_max_sessions(isize::try_from(config.max_connections).unwrap_or(isize::MAX));
+        #[cfg(feature = "cluster")]
+        let builder = match &config.cluster {
+            Some(cluster) => crate::cluster::configure(builder, cluster)?,
+            None => builder,
+        };
+        let scx = builder.build().await;
         let retained = MemoryRetainStorage::new(config.max_retained_messages);
         let hooks = scx.extends.hook_mgr().register();
         hooks
@@ -137,6 +144,13 @@ impl Broker {
         hooks.start().await;
         *scx.extends.retain_mut().await = Box::new(retained);
         *scx.extends.shared_subscription_mut().await = Box::new(RoundRobinShared::default());
+        // The cluster plugin replaces the session registry and the router, and uses the
+        // retained-message store and shared-subscription strategy installed above.
+        #[cfg(feature = "cluster")]
+        let grpc = match &config.cluster {
+            Some(cluster) => Some(crate::cluster::start(&scx, cluster).await?),
+            None => None,
+        };
 
         // `MqttServer::start` exits the process when serving fails: run it ourselves.
         let server = MqttServer::new(scx.clone())
@@ -163,6 +177,8 @@ impl Broker {
             local_addr,
             scx,
             server,
+            #[cfg(feature = "cluster")]
+            grpc,
         })
     }
 
@@ -191,10 +207,18 @@ impl Broker {
     /// published (to the clients not yet disconnected). A connection accepted but
     /// still before its CONNECT packet is closed at the latest when its handshake
     /// timeout runs out.
+    ///
+    /// A cluster node (feature `cluster`) also stops its gRPC server: the other nodes
+    /// stop reaching it, and what they forward to it meanwhile is lost.
     pub async fn stop(mut self) {
         self.server.abort();
         // Waiting for the aborted task drops the listener, freeing the port.
         let _ = (&mut self.server).await;
+        #[cfg(feature = "cluster")]
+        if let Some(grpc) = self.grpc.take() {
+            grpc.abort();
+            let _ = grpc.await;
+        }
 
         let ids: Vec<Id> = self
             .scx
@@ -222,6 +246,10 @@ impl Drop for Broker {
     /// Stops listening (if [`Broker::stop`] has not already).
     fn drop(&mut self) {
         self.server.abort();
+        #[cfg(feature = "cluster")]
+        if let Some(grpc) = &self.grpc {
+            grpc.abort();
+        }
     }
 }
 

@@ -58,6 +58,10 @@ pub struct BrokerConfig {
     /// anonymous clients and wrong passwords are refused at CONNECT, and each account may
     /// publish and subscribe only where its ACL says ([`Access`]).
     pub access: Option<Arc<Access>>,
+    /// This broker's place in a cluster of brokers (feature `cluster`; default none: a
+    /// broker on its own). See [`ClusterConfig`](crate::ClusterConfig).
+    #[cfg(feature = "cluster")]
+    pub cluster: Option<crate::ClusterConfig>,
 }
 
 impl BrokerConfig {
@@ -74,6 +78,8 @@ impl BrokerConfig {
             handshake_timeout: Duration::from_secs(10),
             session_expiry: Duration::from_secs(2 * 60 * 60),
             access: None,
+            #[cfg(feature = "cluster")]
+            cluster: None,
         }
     }
 }

@@ -10,6 +10,10 @@
 //! the port, and, when asked, authentication and ACLs from Mosquitto's password and ACL
 //! files ([`Access`]).
 //!
+//! With the feature `cluster` (off by default; building it needs `protoc`), a broker can
+//! be one node of a cluster of brokers that behave as one, through rmqtt's broadcast
+//! cluster plugin: see [`BrokerConfig::cluster`] and `ClusterConfig`.
+//!
 //! ```
 //! use mesh_broker::Broker;
 //!
@@ -52,6 +56,8 @@
 
 mod access;
 mod broker;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod config;
 mod error;
 mod reserved;
@@ -60,5 +66,7 @@ mod shared;
 
 pub use access::{Access, Acl, HASH_ITERATIONS, Passwords, hash_password, random_password};
 pub use broker::Broker;
+#[cfg(feature = "cluster")]
+pub use cluster::ClusterConfig;
 pub use config::BrokerConfig;
 pub use error::BrokerError;
