@@ -5,4 +5,6 @@
 
 mod access;
 mod broker;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod support;
