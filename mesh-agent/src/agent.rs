@@ -828,10 +828,10 @@ impl Dedup {
         if self.seen.contains(id) {
             return false;
         }
-        if self.order.len() >= DEDUP_CAPACITY {
-            if let Some(oldest) = self.order.pop_front() {
-                self.seen.remove(&oldest);
-            }
+        if self.order.len() >= DEDUP_CAPACITY
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.seen.remove(&oldest);
         }
         self.seen.insert(id.to_owned());
         self.order.push_back(id.to_owned());

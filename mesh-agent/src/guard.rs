@@ -41,10 +41,10 @@ impl OwnCard {
     /// The card to publish: the combined card, signed when there is a key.
     pub(crate) fn new(card: Value, key: Option<&SigningKey>) -> OwnCard {
         let mut value = card;
-        if let Some(key) = key {
-            if let Err(error) = card_signing::sign_card(key, &mut value, None) {
-                tracing::error!(%error, "the agent card could not be signed: published unsigned");
-            }
+        if let Some(key) = key
+            && let Err(error) = card_signing::sign_card(key, &mut value, None)
+        {
+            tracing::error!(%error, "the agent card could not be signed: published unsigned");
         }
         let payload = serde_json::to_vec(&value).unwrap_or_default();
         OwnCard { payload, value }

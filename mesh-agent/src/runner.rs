@@ -329,21 +329,21 @@ fn resolve_task(
     if let Some(snapshot) = &meta.task {
         let mut task = codec::read_task(snapshot.clone())
             .map_err(|e| A2aError::invalid_params(format!("params.metadata._mesh.task: {e}")))?;
-        if let Some(id) = &message.task_id {
-            if *id != task.id {
-                return Err(A2aError::invalid_params(format!(
-                    "message.taskId {id} does not match the task carried with it ({})",
-                    task.id
-                )));
-            }
+        if let Some(id) = &message.task_id
+            && *id != task.id
+        {
+            return Err(A2aError::invalid_params(format!(
+                "message.taskId {id} does not match the task carried with it ({})",
+                task.id
+            )));
         }
-        if let Some(context) = &message.context_id {
-            if *context != task.context_id {
-                return Err(A2aError::invalid_params(format!(
-                    "message.contextId {context} differs from the task's contextId {}",
-                    task.context_id
-                )));
-            }
+        if let Some(context) = &message.context_id
+            && *context != task.context_id
+        {
+            return Err(A2aError::invalid_params(format!(
+                "message.contextId {context} differs from the task's contextId {}",
+                task.context_id
+            )));
         }
         if task.status.state.is_terminal() {
             return Err(A2aError::unsupported_operation(format!(

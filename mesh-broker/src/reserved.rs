@@ -15,13 +15,13 @@ pub(crate) struct ReservedTopics;
 #[async_trait]
 impl Handler for ReservedTopics {
     async fn hook(&self, param: &Parameter, acc: Option<HookResult>) -> ReturnType {
-        if let Parameter::MessagePublishCheckAcl(session, publish) = param {
-            if publish.topic.starts_with('$') {
-                tracing::warn!(client = %session.id.client_id, topic = %publish.topic,
+        if let Parameter::MessagePublishCheckAcl(session, publish) = param
+            && publish.topic.starts_with('$')
+        {
+            tracing::warn!(client = %session.id.client_id, topic = %publish.topic,
                     "refused a client publish to a topic reserved to the broker");
-                let refused = PublishAclResult::rejected(false, None);
-                return (false, Some(HookResult::PublishAclResult(refused)));
-            }
+            let refused = PublishAclResult::rejected(false, None);
+            return (false, Some(HookResult::PublishAclResult(refused)));
         }
         (true, acc)
     }

@@ -366,10 +366,10 @@ impl A2aError {
     /// `ErrorInfo` (metadata = the data object's members as strings) and, when `data.field`
     /// names a field, a `BadRequest`.
     fn details_v1(&self) -> Vec<Value> {
-        if let Some(Value::Array(items)) = &self.data {
-            if items.iter().all(|i| i.get("@type").is_some()) {
-                return items.clone();
-            }
+        if let Some(Value::Array(items)) = &self.data
+            && items.iter().all(|i| i.get("@type").is_some())
+        {
+            return items.clone();
         }
         let mut details = Vec::new();
         let mut info = Map::new();
@@ -456,11 +456,11 @@ fn data_from_details(items: Vec<Value>) -> Value {
     }
     let mut out = Map::new();
     for item in items {
-        if item.get("@type").and_then(Value::as_str) == Some(ERROR_INFO_TYPE) {
-            if let Some(Value::Object(meta)) = item.get("metadata") {
-                for (k, v) in meta {
-                    out.insert(k.clone(), v.clone());
-                }
+        if item.get("@type").and_then(Value::as_str) == Some(ERROR_INFO_TYPE)
+            && let Some(Value::Object(meta)) = item.get("metadata")
+        {
+            for (k, v) in meta {
+                out.insert(k.clone(), v.clone());
             }
         }
     }

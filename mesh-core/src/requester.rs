@@ -522,19 +522,19 @@ impl ReplyStream {
                     });
                 }
             };
-            if let Ok(reply) = &delivery.reply {
-                if let Some(seq) = reply_position(reply).0 {
-                    match self.window.admit(seq) {
-                        Admit::New => {}
-                        Admit::Duplicate => continue, // a duplicate delivery of QoS 1
-                        Admit::OutOfWindow => {
-                            self.unexpected.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(
-                                seq,
-                                "dropped an event whose _mesh.seq is out of its stream's window"
-                            );
-                            continue;
-                        }
+            if let Ok(reply) = &delivery.reply
+                && let Some(seq) = reply_position(reply).0
+            {
+                match self.window.admit(seq) {
+                    Admit::New => {}
+                    Admit::Duplicate => continue, // a duplicate delivery of QoS 1
+                    Admit::OutOfWindow => {
+                        self.unexpected.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(
+                            seq,
+                            "dropped an event whose _mesh.seq is out of its stream's window"
+                        );
+                        continue;
                     }
                 }
             }

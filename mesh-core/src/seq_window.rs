@@ -237,11 +237,10 @@ mod tests {
             let mut forged = forged.into_iter();
             let mut delivered = std::collections::HashSet::new();
             for seq in 0..genuine {
-                if let Some(f) = forged.next() {
-                    if w.admit(f) == Admit::New {
+                if let Some(f) = forged.next()
+                    && w.admit(f) == Admit::New {
                         delivered.insert(f);
                     }
-                }
                 let first = w.admit(seq);
                 prop_assert!(first == Admit::New || delivered.contains(&seq), "{seq}: {first:?}");
                 delivered.insert(seq);

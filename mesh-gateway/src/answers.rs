@@ -21,10 +21,10 @@ pub(crate) fn task_list(dialect: Dialect, list: TaskList) -> Value {
         .iter()
         .map(|record| {
             let mut task = task_value(&record.task, dialect, list.history_length);
-            if !list.include_artifacts {
-                if let Some(o) = task.as_object_mut() {
-                    o.remove("artifacts");
-                }
+            if !list.include_artifacts
+                && let Some(o) = task.as_object_mut()
+            {
+                o.remove("artifacts");
             }
             task
         })
@@ -46,10 +46,9 @@ fn task_value(task: &Task, dialect: Dialect, history_length: Option<i32>) -> Val
     if let (Some(keep), Some(Value::Array(history))) = (
         history_tail(history_length),
         value.as_object_mut().and_then(|o| o.get_mut("history")),
-    ) {
-        if history.len() > keep {
-            history.drain(..history.len() - keep);
-        }
+    ) && history.len() > keep
+    {
+        history.drain(..history.len() - keep);
     }
     value
 }

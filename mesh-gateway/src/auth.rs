@@ -122,10 +122,11 @@ fn presented(headers: &HeaderMap) -> Option<String> {
     for value in headers.get_all(header::AUTHORIZATION) {
         let Ok(text) = value.to_str() else { continue };
         let text = text.trim();
-        if let Some((scheme, token)) = text.split_once(' ') {
-            if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() {
-                return Some(token.trim().to_owned());
-            }
+        if let Some((scheme, token)) = text.split_once(' ')
+            && scheme.eq_ignore_ascii_case("bearer")
+            && !token.trim().is_empty()
+        {
+            return Some(token.trim().to_owned());
         }
     }
     headers

@@ -430,10 +430,9 @@ impl Bridge {
             if matches!(
                 delivery.ended,
                 Some(Ended::ConnectionLost | Ended::InstanceOffline | Ended::NotTakenUp)
-            ) {
-                if let Some(record) = self.store.get(id) {
-                    self.cancel_at_agent(id, &record.agent);
-                }
+            ) && let Some(record) = self.store.get(id)
+            {
+                self.cancel_at_agent(id, &record.agent);
             }
             match delivery.reply {
                 Ok(mut reply) => {

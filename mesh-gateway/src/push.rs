@@ -77,13 +77,13 @@ pub(crate) async fn check_config(
     check_url(&config.url, allow_private)
         .await
         .map_err(|reason| A2aError::invalid_params_at(&format!("{field}.url"), reason))?;
-    if let Some(token) = &config.token {
-        if HeaderValue::from_str(token).is_err() || token.len() > 4096 {
-            return Err(A2aError::invalid_params_at(
-                &format!("{field}.token"),
-                "must be at most 4096 visible ASCII characters (it is sent as a header)",
-            ));
-        }
+    if let Some(token) = &config.token
+        && (HeaderValue::from_str(token).is_err() || token.len() > 4096)
+    {
+        return Err(A2aError::invalid_params_at(
+            &format!("{field}.token"),
+            "must be at most 4096 visible ASCII characters (it is sent as a header)",
+        ));
     }
     if let Some(auth) = &config.authentication {
         let value = authorization(&auth.scheme, auth.credentials.as_deref());
@@ -168,13 +168,11 @@ async fn resolve_checked(url: &str, allow_private: bool) -> Result<(Url, SocketA
     let Some(first) = addrs.first().copied() else {
         return Err(format!("{host:?} resolves to no address"));
     };
-    if !allow_private {
-        if let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
-            return Err(format!(
-                "{host:?} is (or resolves to) {}, a loopback, private, link-local or otherwise non-public address; this gateway does not send webhooks there (--allow-private-webhooks allows it)",
-                bad.ip()
-            ));
-        }
+    if !allow_private && let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
+        return Err(format!(
+            "{host:?} is (or resolves to) {}, a loopback, private, link-local or otherwise non-public address; this gateway does not send webhooks there (--allow-private-webhooks allows it)",
+            bad.ip()
+        ));
     }
     Ok((parsed, first))
 }
@@ -612,12 +610,10 @@ impl reqwest::dns::Resolve for CheckedResolver {
                     .map_err(|_| format!("resolving {host:?} timed out"))?
                     .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
                     .collect();
-            if !allow_private {
-                if let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
-                    return Err(
-                        format!("{host:?} resolves to {}, not a public address", bad.ip()).into(),
-                    );
-                }
+            if !allow_private && let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
+                return Err(
+                    format!("{host:?} resolves to {}, not a public address", bad.ip()).into(),
+                );
             }
             let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
             Ok(addrs)

@@ -35,10 +35,10 @@ pub(crate) trait Render: Send + 'static {
 /// The events of one task event: the last one carries its sequence number as the SSE `id`
 /// (when the store logged it), so that a client that saw it has seen the whole event.
 fn with_id(mut events: Vec<Event>, seq: Seq) -> Vec<Event> {
-    if seq > 0 {
-        if let Some(last) = events.pop() {
-            events.push(last.id(seq.to_string()));
-        }
+    if seq > 0
+        && let Some(last) = events.pop()
+    {
+        events.push(last.id(seq.to_string()));
     }
     events
 }

@@ -119,10 +119,10 @@ async fn a_changed_card_reaches_the_registry(broker: TestBroker) {
     echo.update_card(&card).await.unwrap();
     tokio::time::timeout(WAIT, async {
         loop {
-            if let Ok(RegistryEvent::CardChanged { agent }) = events.recv().await {
-                if agent == "echo" {
-                    break;
-                }
+            if let Ok(RegistryEvent::CardChanged { agent }) = events.recv().await
+                && agent == "echo"
+            {
+                break;
             }
         }
     })

@@ -31,10 +31,10 @@ async fn next(subscription: &mut Subscription) -> BusMessage {
 async fn until_card(subscription: &mut Subscription, check: impl Fn(&Value) -> bool) -> Value {
     loop {
         let message = next(subscription).await;
-        if let Ok(card) = serde_json::from_slice::<Value>(&message.payload) {
-            if check(&card) {
-                return card;
-            }
+        if let Ok(card) = serde_json::from_slice::<Value>(&message.payload)
+            && check(&card)
+        {
+            return card;
         }
     }
 }
@@ -113,10 +113,10 @@ async fn a_forged_offline_or_erased_presence_is_put_back() {
         assert!(mesh.registry.wait_online("echo", WAIT).await);
         loop {
             let message = next(&mut presence).await;
-            if let Ok(p) = serde_json::from_slice::<Presence>(&message.payload) {
-                if p.status == PresenceStatus::Online {
-                    break;
-                }
+            if let Ok(p) = serde_json::from_slice::<Presence>(&message.payload)
+                && p.status == PresenceStatus::Online
+            {
+                break;
             }
         }
     }

@@ -218,10 +218,10 @@ async fn mqtt5_retain_handling_is_honoured() {
     let (tx, mut packets) = mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         while let Ok(event) = eventloop.poll().await {
-            if let rumqttc::v5::Event::Incoming(packet) = event {
-                if tx.send(packet).is_err() {
-                    return;
-                }
+            if let rumqttc::v5::Event::Incoming(packet) = event
+                && tx.send(packet).is_err()
+            {
+                return;
             }
         }
     });

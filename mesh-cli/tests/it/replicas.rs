@@ -105,16 +105,16 @@ async fn gateway_on(
 async fn wait_online(http: &reqwest::Client, url: &str, name: &str) {
     let deadline = Instant::now() + WAIT;
     loop {
-        if let Ok(response) = http.get(format!("{url}/agents")).send().await {
-            if let Ok(body) = response.json::<Value>().await {
-                let online = body["agents"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|a| a["name"] == name && a["online"] == true);
-                if online {
-                    return;
-                }
+        if let Ok(response) = http.get(format!("{url}/agents")).send().await
+            && let Ok(body) = response.json::<Value>().await
+        {
+            let online = body["agents"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|a| a["name"] == name && a["online"] == true);
+            if online {
+                return;
             }
         }
         assert!(

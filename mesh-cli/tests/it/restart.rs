@@ -75,18 +75,18 @@ async fn gateway_with(
 async fn wait_online(http: &reqwest::Client, url: &str, names: &[&str]) {
     let deadline = Instant::now() + WAIT;
     loop {
-        if let Ok(response) = http.get(format!("{url}/agents")).send().await {
-            if let Ok(body) = response.json::<Value>().await {
-                let online = |name: &str| {
-                    body["agents"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|a| a["name"] == name && a["online"] == true)
-                };
-                if names.iter().all(|n| online(n)) {
-                    return;
-                }
+        if let Ok(response) = http.get(format!("{url}/agents")).send().await
+            && let Ok(body) = response.json::<Value>().await
+        {
+            let online = |name: &str| {
+                body["agents"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|a| a["name"] == name && a["online"] == true)
+            };
+            if names.iter().all(|n| online(n)) {
+                return;
             }
         }
         assert!(Instant::now() < deadline, "agents {names:?} online in time");
@@ -448,10 +448,10 @@ async fn one_request(http: reqwest::Client, url: String, stream: bool, tally: Ar
             .pointer("/result/id")
             .filter(|_| event.pointer("/result/kind") == Some(&json!("task")))
             .or_else(|| event.pointer("/result/taskId"));
-        if let Some(id) = id.and_then(Value::as_str) {
-            if !tally.tasks.iter().any(|(t, _)| t == id) {
-                tally.tasks.push((id.to_owned(), agent));
-            }
+        if let Some(id) = id.and_then(Value::as_str)
+            && !tally.tasks.iter().any(|(t, _)| t == id)
+        {
+            tally.tasks.push((id.to_owned(), agent));
         }
     }
     let Some(last) = events.last() else {
@@ -539,7 +539,7 @@ async fn run_fault(fault: Fault, mut broker: mesh_testkit::TestBroker) {
                 requests.push(tokio::spawn(one_request(
                     http.clone(),
                     target,
-                    n % 2 == 0,
+                    n.is_multiple_of(2),
                     tally.clone(),
                 )));
             }

@@ -87,10 +87,10 @@ pub fn read_card(v: Value) -> Result<AgentCard, A2aError> {
     }
     if let Some(Value::Array(skills)) = o.get_mut("skills") {
         for s in skills {
-            if let Some(obj) = s.as_object_mut() {
-                if let Some(sec) = obj.remove("security") {
-                    obj.entry("securityRequirements").or_insert(sec);
-                }
+            if let Some(obj) = s.as_object_mut()
+                && let Some(sec) = obj.remove("security")
+            {
+                obj.entry("securityRequirements").or_insert(sec);
             }
         }
     }
@@ -248,10 +248,10 @@ pub fn write_card_v03(card: &AgentCard) -> Value {
         .iter()
         .map(|s| {
             let mut v = ser(s);
-            if let Some(obj) = v.as_object_mut() {
-                if let Some(sec) = obj.remove("securityRequirements") {
-                    obj.insert("security".into(), sec);
-                }
+            if let Some(obj) = v.as_object_mut()
+                && let Some(sec) = obj.remove("securityRequirements")
+            {
+                obj.insert("security".into(), sec);
             }
             v
         })

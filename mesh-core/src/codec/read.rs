@@ -64,10 +64,11 @@ impl Obj {
     pub(crate) fn take_named(&mut self, names: &[&'static str]) -> Option<(&'static str, Value)> {
         let mut found = None;
         for n in names {
-            if let Some(v) = self.map.remove(*n) {
-                if found.is_none() && !v.is_null() {
-                    found = Some((*n, v));
-                }
+            if let Some(v) = self.map.remove(*n)
+                && found.is_none()
+                && !v.is_null()
+            {
+                found = Some((*n, v));
             }
         }
         found
@@ -201,12 +202,11 @@ impl Obj {
 /// Takes the reserved `_mesh` object out of `meta` (normalizing an emptied map to `None`).
 pub(crate) fn take_mesh(meta: &mut Option<Metadata>) -> Map<String, Value> {
     let mut out = Map::new();
-    if let Some(m) = meta.as_mut() {
-        if matches!(m.get(MESH_KEY), Some(Value::Object(_))) {
-            if let Some(Value::Object(mesh)) = m.remove(MESH_KEY) {
-                out = mesh;
-            }
-        }
+    if let Some(m) = meta.as_mut()
+        && matches!(m.get(MESH_KEY), Some(Value::Object(_)))
+        && let Some(Value::Object(mesh)) = m.remove(MESH_KEY)
+    {
+        out = mesh;
     }
     if meta.as_ref().is_some_and(|m| m.is_empty()) {
         *meta = None;

@@ -78,12 +78,11 @@ pub(crate) fn part(p: &Part, d: Dialect) -> Value {
     if d == Dialect::V1_0 {
         let mut v = ser(p);
         // a2a-lf drops empty metadata; keep non-empty metadata only, as it does.
-        if let Value::Object(o) = &mut v {
-            if o.get("metadata")
+        if let Value::Object(o) = &mut v
+            && o.get("metadata")
                 .is_some_and(|m| m.as_object().is_some_and(Map::is_empty))
-            {
-                o.remove("metadata");
-            }
+        {
+            o.remove("metadata");
         }
         return v;
     }

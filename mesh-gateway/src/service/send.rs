@@ -357,11 +357,11 @@ impl A2aService {
                     .history
                     .get_or_insert_with(Vec::new)
                     .push(params.message.clone());
-                if let Some(config) = push {
-                    if let Err(e) = super::push_configs::add(&mut updated, config, cx.dialect) {
-                        self.bridge.end(&task_id, &live);
-                        return Err(e);
-                    }
+                if let Some(config) = push
+                    && let Err(e) = super::push_configs::add(&mut updated, config, cx.dialect)
+                {
+                    self.bridge.end(&task_id, &live);
+                    return Err(e);
                 }
                 if let Err(e) = store.insert(updated) {
                     self.bridge.end(&task_id, &live);

@@ -202,24 +202,24 @@ impl A2aService {
             )));
         }
         // Another gateway sharing the store may bridge it: follow its log.
-        if !self.bridge.is_live(&params.id) {
-            if let Some(changes) = self.store().changes() {
-                let after = resume_after.unwrap_or(record.seq);
-                let first = match resume_after {
-                    None => vec![(record.seq, Ok(Arc::new(Reply::Task(record.task.clone()))))],
-                    Some(_) => Vec::new(),
-                };
-                let live = super::follow::follow(
-                    self.store().clone(),
-                    changes,
-                    params.id.clone(),
-                    after,
-                    self.shutdown.clone(),
-                );
-                let mut events = self.events(params.id, first, Some(live), true);
-                events.resumed = resume_after.is_some();
-                return Ok((record, events));
-            }
+        if !self.bridge.is_live(&params.id)
+            && let Some(changes) = self.store().changes()
+        {
+            let after = resume_after.unwrap_or(record.seq);
+            let first = match resume_after {
+                None => vec![(record.seq, Ok(Arc::new(Reply::Task(record.task.clone()))))],
+                Some(_) => Vec::new(),
+            };
+            let live = super::follow::follow(
+                self.store().clone(),
+                changes,
+                params.id.clone(),
+                after,
+                self.shutdown.clone(),
+            );
+            let mut events = self.events(params.id, first, Some(live), true);
+            events.resumed = resume_after.is_some();
+            return Ok((record, events));
         }
         let Some((snapshot, live)) = self.bridge.attach(&params.id, true, Some(&record))? else {
             return Err(A2aError::task_not_found(&params.id));

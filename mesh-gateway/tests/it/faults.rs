@@ -380,10 +380,10 @@ async fn echo_answers_again(mesh: &Mesh) {
 /// Polls `/readyz` (bounded) until it answers `status`.
 async fn wait_ready(mesh: &Mesh, status: u16) -> bool {
     for _ in 0..100 {
-        if let Ok(r) = mesh.http.get(mesh.url("/readyz")).send().await {
-            if r.status().as_u16() == status {
-                return true;
-            }
+        if let Ok(r) = mesh.http.get(mesh.url("/readyz")).send().await
+            && r.status().as_u16() == status
+        {
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

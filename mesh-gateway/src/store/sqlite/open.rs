@@ -90,15 +90,17 @@ pub(super) fn open(dir: &Path, limits: StoreLimits) -> Result<Opened, StoreError
         .write(true)
         .open(dir.join(LOCK_FILE))
         .map_err(|e| storage("cannot open the lock file in", &e))?;
-    match rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+    match lock.try_lock() {
         Ok(()) => {}
-        Err(rustix::io::Errno::WOULDBLOCK) => {
+        Err(std::fs::TryLockError::WouldBlock) => {
             return Err(StoreError::Storage(format!(
                 "the task database in {} is in use by another gateway (one gateway per data directory)",
                 dir.display()
             )));
         }
-        Err(e) => return Err(storage("cannot lock the data directory", &e)),
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(storage("cannot lock the data directory", &e));
+        }
     }
     let path = dir.join(DB_FILE);
     let mut conn =
