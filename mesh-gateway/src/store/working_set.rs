@@ -34,6 +34,10 @@ pub(super) struct WorkingSet {
     released: Mutex<HashMap<String, Arc<TaskRecord>>>,
     /// Task id → the request of its current turn and the task's sequence before it.
     turns: Mutex<HashMap<String, (String, u64)>>,
+    /// New tasks admitted and not counted by the writer yet: how many, and their bytes
+    /// (estimated). A store checks its room with them, so that the tasks admitted within
+    /// one batch cannot take it past its bounds.
+    admitted: Mutex<(usize, usize)>,
 }
 
 impl WorkingSet {
@@ -52,7 +56,32 @@ impl WorkingSet {
             queue: Queue::new(),
             released: Mutex::default(),
             turns: Mutex::default(),
+            admitted: Mutex::default(),
         }
+    }
+
+    /// A new task of `bytes` is admitted (see [`WorkingSet::admitted`]).
+    pub(super) fn admit(&self, bytes: usize) {
+        let mut admitted = self.admitted.locked();
+        admitted.0 += 1;
+        admitted.1 += bytes;
+    }
+
+    /// The new tasks admitted and not counted by the writer yet, and their bytes.
+    pub(super) fn admitted(&self) -> (usize, usize) {
+        *self.admitted.locked()
+    }
+
+    /// The writer counted a new task of `bytes` (its first row).
+    pub(super) fn counted(&self, bytes: usize) {
+        let mut admitted = self.admitted.locked();
+        admitted.0 = admitted.0.saturating_sub(1);
+        admitted.1 = admitted.1.saturating_sub(bytes);
+    }
+
+    /// Nothing is queued: every task admitted is counted (estimates that drifted go).
+    pub(super) fn all_counted(&self) {
+        *self.admitted.locked() = (0, 0);
     }
 
     /// [`TaskStore::insert`](super::TaskStore::insert) into the working set (the caller
@@ -221,11 +250,16 @@ impl Totals {
     /// Refuses a new task while the counts say the database is full of tasks that are not
     /// finished: the writer deletes the oldest finished ones to make room, never a running
     /// one.
-    pub(super) fn check_room(&self, limits: StoreLimits) -> Result<(), StoreError> {
-        if self.tasks >= limits.max_tasks && self.finished == 0 {
+    /// `admitted`: new tasks (and their bytes) not in the counts yet.
+    pub(super) fn check_room(
+        &self,
+        limits: StoreLimits,
+        admitted: (usize, usize),
+    ) -> Result<(), StoreError> {
+        if self.tasks + admitted.0 >= limits.max_tasks && self.finished == 0 {
             return Err(StoreError::Full(super::Limit::Tasks(limits.max_tasks)));
         }
-        if self.bytes >= limits.max_bytes && self.finished == 0 {
+        if self.bytes + admitted.1 >= limits.max_bytes && self.finished == 0 {
             return Err(StoreError::Full(super::Limit::Bytes(limits.max_bytes)));
         }
         Ok(())

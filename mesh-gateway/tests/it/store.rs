@@ -514,14 +514,13 @@ async fn over_the_byte_budget_finished_tasks_go_then_new_work_is_refused(broker:
     assert_eq!(code(&refused), -32603, "{refused}");
     let message = refused["error"]["message"].as_str().unwrap();
     assert!(message.contains(&format!("{budget} bytes")), "{message}");
-    // The disk holds what the bounds keep: the finished tasks' rows went.
+    // The disk holds what the bounds keep: the finished tasks' rows went. A new task is
+    // admitted by its size then; what its agent adds after (here a question of about the
+    // message's size, and the log) may take the store past the budget by a few tasks, as
+    // the store's contract allows (running tasks are never refused their events).
     gw.shutdown().await;
     let store = SqliteStore::open(&dir, mesh_gateway::StoreLimits::default()).unwrap();
-    assert!(
-        store.bytes() <= budget + 64 * 1024,
-        "{} bytes",
-        store.bytes()
-    );
+    assert!(store.bytes() <= 2 * budget, "{} bytes", store.bytes());
     assert!(store.read(&booking).unwrap().is_some());
     drop(store);
     echo.shutdown().await;

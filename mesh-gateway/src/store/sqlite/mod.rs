@@ -252,7 +252,10 @@ impl Drop for SqliteStore {
 impl TaskStore for SqliteStore {
     fn insert(&self, record: TaskRecord) -> Result<(), StoreError> {
         if self.set.memory.get(&record.task.id).is_none() && record.seq == 0 {
-            self.totals.read_locked().check_room(self.limits)?;
+            self.totals
+                .read_locked()
+                .check_room(self.limits, self.set.admitted())?;
+            self.set.admit(record.estimated_bytes());
         }
         self.set.insert(record)
     }

@@ -301,6 +301,8 @@ fn evicted_tasks_leave_the_disk() {
         store
             .append("a", &status("a", TaskState::Completed), Origin::default())
             .unwrap();
+        // Counted finished once written: it makes room for new tasks.
+        assert!(store.flush(Duration::from_secs(5)));
         store.insert(record("b", TaskState::InputRequired)).unwrap();
         store.insert(record("c", TaskState::InputRequired)).unwrap();
         // Written, the store is past its bounds: the finished task goes at once.

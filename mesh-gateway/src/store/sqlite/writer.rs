@@ -90,6 +90,9 @@ impl Writer {
                 }
             }
             *self.totals.write_locked() = totals;
+            if self.set.queue.lock().is_empty() {
+                self.set.all_counted();
+            }
             self.set.queue.committed(|| self.set.let_go());
         }
         self.set.queue.stopped();
@@ -136,6 +139,7 @@ impl Writer {
         let turns = self
             .set
             .turns_of(batch.records.keys().chain(batch.events.keys()));
+        let mut new_rows = Vec::new();
         for (id, work) in &batch.records {
             if *work == RecordWork::Delete {
                 continue;
@@ -144,8 +148,11 @@ impl Writer {
             let Some((record, log_bytes)) = self.set.memory.snapshot_of(id) else {
                 continue;
             };
-            uncount(&tx, id, &mut totals, &mut self.rows)?;
+            let existed = uncount(&tx, id, &mut totals, &mut self.rows)?;
             let (task_bytes, bytes) = upsert_task(&tx, &record, log_bytes, turns.get(id.as_str()))?;
+            if !existed {
+                new_rows.push(bytes);
+            }
             let name = mesh_core::model::state_name(&record.task.status.state);
             totals.add(name, 1, bytes);
             self.rows.insert(id.clone(), (name, bytes));
@@ -212,6 +219,9 @@ impl Writer {
             }
         }
         tx.commit()?;
+        for bytes in new_rows {
+            self.set.counted(bytes);
+        }
         Ok(totals)
     }
 }
