@@ -379,6 +379,9 @@ impl Agent {
             tokio::spawn(async move {
                 let mut ticks = tokio::time::interval(heartbeat);
                 ticks.tick().await;
+                // With one broker node nothing is announced again: the broker keeps the
+                // retained card and presence across a reconnect.
+                let failover = bus.broker_nodes() > 1;
                 let mut state = bus.state();
                 let mut sessions_lost = bus.sessions_lost();
                 loop {
@@ -388,7 +391,7 @@ impl Agent {
                                 tracing::warn!(%error, "presence heartbeat not published");
                             }
                         }
-                        changed = state.changed() => {
+                        changed = state.changed(), if failover => {
                             if changed.is_err() {
                                 break;
                             }
@@ -398,9 +401,9 @@ impl Agent {
                                 continue;
                             }
                             sessions_lost = lost;
-                            // Connected again without a session: maybe to another node of the
-                            // broker's cluster, or to a broker that lost its retained messages.
-                            // The card and the presence are announced again at once.
+                            // Connected again without a session, maybe to another node of the
+                            // broker's cluster: the card and the presence are announced there
+                            // again at once.
                             let card = own_card.locked().payload.clone();
                             for (topic, payload) in [(&card_topic, card), (&topic, online.clone())] {
                                 if let Err(error) = bus.publish(topic, payload, QoS::AtLeastOnce, true).await {

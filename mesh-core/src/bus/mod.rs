@@ -220,6 +220,8 @@ struct Inner {
     max_packet_size: usize,
     subscription_capacity: usize,
     request_timeout: Duration,
+    /// How many broker nodes the bus may connect to ([`BusConfig::failover`] and the first).
+    nodes: usize,
 }
 
 impl Drop for Inner {
@@ -350,6 +352,7 @@ impl Bus {
                 max_packet_size: config.max_packet_size,
                 subscription_capacity: config.subscription_capacity,
                 request_timeout: config.request_timeout,
+                nodes: config.failover.len() + 1,
             }),
         };
         // Each node may take the connect timeout before the next is tried.
@@ -507,6 +510,11 @@ impl Bus {
     /// session every reconnection counts (the broker keeps nothing for it).
     pub fn sessions_lost(&self) -> u64 {
         self.inner.shared.sessions_lost.load(Ordering::Relaxed)
+    }
+
+    /// How many nodes of a broker cluster the bus may connect to (1: one broker).
+    pub fn broker_nodes(&self) -> usize {
+        self.inner.nodes
     }
 
     /// [`Bus::sessions_lost`] for a watcher that must not keep the bus open.
