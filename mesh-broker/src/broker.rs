@@ -35,9 +35,9 @@ pub struct Broker {
     local_addr: SocketAddr,
     scx: ServerContext,
     server: JoinHandle<()>,
-    /// The cluster node's gRPC server, if the broker is one.
+    /// The cluster node's gRPC server and heartbeat, if the broker is one.
     #[cfg(feature = "cluster")]
-    grpc: Option<JoinHandle<()>>,
+    cluster: Option<crate::cluster::NodeTasks>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -147,7 +147,7 @@ impl Broker {
         // The cluster plugin replaces the session registry and the router, and uses the
         // retained-message store and shared-subscription strategy installed above.
         #[cfg(feature = "cluster")]
-        let grpc = match &config.cluster {
+        let cluster = match &config.cluster {
             Some(cluster) => Some(crate::cluster::start(&scx, cluster).await?),
             None => None,
         };
@@ -178,7 +178,7 @@ impl Broker {
             scx,
             server,
             #[cfg(feature = "cluster")]
-            grpc,
+            cluster,
         })
     }
 
@@ -215,9 +215,8 @@ impl Broker {
         // Waiting for the aborted task drops the listener, freeing the port.
         let _ = (&mut self.server).await;
         #[cfg(feature = "cluster")]
-        if let Some(grpc) = self.grpc.take() {
-            grpc.abort();
-            let _ = grpc.await;
+        if let Some(cluster) = self.cluster.take() {
+            cluster.stop().await;
         }
 
         let ids: Vec<Id> = self
@@ -247,8 +246,8 @@ impl Drop for Broker {
     fn drop(&mut self) {
         self.server.abort();
         #[cfg(feature = "cluster")]
-        if let Some(grpc) = &self.grpc {
-            grpc.abort();
+        if let Some(cluster) = &self.cluster {
+            cluster.abort();
         }
     }
 }

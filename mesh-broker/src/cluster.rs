@@ -17,11 +17,27 @@
 //!   messages of its peers about 2 s after it starts.
 //! - A persistent session is not moved: a client that reconnects to another node starts a
 //!   new session there.
-//! - Every CONNECT asks all peers to drop a session of the same client id and waits for an
-//!   answer (rmqtt's broadcast `Kick`, 15 s timeout): while a peer is down, each new
-//!   connection waits 15 s for its CONNACK (clients that give up sooner cannot connect),
-//!   and so does [`Broker::stop`](crate::Broker::stop). A node started before its peers
-//!   makes its first clients wait about 3 s, until its gRPC clients reconnect.
+//! - Every CONNECT asks all peers to drop a session of the same client id and waits for the
+//!   first answer (rmqtt's broadcast `Kick`): one live peer answers for all.
+//!
+//! **A peer that dies.** The plugin's gRPC clients queue a call to a peer that is down
+//! until the call times out, and a publish waits for every peer's answer. Two things keep
+//! a dead peer from stalling the nodes still up:
+//!
+//! - every call to a peer times out after [`ClusterConfig::CALL_TIMEOUT`] (the plugin's
+//!   default is 60 s), and a circuit breaker per peer ([`breaker`]) opens once half of the
+//!   last few calls to it failed: calls then fail at once, and a probe every
+//!   [`ClusterConfig::BREAKER_OPEN`] finds out when the peer is back;
+//! - a heartbeat asks every peer for its health every [`ClusterConfig::HEARTBEAT`], so
+//!   that the breaker opens without waiting for traffic and its probes are mostly
+//!   heartbeats.
+//!
+//! So a publish on a live node waits at most [`ClusterConfig::CALL_TIMEOUT`] for a peer
+//! that just died, and none once the breaker is open, a few seconds after the death. A
+//! CONNECT waits only when no peer at all is up, and then at most 15 s (rmqtt's `Kick`
+//! timeout), until the breakers are open. A probe that is a publish rather than a
+//! heartbeat waits [`ClusterConfig::CALL_TIMEOUT`] too. What is forwarded to a dead peer
+//! is lost, as it would be with the peer's own clients gone.
 //!
 //! The plugin replaces rmqtt's session registry and router with cluster-aware ones; it
 //! leaves the retained-message store and the shared-subscription strategy installed by
@@ -29,8 +45,11 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::time::Duration;
 
-use rmqtt::context::{ServerContext, ServerContextBuilder};
+use rmqtt::context::{
+    CircuitBreakerConfig, CountBasedWindowConfig, ServerContext, ServerContextBuilder,
+};
 use rmqtt::grpc::GrpcServer;
 use tokio::task::JoinHandle;
 
@@ -39,8 +58,32 @@ use crate::BrokerError;
 /// The name the plugin is registered under, which its configuration is read by.
 const PLUGIN: &str = "rmqtt-cluster-broadcast";
 
+
+/// The circuit breaker of each peer's gRPC client: opens when at least 2 of the last 4
+/// calls failed (rmqtt's default needs 10 failed calls, each a stalled publish), stays
+/// open [`ClusterConfig::BREAKER_OPEN`], then lets one call through as a probe. Slow calls
+/// do not count: [`ClusterConfig::CALL_TIMEOUT`] bounds them.
+fn breaker() -> CircuitBreakerConfig {
+    CircuitBreakerConfig {
+        failure_rate_threshold: 0.5,
+        window: CountBasedWindowConfig {
+            sliding_window_size: 4,
+        }
+        .into(),
+        minimum_number_of_calls: 2,
+        wait_duration_in_open: ClusterConfig::BREAKER_OPEN,
+        slow_call_duration_threshold: ClusterConfig::CALL_TIMEOUT,
+        slow_call_rate_threshold: 1.0,
+        name: "mesh-cluster-peer".into(),
+    }
+}
+
+/// The most peers a node takes: a broadcast cluster sends every publish to each of them.
+pub const MAX_CLUSTER_PEERS: usize = 32;
+
 /// This node's place in a cluster of brokers: its id, the address its gRPC server listens
-/// on for the other nodes, and the ids and gRPC addresses of those other nodes.
+/// on for the other nodes, and the ids and gRPC addresses (`host:port`, a name resolved at
+/// each connection or an IP address) of those other nodes.
 ///
 /// Every node of a cluster must be started with the same set of nodes (itself plus its
 /// peers), each with a different id. The nodes may start in any order; a node's messages
@@ -54,8 +97,8 @@ const PLUGIN: &str = "rmqtt-cluster-broadcast";
 ///     node_id: 1,
 ///     grpc_addr: "127.0.0.1:5363".parse().unwrap(),
 ///     peers: vec![
-///         (2, "127.0.0.1:5364".parse().unwrap()),
-///         (3, "127.0.0.1:5365".parse().unwrap()),
+///         ClusterConfig::parse_peer("2@127.0.0.1:5364").unwrap(),
+///         ClusterConfig::parse_peer("3@broker-3.internal:5363").unwrap(),
 ///     ],
 /// });
 /// ```
@@ -69,17 +112,47 @@ pub struct ClusterConfig {
     /// The address this node's gRPC server listens on (port 0 is not allowed: the peers
     /// must know it in advance).
     pub grpc_addr: SocketAddr,
-    /// The other nodes: their ids and the gRPC addresses they listen on.
-    pub peers: Vec<(u64, SocketAddr)>,
+    /// The other nodes: their ids and the `host:port` their gRPC servers listen on.
+    pub peers: Vec<(u64, String)>,
 }
 
 impl ClusterConfig {
+    /// How long a call to a peer may take (a forwarded publish, a subscription query, …)
+    /// before it counts as failed.
+    pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+    /// How often every peer is asked for its health (rmqtt's own check, which waits 5 s).
+    pub const HEARTBEAT: Duration = Duration::from_secs(1);
+
+    /// How long a peer's breaker stays open before one call probes the peer again.
+    pub const BREAKER_OPEN: Duration = Duration::from_secs(3);
+
+    /// Reads one peer as `id@host:port` (`2@10.0.0.2:5363`, `3@broker-3:5363`).
+    pub fn parse_peer(peer: &str) -> Result<(u64, String), BrokerError> {
+        let bad = |why: &str| {
+            BrokerError::Config(format!(
+                "cluster peer {peer:?}: {why} (expected id@host:port, e.g. 2@broker-2:5363)"
+            ))
+        };
+        let (id, addr) = peer.split_once('@').ok_or_else(|| bad("no '@'"))?;
+        let id: u64 = id.trim().parse().map_err(|_| bad("the id is not a number"))?;
+        let addr = addr.trim();
+        check_host_port(addr).map_err(|why| bad(why))?;
+        Ok((id, addr.to_string()))
+    }
+
     /// Checks that the ids are distinct and the addresses usable.
     fn validate(&self) -> Result<(), BrokerError> {
         if self.grpc_addr.port() == 0 {
             return Err(BrokerError::Config(
                 "cluster.grpc_addr needs a fixed port: its peers must know it".into(),
             ));
+        }
+        if self.peers.len() > MAX_CLUSTER_PEERS {
+            return Err(BrokerError::Config(format!(
+                "{} cluster peers: at most {MAX_CLUSTER_PEERS}",
+                self.peers.len()
+            )));
         }
         let mut ids = HashSet::from([self.node_id]);
         for (id, addr) in &self.peers {
@@ -88,22 +161,48 @@ impl ClusterConfig {
                     "cluster node id {id} is given twice"
                 )));
             }
-            if addr.port() == 0 {
-                return Err(BrokerError::Config(format!(
-                    "cluster peer {id} has no port in {addr}"
-                )));
-            }
+            check_host_port(addr).map_err(|why| {
+                BrokerError::Config(format!("cluster peer {id} at {addr:?}: {why}"))
+            })?;
         }
         Ok(())
     }
 
     /// The plugin's configuration (TOML): every node, this one included, as `id@addr`.
     fn plugin_toml(&self) -> String {
-        let nodes: Vec<String> = std::iter::once((self.node_id, self.grpc_addr))
-            .chain(self.peers.iter().copied())
-            .map(|(id, addr)| format!("\"{id}@{addr}\""))
+        let nodes: Vec<String> = std::iter::once(format!("\"{}@{}\"", self.node_id, self.grpc_addr))
+            .chain(self.peers.iter().map(|(id, addr)| format!("\"{id}@{addr}\"")))
             .collect();
-        format!("node_grpc_addrs = [{}]\n", nodes.join(", "))
+        format!(
+            "node_grpc_addrs = [{}]\nnode_grpc_client_timeout = \"{}ms\"\n",
+            nodes.join(", "),
+            Self::CALL_TIMEOUT.as_millis()
+        )
+    }
+}
+
+/// Checks a peer's `host:port`: a port from 1 to 65535 and a host name (letters, digits,
+/// `-`, `.`, `_`), an IPv4 address or a bracketed IPv6 one; nothing else reaches the
+/// plugin's configuration, which is TOML.
+fn check_host_port(addr: &str) -> Result<(), &'static str> {
+    let (host, port) = addr.rsplit_once(':').ok_or("no port")?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err("the port is not a number from 1 to 65535"),
+    }
+    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        v6.parse::<std::net::Ipv6Addr>().is_ok()
+    } else {
+        !host.is_empty()
+            && host.len() <= 253
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+    };
+    if host_ok {
+        Ok(())
+    } else {
+        Err("the host is not a name or an IP address")
     }
 }
 
@@ -115,18 +214,41 @@ pub(crate) fn configure(
     config.validate()?;
     Ok(builder
         .node_id(config.node_id)
+        .circuit_breaker_config(breaker())
         .plugins_config_map_add(PLUGIN, config.plugin_toml()))
 }
 
-/// Starts this node's gRPC server and the cluster plugin; returns the server's task,
-/// which the broker aborts when it stops.
+/// The tasks a cluster node runs besides the broker's own: its gRPC server and its
+/// heartbeat. Aborted when the broker stops or is dropped.
+pub(crate) struct NodeTasks {
+    grpc: JoinHandle<()>,
+    heartbeat: JoinHandle<()>,
+}
+
+impl NodeTasks {
+    /// Stops both tasks without waiting.
+    pub(crate) fn abort(&self) {
+        self.grpc.abort();
+        self.heartbeat.abort();
+    }
+
+    /// Stops both tasks and waits until they are gone (the gRPC port is then free).
+    pub(crate) async fn stop(self) {
+        self.abort();
+        let _ = self.grpc.await;
+        let _ = self.heartbeat.await;
+    }
+}
+
+/// Starts this node's gRPC server, the cluster plugin and the heartbeat; returns their
+/// tasks, which the broker aborts when it stops.
 ///
 /// Call it after the broker's retained-message store and shared-subscription strategy
 /// are installed and before it serves clients.
 pub(crate) async fn start(
     scx: &ServerContext,
     config: &ClusterConfig,
-) -> Result<JoinHandle<()>, BrokerError> {
+) -> Result<NodeTasks, BrokerError> {
     let addr = config.grpc_addr;
     // rmqtt's gRPC server retries a failed bind every 3 s and only logs it: try the
     // address first so that a taken port is an error of `start_with`.
@@ -145,9 +267,48 @@ pub(crate) async fn start(
             "the cluster plugin did not start: {e}"
         )));
     }
+    let heartbeat = tokio::spawn(heartbeat(scx.clone()));
     tracing::info!(node = config.node_id, grpc = %addr, peers = ?config.peers,
         "broker is a cluster node");
-    Ok(grpc)
+    Ok(NodeTasks { grpc, heartbeat })
+}
+
+/// Asks every peer for its health every [`ClusterConfig::HEARTBEAT`], each round in a task
+/// of its own so that a dead peer (whose answer takes 5 s to time out) does not slow the
+/// rounds down; at most 6 rounds are in flight. A peer that stops answering is logged
+/// once, and once again when it answers again.
+async fn heartbeat(scx: ServerContext) {
+    let mut tick = tokio::time::interval(ClusterConfig::HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rounds = tokio::task::JoinSet::new();
+    let mut down: HashSet<u64> = HashSet::new();
+    loop {
+        tokio::select! {
+            _ = tick.tick(), if rounds.len() < 6 => {
+                let scx = scx.clone();
+                rounds.spawn(async move {
+                    let health = scx.extends.shared().await.check_health().await;
+                    health.map(|h| {
+                        h.nodes
+                            .into_iter()
+                            .filter(|n| !n.running)
+                            .map(|n| n.node_id)
+                            .collect::<HashSet<u64>>()
+                    })
+                });
+            }
+            Some(round) = rounds.join_next() => {
+                let Ok(Ok(now_down)) = round else { continue };
+                for id in now_down.difference(&down) {
+                    tracing::warn!(peer = id, "cluster peer does not answer");
+                }
+                for id in down.difference(&now_down) {
+                    tracing::info!(peer = id, "cluster peer answers again");
+                }
+                down = now_down;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -158,10 +319,7 @@ mod tests {
         ClusterConfig {
             node_id: 1,
             grpc_addr: "127.0.0.1:5363".parse().unwrap(),
-            peers: vec![
-                (2, "127.0.0.1:5364".parse().unwrap()),
-                (3, "10.0.0.3:5363".parse().unwrap()),
-            ],
+            peers: vec![(2, "127.0.0.1:5364".into()), (3, "10.0.0.3:5363".into())],
         }
     }
 
@@ -169,7 +327,8 @@ mod tests {
     fn plugin_config_lists_every_node() {
         assert_eq!(
             config().plugin_toml(),
-            "node_grpc_addrs = [\"1@127.0.0.1:5363\", \"2@127.0.0.1:5364\", \"3@10.0.0.3:5363\"]\n"
+            "node_grpc_addrs = [\"1@127.0.0.1:5363\", \"2@127.0.0.1:5364\", \"3@10.0.0.3:5363\"]\n\
+             node_grpc_client_timeout = \"3000ms\"\n"
         );
     }
 
@@ -177,7 +336,7 @@ mod tests {
     fn ids_must_be_distinct() {
         assert!(config().validate().is_ok());
         let mut twice = config();
-        twice.peers.push((2, "127.0.0.1:5366".parse().unwrap()));
+        twice.peers.push((2, "127.0.0.1:5366".into()));
         assert!(matches!(twice.validate(), Err(BrokerError::Config(_))));
         let mut self_as_peer = config();
         self_as_peer.peers[0].0 = 1;
@@ -193,7 +352,43 @@ mod tests {
         zero.grpc_addr.set_port(0);
         assert!(matches!(zero.validate(), Err(BrokerError::Config(_))));
         let mut peer_zero = config();
-        peer_zero.peers[1].1.set_port(0);
+        peer_zero.peers[1].1 = "10.0.0.3:0".into();
         assert!(matches!(peer_zero.validate(), Err(BrokerError::Config(_))));
+    }
+
+    #[test]
+    fn peers_are_read_as_id_at_host_port() {
+        assert_eq!(
+            ClusterConfig::parse_peer("2@broker-2:5363").unwrap(),
+            (2, "broker-2:5363".to_string())
+        );
+        assert_eq!(
+            ClusterConfig::parse_peer(" 3@[::1]:5363").unwrap(),
+            (3, "[::1]:5363".to_string())
+        );
+        for bad in [
+            "broker-2:5363",
+            "x@broker-2:5363",
+            "2@broker-2",
+            "2@broker-2:0",
+            "2@:5363",
+            "2@bro\"ker:5363",
+            "2@a b:5363",
+            "2@[zz]:5363",
+        ] {
+            assert!(
+                matches!(ClusterConfig::parse_peer(bad), Err(BrokerError::Config(_))),
+                "{bad:?} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn peers_are_bounded() {
+        let mut many = config();
+        many.peers = (2..=(MAX_CLUSTER_PEERS as u64 + 2))
+            .map(|id| (id, format!("10.0.0.{id}:5363")))
+            .collect();
+        assert!(matches!(many.validate(), Err(BrokerError::Config(_))));
     }
 }

@@ -106,6 +106,24 @@ pub struct BrokerOptions {
     /// subscribe to (`mesh secure` writes one).
     #[arg(long = "acl-file", env = "MESH_BROKER_ACL_FILE", value_name = "FILE")]
     pub acl_file: Option<PathBuf>,
+    /// This broker's id in a cluster of brokers, unique in the cluster; with
+    /// --cluster-peer it makes the broker a cluster node (a `mesh` built with the `cluster`
+    /// feature) [default: none, a broker alone].
+    #[arg(long, env = "MESH_CLUSTER_NODE_ID", value_name = "ID")]
+    pub cluster_node_id: Option<u64>,
+    /// Where this cluster node listens for its peers (gRPC, neither encrypted nor
+    /// authenticated: a network only the nodes reach) [default: 127.0.0.1:5363].
+    #[arg(long, env = "MESH_CLUSTER_ADDR", value_name = "ADDR")]
+    pub cluster_addr: Option<SocketAddr>,
+    /// Another node of the cluster, as ID@HOST:PORT (its id and where it listens for
+    /// peers); repeatable, or comma-separated.
+    #[arg(
+        long = "cluster-peer",
+        env = "MESH_CLUSTER_PEERS",
+        value_delimiter = ',',
+        value_name = "ID@HOST:PORT"
+    )]
+    pub cluster_peers: Vec<String>,
 }
 
 impl BrokerOptions {
@@ -115,6 +133,9 @@ impl BrokerOptions {
         serve.broker_addr = self.broker_addr;
         serve.broker_password_file.clone_from(&self.password_file);
         serve.broker_acl_file.clone_from(&self.acl_file);
+        serve.cluster_node_id = self.cluster_node_id;
+        serve.cluster_addr = self.cluster_addr;
+        serve.cluster_peers.clone_from(&self.cluster_peers);
     }
 }
 

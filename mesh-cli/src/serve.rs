@@ -114,7 +114,16 @@ fn store_line(settings: &Settings) -> String {
 /// `mesh broker`: the embedded broker alone.
 pub async fn broker(settings: &Settings) -> Outcome {
     let broker = start_broker(settings).await?;
-    println!("broker listening on mqtt://{}", broker.local_addr());
+    match &settings.cluster {
+        Some(cluster) => println!(
+            "broker listening on mqtt://{} (cluster node {}, gRPC on {}, peers {})",
+            broker.local_addr(),
+            cluster.node_id,
+            cluster.grpc_addr,
+            cluster.peers.join(", ")
+        ),
+        None => println!("broker listening on mqtt://{}", broker.local_addr()),
+    }
     wait_for_stop().await;
     broker.stop().await;
     Ok(())
@@ -213,6 +222,9 @@ async fn start_broker(settings: &Settings) -> Result<Broker, Failure> {
     }
     // What the bus clients may publish (the setting is checked to fit MQTT's u32 range).
     config.max_packet_size = u32::try_from(settings.max_packet_size).unwrap_or(u32::MAX);
+    if let Some(cluster) = &settings.cluster {
+        join_cluster(&mut config, cluster)?;
+    }
     Broker::start_with(config).await.map_err(|e| match e {
         BrokerError::AddrInUse { .. } => Failure::Unreachable(format!(
             "{e}: the embedded broker's port is taken; choose another with --broker-addr \
@@ -220,6 +232,40 @@ async fn start_broker(settings: &Settings) -> Result<Broker, Failure> {
         )),
         other => Failure::Unreachable(format!("{other} (--broker-addr)")),
     })
+}
+
+/// Makes the broker a node of the cluster the settings describe.
+#[cfg(feature = "cluster")]
+fn join_cluster(
+    config: &mut BrokerConfig,
+    cluster: &crate::settings::ClusterSettings,
+) -> Result<(), Failure> {
+    let peers = cluster
+        .peers
+        .iter()
+        .map(|p| mesh_broker::ClusterConfig::parse_peer(p))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Failure::Usage(format!("{e} (--cluster-peer)")))?;
+    config.cluster = Some(mesh_broker::ClusterConfig {
+        node_id: cluster.node_id,
+        grpc_addr: cluster.grpc_addr,
+        peers,
+    });
+    Ok(())
+}
+
+/// Without the `cluster` feature a broker cannot be a cluster node: say how to get one.
+#[cfg(not(feature = "cluster"))]
+fn join_cluster(
+    _: &mut BrokerConfig,
+    _: &crate::settings::ClusterSettings,
+) -> Result<(), Failure> {
+    Err(Failure::Usage(
+        "this `mesh` was built without the broker cluster (--cluster-node-id, --cluster-peer): \
+         build it with `cargo build --release -p mesh-cli --features cluster` (needs protoc, \
+         Debian's protobuf-compiler)"
+            .into(),
+    ))
 }
 
 async fn start_agent(

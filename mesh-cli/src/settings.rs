@@ -33,6 +33,9 @@
 //! | largest MQTT packet a bus client sends or takes in, and the embedded broker accepts | `--max-packet-size` | `MESH_MAX_PACKET_SIZE` | `16MiB` |
 //! | the embedded broker's accounts (Mosquitto's `password_file` format) | `--password-file` | `MESH_BROKER_PASSWORD_FILE` | none: anonymous clients accepted |
 //! | the embedded broker's ACL (Mosquitto's `acl_file` format; with the password file) | `--acl-file` | `MESH_BROKER_ACL_FILE` | none |
+//! | the embedded broker's id in a cluster of brokers (a `mesh` built with feature `cluster`) | `--cluster-node-id` | `MESH_CLUSTER_NODE_ID` | none: a broker alone |
+//! | where that cluster node listens for its peers (gRPC) | `--cluster-addr` | `MESH_CLUSTER_ADDR` | `127.0.0.1:5363` |
+//! | the cluster's other nodes, `id@host:port` | `--cluster-peer` (repeatable) | `MESH_CLUSTER_PEERS` (comma-separated) | none |
 //! | most requests in one JSON-RPC batch | `--max-batch` | `MESH_MAX_BATCH` | 100 |
 //! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker`, `gateway` and `agent`, one per core otherwise |
 //! | the gateway's TLS certificate chain and private key (PEM; both or neither) | `--tls-cert`, `--tls-key` | `MESH_TLS_CERT`, `MESH_TLS_KEY` | none: plain HTTP |
@@ -111,6 +114,9 @@ pub struct Serve {
     pub max_batch: Option<usize>,
     pub broker_password_file: Option<PathBuf>,
     pub broker_acl_file: Option<PathBuf>,
+    pub cluster_node_id: Option<u64>,
+    pub cluster_addr: Option<SocketAddr>,
+    pub cluster_peers: Vec<String>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub trusted_keys: Option<PathBuf>,
@@ -165,6 +171,9 @@ struct File {
     max_batch: Option<usize>,
     broker_password_file: Option<PathBuf>,
     broker_acl_file: Option<PathBuf>,
+    cluster_node_id: Option<u64>,
+    cluster_addr: Option<SocketAddr>,
+    cluster_peers: Option<Vec<String>>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     trusted_keys: Option<PathBuf>,
@@ -211,6 +220,9 @@ impl File {
                 broker_addr: None,
                 broker_password_file: None,
                 broker_acl_file: None,
+                cluster_node_id: None,
+                cluster_addr: None,
+                cluster_peers: None,
                 ..file
             };
         }
@@ -265,6 +277,8 @@ pub struct Settings {
     pub max_batch: usize,
     /// The embedded broker's password and ACL files, when it authenticates.
     pub broker_access: Option<(PathBuf, PathBuf)>,
+    /// The embedded broker's place in a cluster of brokers, when it is a node of one.
+    pub cluster: Option<ClusterSettings>,
     /// The gateway's certificate and key; `None`: plain HTTP.
     pub tls: Option<TlsFiles>,
     /// The gateway's trust store (a JWKS file); `None`: cards are not checked.
@@ -274,6 +288,19 @@ pub struct Settings {
     /// An agent's card-signing key (a PEM file); `None`: its card is unsigned.
     pub signing_key: Option<PathBuf>,
 }
+
+/// A cluster node's settings, as given (the peers are read by the broker, which says
+/// what is wrong with one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterSettings {
+    pub node_id: u64,
+    pub grpc_addr: SocketAddr,
+    /// `id@host:port` each.
+    pub peers: Vec<String>,
+}
+
+/// Where a cluster node listens for its peers unless told.
+pub const DEFAULT_CLUSTER_ADDR: &str = "127.0.0.1:5363";
 
 /// The default data directory: `$XDG_DATA_HOME/mesh`, else `~/.local/share/mesh`.
 pub fn default_data_dir() -> Option<PathBuf> {
@@ -505,8 +532,37 @@ impl Settings {
                 );
             }
         };
+        let cluster_peers: Vec<String> = if serve.cluster_peers.is_empty() {
+            file.cluster_peers.unwrap_or_default()
+        } else {
+            serve.cluster_peers.clone()
+        }
+        .into_iter()
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect();
+        let cluster = match (serve.cluster_node_id.or(file.cluster_node_id), cluster_peers) {
+            (None, peers) if peers.is_empty() => None,
+            (Some(node_id), peers) if !peers.is_empty() => Some(ClusterSettings {
+                node_id,
+                grpc_addr: serve
+                    .cluster_addr
+                    .or(file.cluster_addr)
+                    .unwrap_or_else(|| DEFAULT_CLUSTER_ADDR.parse().expect("a valid default")),
+                peers,
+            }),
+            (Some(_), _) => {
+                return Err("--cluster-node-id needs the other nodes: give --cluster-peer \
+                            ID@HOST:PORT for each"
+                    .into());
+            }
+            (None, _) => {
+                return Err("--cluster-peer needs --cluster-node-id (this node's id)".into());
+            }
+        };
         Ok(Settings {
             broker_access,
+            cluster,
             trusted_keys: serve.trusted_keys.clone().or(file.trusted_keys),
             gateway_signing_key: serve
                 .gateway_signing_key
@@ -699,6 +755,7 @@ impl std::fmt::Debug for Settings {
             .field("broker_ca", &self.broker_ca)
             .field("gateway_url", &Shown(&self.gateway_url))
             .field("broker_addr", &self.broker_addr)
+            .field("cluster", &self.cluster)
             .field("http_addr", &self.http_addr)
             .field("default_agent", &self.default_agent)
             .field("public_url", &self.public_url.as_deref().map(Shown))

@@ -4,6 +4,8 @@
 //! dependencies are linked once. Run one module with `cargo test -p mesh-cli --test it <module>::`.
 
 mod cli;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod replicas;
 mod restart;
 mod secrets;

@@ -71,6 +71,11 @@ impl Watched {
         self.output.lock().unwrap().clone()
     }
 
+    /// Kills the process with SIGKILL, as a crash would, and waits until it is gone.
+    pub async fn kill(mut self) {
+        self.child.kill().await.expect("the process is killed");
+    }
+
     /// Sends SIGINT (Ctrl-C), waits for the exit and for the end of both outputs; the exit
     /// status and everything the process wrote.
     pub async fn interrupt(mut self) -> (std::process::ExitStatus, String) {

@@ -1,0 +1,185 @@
+//! A cluster of brokers as an operator runs it (feature `cluster`): three `mesh broker`
+//! processes as the nodes of one cluster, a `mesh gateway` and a `mesh agent echo` each
+//! given all three nodes, in a different order so that the gateway and the agent start on
+//! different nodes. Node by node is killed with SIGKILL; after each kill the gateway and the
+//! agent move to a node still up and requests through the gateway are answered again.
+
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+use crate::support::{Watched, closed_port};
+
+/// How long the mesh may take to answer again after a node dies: the bus clients' reconnect
+/// backoff plus the cluster's breaker (a few seconds each), with room for a loaded machine.
+const RECOVER: Duration = Duration::from_secs(45);
+
+/// One broker node: its MQTT port and the process.
+struct Node {
+    mqtt: u16,
+    process: Watched,
+}
+
+/// Starts three `mesh broker` processes that form one cluster.
+async fn cluster() -> Vec<Node> {
+    let grpc: Vec<u16> = (0..3).map(|_| closed_port()).collect();
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let mqtt = closed_port();
+        let broker_addr = format!("127.0.0.1:{mqtt}");
+        let node_id = (i + 1).to_string();
+        let cluster_addr = format!("127.0.0.1:{}", grpc[i]);
+        let peers: Vec<String> = (0..3)
+            .filter(|j| *j != i)
+            .map(|j| format!("{}@127.0.0.1:{}", j + 1, grpc[j]))
+            .collect();
+        let peers = peers.join(",");
+        let mut process = Watched::spawn(
+            &[
+                "broker",
+                "--broker-addr",
+                &broker_addr,
+                "--cluster-node-id",
+                &node_id,
+                "--cluster-addr",
+                &cluster_addr,
+                "--cluster-peer",
+                &peers,
+            ],
+            &[],
+        );
+        process.line_with("broker listening on").await;
+        nodes.push(Node { mqtt, process });
+    }
+    nodes
+}
+
+/// The `--broker-url` list of `nodes`, in the order of `order` (indexes).
+fn urls(nodes: &[Node], order: [usize; 3]) -> String {
+    order
+        .iter()
+        .map(|&i| format!("mqtt://127.0.0.1:{}", nodes[i].mqtt))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Sends `text` to the echo agent through the gateway: its reply's text, or why not.
+async fn send(http: &reqwest::Client, gateway: &str, text: &str) -> Result<String, String> {
+    let request = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "message/send",
+        "params": {"message": {
+            "role": "user", "messageId": uuid::Uuid::new_v4().to_string(),
+            "parts": [{"kind": "text", "text": text}]
+        }}
+    });
+    let response = http
+        .post(format!("{gateway}/agents/echo"))
+        .json(&request)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let body: Value = response.json().await.map_err(|e| e.to_string())?;
+    if let Some(error) = body.get("error") {
+        return Err(error.to_string());
+    }
+    // The echo agent answers with a message, or with a task whose artifact holds it.
+    let reply = body
+        .pointer("/result/parts/0/text")
+        .or_else(|| body.pointer("/result/artifacts/0/parts/0/text"))
+        .or_else(|| body.pointer("/result/status/message/parts/0/text"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("no text in {body}"))?;
+    Ok(reply.to_owned())
+}
+
+/// Sends until one request is answered (within [`RECOVER`]); returns how long it took.
+async fn until_answered(http: &reqwest::Client, gateway: &str, what: &str) -> Duration {
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < RECOVER {
+        match send(http, gateway, what).await {
+            Ok(reply) if reply.contains(what) => return started.elapsed(),
+            Ok(reply) => last = format!("unexpected reply {reply:?}"),
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("no answer to {what:?} within {RECOVER:?}; the last try: {last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mesh_survives_losing_two_of_three_broker_nodes() {
+    let mut nodes = cluster().await;
+    let namespace = mesh_testkit::fresh_namespace();
+    let mut gateway = Watched::spawn(
+        &[
+            "gateway",
+            "--broker-url",
+            &urls(&nodes, [0, 1, 2]),
+            "--namespace",
+            &namespace,
+            "--http-addr",
+            "127.0.0.1:0",
+            "--memory-store",
+        ],
+        &[],
+    );
+    let line = gateway.line_with("gateway listening on").await;
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    let mut agent = Watched::spawn(
+        &[
+            "agent",
+            "echo",
+            "--broker-url",
+            &urls(&nodes, [1, 2, 0]),
+            "--namespace",
+            &namespace,
+        ],
+        &[],
+    );
+    agent.line_with("online").await;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+
+    // The gateway on node 1, the agent on node 2: the request crosses the cluster.
+    let first = until_answered(&http, &url, "before any kill").await;
+    eprintln!("first answer after {first:?} (the cluster forming)");
+    for i in 0..5 {
+        let text = format!("steady {i}");
+        let reply = send(&http, &url, &text).await.expect("answered");
+        assert!(reply.contains(&text), "{reply}");
+    }
+
+    // Node 1 dies: the gateway moves to node 2.
+    let node1 = nodes.remove(0);
+    node1.process.kill().await;
+    let took = until_answered(&http, &url, "after node 1 died").await;
+    eprintln!("answered again {took:?} after node 1 died");
+    for i in 0..5 {
+        let text = format!("on node 2 {i}");
+        let reply = send(&http, &url, &text).await.expect("answered");
+        assert!(reply.contains(&text), "{reply}");
+    }
+
+    // Node 2 dies: the gateway and the agent both move to node 3.
+    let node2 = nodes.remove(0);
+    node2.process.kill().await;
+    let took = until_answered(&http, &url, "after node 2 died").await;
+    eprintln!("answered again {took:?} after node 2 died");
+    for i in 0..5 {
+        let text = format!("on node 3 {i}");
+        let reply = send(&http, &url, &text).await.expect("answered");
+        assert!(reply.contains(&text), "{reply}");
+    }
+
+    gateway.interrupt().await;
+    agent.interrupt().await;
+    for node in nodes {
+        node.process.interrupt().await;
+    }
+}
