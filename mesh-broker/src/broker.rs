@@ -246,7 +246,7 @@ impl Drop for Broker {
     fn drop(&mut self) {
         self.server.abort();
         #[cfg(feature = "cluster")]
-        if let Some(cluster) = &self.cluster {
+        if let Some(cluster) = &mut self.cluster {
             cluster.abort();
         }
     }

@@ -256,10 +256,7 @@ fn join_cluster(
 
 /// Without the `cluster` feature a broker cannot be a cluster node: say how to get one.
 #[cfg(not(feature = "cluster"))]
-fn join_cluster(
-    _: &mut BrokerConfig,
-    _: &crate::settings::ClusterSettings,
-) -> Result<(), Failure> {
+fn join_cluster(_: &mut BrokerConfig, _: &crate::settings::ClusterSettings) -> Result<(), Failure> {
     Err(Failure::Usage(
         "this `mesh` was built without the broker cluster (--cluster-node-id, --cluster-peer): \
          build it with `cargo build --release -p mesh-cli --features cluster` (needs protoc, \

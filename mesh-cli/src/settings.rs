@@ -541,7 +541,10 @@ impl Settings {
         .map(|p| p.trim().to_owned())
         .filter(|p| !p.is_empty())
         .collect();
-        let cluster = match (serve.cluster_node_id.or(file.cluster_node_id), cluster_peers) {
+        let cluster = match (
+            serve.cluster_node_id.or(file.cluster_node_id),
+            cluster_peers,
+        ) {
             (None, peers) if peers.is_empty() => None,
             (Some(node_id), peers) if !peers.is_empty() => Some(ClusterSettings {
                 node_id,
@@ -552,9 +555,11 @@ impl Settings {
                 peers,
             }),
             (Some(_), _) => {
-                return Err("--cluster-node-id needs the other nodes: give --cluster-peer \
+                return Err(
+                    "--cluster-node-id needs the other nodes: give --cluster-peer \
                             ID@HOST:PORT for each"
-                    .into());
+                        .into(),
+                );
             }
             (None, _) => {
                 return Err("--cluster-peer needs --cluster-node-id (this node's id)".into());

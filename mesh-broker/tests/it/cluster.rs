@@ -3,10 +3,8 @@
 //! included, and a shared subscription with members on two nodes gets each message once.
 //!
 //! The nodes take a moment to reach each other: each test first publishes probes from one
-//! node until a subscriber on the other node receives one (bounded by [`FORM`]). The first
-//! client of node 1 waits about 3 s for its CONNACK: node 1 started before its peers, and
-//! its gRPC clients retry their first connection (see test 5 for why a CONNECT waits for
-//! the peers).
+//! node until a subscriber on the other node receives one (bounded by [`FORM`]): node 1
+//! starts before its peers, and its gRPC clients retry their first connection every 3 s.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
@@ -317,11 +315,11 @@ async fn will_on_one_node_reaches_a_subscriber_on_another() {
     stop(nodes).await;
 }
 
-/// 5. A node whose only peer is down still takes new clients: the first CONNECTs wait for
-///    the peer's answer (rmqtt asks every peer to drop a session of the same client id and
-///    waits 15 s for one answer), but once the peer's circuit breaker is open, a few
-///    seconds after the node starts, a CONNECT is answered at once. A client that gives up
-///    after 2 s retries until it gets its CONNACK; without the breaker it never would.
+/// 5. A node whose only peer is down takes new clients at once. rmqtt asks every peer to
+///    drop a session of the same client id and waits up to 15 s for an answer; the node
+///    sees that its peer's address refuses connections, opens the peer's breaker and stops
+///    waiting. A client that gives up after 2 s retries until it gets its CONNACK; before
+///    this, it never got one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_only_peer_is_down_takes_new_clients_within_seconds() {
     let grpc = free_grpc_addrs(2);

@@ -28,14 +28,15 @@
 //!   default is 60 s), and a circuit breaker per peer ([`breaker`]) opens once half of the
 //!   last few calls to it failed: calls then fail at once, and a probe every
 //!   [`ClusterConfig::BREAKER_OPEN`] finds out when the peer is back;
-//! - a heartbeat asks every peer for its health every [`ClusterConfig::HEARTBEAT`], so
-//!   that the breaker opens without waiting for traffic and its probes are mostly
-//!   heartbeats.
+//! - every peer is watched ([`watch`]): a peer whose address refuses TCP connections has
+//!   its breaker opened at once, one that does not answer pings after a few seconds, and
+//!   while the breaker is open the peer is pinged often, so that the breaker's probes are
+//!   mostly short pings.
 //!
 //! So a publish on a live node waits at most [`ClusterConfig::CALL_TIMEOUT`] for a peer
 //! that just died, and none once the breaker is open, a few seconds after the death. A
-//! CONNECT waits only when no peer at all is up, and then at most 15 s (rmqtt's `Kick`
-//! timeout), until the breakers are open. A probe that is a publish rather than a
+//! CONNECT waits only when no peer at all answers, and then at most as long
+//! ([`bounded_kick`]: rmqtt itself waits 15 s). A probe that is a publish rather than a
 //! heartbeat waits [`ClusterConfig::CALL_TIMEOUT`] too. What is forwarded to a dead peer
 //! is lost, as it would be with the peer's own clients gone.
 //!
@@ -50,14 +51,20 @@ use std::time::Duration;
 use rmqtt::context::{
     CircuitBreakerConfig, CountBasedWindowConfig, ServerContext, ServerContextBuilder,
 };
-use rmqtt::grpc::GrpcServer;
-use tokio::task::JoinHandle;
+use rmqtt::grpc::{GrpcClient, GrpcServer, Message};
+use rmqtt::shared::DefaultShared;
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::BrokerError;
+use bounded_kick::BoundedKick;
+
+mod bounded_kick;
 
 /// The name the plugin is registered under, which its configuration is read by.
 const PLUGIN: &str = "rmqtt-cluster-broadcast";
 
+/// The calls a peer's breaker judges it by.
+const BREAKER_WINDOW: usize = 4;
 
 /// The circuit breaker of each peer's gRPC client: opens when at least 2 of the last 4
 /// calls failed (rmqtt's default needs 10 failed calls, each a stalled publish), stays
@@ -67,7 +74,7 @@ fn breaker() -> CircuitBreakerConfig {
     CircuitBreakerConfig {
         failure_rate_threshold: 0.5,
         window: CountBasedWindowConfig {
-            sliding_window_size: 4,
+            sliding_window_size: BREAKER_WINDOW,
         }
         .into(),
         minimum_number_of_calls: 2,
@@ -121,11 +128,11 @@ impl ClusterConfig {
     /// before it counts as failed.
     pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
-    /// How often every peer is asked for its health (rmqtt's own check, which waits 5 s).
+    /// How often every peer is pinged while it answers.
     pub const HEARTBEAT: Duration = Duration::from_secs(1);
 
     /// How long a peer's breaker stays open before one call probes the peer again.
-    pub const BREAKER_OPEN: Duration = Duration::from_secs(3);
+    pub const BREAKER_OPEN: Duration = Duration::from_secs(5);
 
     /// Reads one peer as `id@host:port` (`2@10.0.0.2:5363`, `3@broker-3:5363`).
     pub fn parse_peer(peer: &str) -> Result<(u64, String), BrokerError> {
@@ -135,9 +142,12 @@ impl ClusterConfig {
             ))
         };
         let (id, addr) = peer.split_once('@').ok_or_else(|| bad("no '@'"))?;
-        let id: u64 = id.trim().parse().map_err(|_| bad("the id is not a number"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| bad("the id is not a number"))?;
         let addr = addr.trim();
-        check_host_port(addr).map_err(|why| bad(why))?;
+        check_host_port(addr).map_err(bad)?;
         Ok((id, addr.to_string()))
     }
 
@@ -170,9 +180,14 @@ impl ClusterConfig {
 
     /// The plugin's configuration (TOML): every node, this one included, as `id@addr`.
     fn plugin_toml(&self) -> String {
-        let nodes: Vec<String> = std::iter::once(format!("\"{}@{}\"", self.node_id, self.grpc_addr))
-            .chain(self.peers.iter().map(|(id, addr)| format!("\"{id}@{addr}\"")))
-            .collect();
+        let nodes: Vec<String> =
+            std::iter::once(format!("\"{}@{}\"", self.node_id, self.grpc_addr))
+                .chain(
+                    self.peers
+                        .iter()
+                        .map(|(id, addr)| format!("\"{id}@{addr}\"")),
+                )
+                .collect();
         format!(
             "node_grpc_addrs = [{}]\nnode_grpc_client_timeout = \"{}ms\"\n",
             nodes.join(", "),
@@ -218,25 +233,25 @@ pub(crate) fn configure(
         .plugins_config_map_add(PLUGIN, config.plugin_toml()))
 }
 
-/// The tasks a cluster node runs besides the broker's own: its gRPC server and its
-/// heartbeat. Aborted when the broker stops or is dropped.
+/// The tasks a cluster node runs besides the broker's own: its gRPC server and the pings
+/// of its peers. Aborted when the broker stops or is dropped.
 pub(crate) struct NodeTasks {
     grpc: JoinHandle<()>,
-    heartbeat: JoinHandle<()>,
+    heartbeat: JoinSet<()>,
 }
 
 impl NodeTasks {
-    /// Stops both tasks without waiting.
-    pub(crate) fn abort(&self) {
+    /// Stops the tasks without waiting.
+    pub(crate) fn abort(&mut self) {
         self.grpc.abort();
-        self.heartbeat.abort();
+        self.heartbeat.abort_all();
     }
 
-    /// Stops both tasks and waits until they are gone (the gRPC port is then free).
-    pub(crate) async fn stop(self) {
+    /// Stops the tasks and waits until they are gone (the gRPC port is then free).
+    pub(crate) async fn stop(mut self) {
         self.abort();
         let _ = self.grpc.await;
-        let _ = self.heartbeat.await;
+        while self.heartbeat.join_next().await.is_some() {}
     }
 }
 
@@ -267,49 +282,105 @@ pub(crate) async fn start(
             "the cluster plugin did not start: {e}"
         )));
     }
-    let heartbeat = tokio::spawn(heartbeat(scx.clone()));
+    // The plugin has installed its session registry: bound the wait of its kicks.
+    {
+        let mut shared = scx.extends.shared_mut().await;
+        let plugin = std::mem::replace(&mut *shared, Box::new(DefaultShared::new(None)));
+        let peers = plugin.get_grpc_clients();
+        *shared = Box::new(BoundedKick::new(plugin, peers, ClusterConfig::CALL_TIMEOUT));
+    }
+    let mut heartbeat = JoinSet::new();
+    for (peer, (addr, client)) in scx.extends.shared().await.get_grpc_clients().iter() {
+        heartbeat.spawn(watch(*peer, addr.to_string(), client.clone()));
+    }
     tracing::info!(node = config.node_id, grpc = %addr, peers = ?config.peers,
         "broker is a cluster node");
     Ok(NodeTasks { grpc, heartbeat })
 }
 
-/// Asks every peer for its health every [`ClusterConfig::HEARTBEAT`], each round in a task
-/// of its own so that a dead peer (whose answer takes 5 s to time out) does not slow the
-/// rounds down; at most 6 rounds are in flight. A peer that stops answering is logged
-/// once, and once again when it answers again.
-async fn heartbeat(scx: ServerContext) {
-    let mut tick = tokio::time::interval(ClusterConfig::HEARTBEAT);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut rounds = tokio::task::JoinSet::new();
-    let mut down: HashSet<u64> = HashSet::new();
+/// Watches one peer for as long as the node runs, and keeps its breaker (see [`breaker`])
+/// in step with it:
+///
+/// - While the breaker is closed, a TCP connection to the peer's gRPC address is tried
+///   every [`WATCH_EVERY`]. Refused (the peer's process is gone) or unanswered within
+///   [`PROBE_TIMEOUT`] (its host is), the peer is down: a few calls that give up after
+///   1 ms open its breaker at once, instead of after the first calls waited their
+///   timeouts. Every [`ClusterConfig::HEARTBEAT`] a ping also goes through the plugin's
+///   client (an answer may take [`PING_TIMEOUT`]), for a peer that listens but does not
+///   answer.
+/// - While the breaker is open, the peer is pinged every [`WATCH_EVERY`], so that when the
+///   breaker lets a probe through, the probe is most likely a ping rather than a client's
+///   CONNECT or publish. The breaker lets every call through until its probe has its
+///   answer, so the probe must be short: 1 ms when the peer's address refuses connections,
+///   [`PROBE_TIMEOUT`] when it accepts them (time for a live peer to answer).
+///
+/// Logs the peer going silent once, and answering again once.
+async fn watch(peer: u64, addr: String, client: GrpcClient) {
+    let mut answering = true;
+    let mut last_ping = tokio::time::Instant::now();
     loop {
-        tokio::select! {
-            _ = tick.tick(), if rounds.len() < 6 => {
-                let scx = scx.clone();
-                rounds.spawn(async move {
-                    let health = scx.extends.shared().await.check_health().await;
-                    health.map(|h| {
-                        h.nodes
-                            .into_iter()
-                            .filter(|n| !n.running)
-                            .map(|n| n.node_id)
-                            .collect::<HashSet<u64>>()
-                    })
-                });
+        let listening = listens(&addr).await;
+        let ping = |timeout| {
+            let mut client = client.clone();
+            async move {
+                client
+                    .send_message(
+                        PLUGIN_MESSAGE_TYPE,
+                        Message::NumberOfSessions,
+                        Some(timeout),
+                    )
+                    .await
+                    .is_ok()
             }
-            Some(round) = rounds.join_next() => {
-                let Ok(Ok(now_down)) = round else { continue };
-                for id in now_down.difference(&down) {
-                    tracing::warn!(peer = id, "cluster peer does not answer");
-                }
-                for id in down.difference(&now_down) {
-                    tracing::info!(peer = id, "cluster peer answers again");
-                }
-                down = now_down;
+        };
+        let answered = if client.circuit_breaker_is_open() {
+            ping(if listening { PROBE_TIMEOUT } else { QUICK_FAIL }).await
+        } else if !listening {
+            for _ in 0..BREAKER_WINDOW {
+                ping(QUICK_FAIL).await;
+            }
+            false
+        } else if last_ping.elapsed() >= ClusterConfig::HEARTBEAT {
+            last_ping = tokio::time::Instant::now();
+            ping(PING_TIMEOUT).await
+        } else {
+            answering
+        };
+        if answered != answering {
+            answering = answered;
+            if answered {
+                tracing::info!(peer, "cluster peer answers again");
+            } else {
+                tracing::warn!(peer, listening, "cluster peer does not answer");
             }
         }
+        tokio::time::sleep(WATCH_EVERY).await;
     }
 }
+
+/// Whether something accepts TCP connections at `addr` (within [`PROBE_TIMEOUT`]).
+async fn listens(addr: &str) -> bool {
+    matches!(
+        tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect(addr)).await,
+        Ok(Ok(_))
+    )
+}
+
+/// How often a peer's address is tried, and a peer whose breaker is open pinged.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// The timeout of a call meant to fail: to a peer known to be down.
+const QUICK_FAIL: Duration = Duration::from_millis(1);
+
+/// The gRPC message type the plugin answers (its default `message_type`).
+const PLUGIN_MESSAGE_TYPE: u64 = 98;
+
+/// How long a ping waits for a peer whose breaker is closed.
+const PING_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long a ping that probes a peer (its breaker open) waits: a live peer answers in
+/// about a millisecond.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
 
 #[cfg(test)]
 mod tests {
