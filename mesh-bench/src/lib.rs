@@ -6,7 +6,12 @@
 //! `cargo run --release -p mesh-bench` (or `scripts/bench`, which installs wrk and builds the
 //! `mesh` binary first). See `docs/benchmarks.md` for the table and what dominates each
 //! figure. The criterion micro-benchmarks of the codecs are `benches/codecs.rs`.
+//!
+//! `mesh-chaos` ([`chaos`]) is no benchmark: the client of the chaos run
+//! (`scripts/compose-check --cluster`), a steady load through a load balancer while parts of
+//! the mesh are killed, and a verdict on what hung or was lost.
 
+pub mod chaos;
 pub mod codecs;
 pub mod discovery;
 pub mod e2e;
