@@ -4,14 +4,22 @@
 # Build argument MESH_PREBUILT: the path, inside the build context, of a `mesh` binary built
 # elsewhere for Debian 12 (glibc 2.36 or older), taken instead of compiling one here;
 # scripts/compose-check hands in the one CI built. Empty (the default): compiled from source.
+# Build argument MESH_FEATURES: cargo features of mesh-cli to compile in, e.g. `cluster` (the
+# broker as a cluster node, deploy/cluster/), which needs protoc: installed here then.
 FROM rust:1.95-slim-bookworm AS build
 ARG MESH_PREBUILT=""
+ARG MESH_FEATURES=""
 WORKDIR /src
 COPY . .
+# hadolint ignore=DL3008
 RUN if [ -n "$MESH_PREBUILT" ]; then \
         install -D -m 0755 "$MESH_PREBUILT" /out/mesh; \
     else \
-        cargo build --release --locked -p mesh-cli \
+        if [ -n "$MESH_FEATURES" ]; then \
+            apt-get update && apt-get install -y --no-install-recommends protobuf-compiler \
+            && rm -rf /var/lib/apt/lists/*; \
+        fi \
+        && cargo build --release --locked -p mesh-cli --features "$MESH_FEATURES" \
         && strip target/release/mesh \
         && install -D -m 0755 target/release/mesh /out/mesh; \
     fi

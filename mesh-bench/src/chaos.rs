@@ -62,6 +62,10 @@ struct Sent {
 pub struct Report {
     pub sent: usize,
     pub outcomes: BTreeMap<Outcome, usize>,
+    /// The first message of each JSON-RPC error code.
+    pub messages: BTreeMap<i64, String>,
+    /// Why each hung stream is counted so: its task and the last answer to resubscribing.
+    pub hung_streams: Vec<String>,
     /// Tasks a client saw (a send's task, a stream's task).
     pub tasks_seen: usize,
     /// Of those, the ones no replica knows afterwards.
@@ -78,6 +82,8 @@ pub struct Report {
     /// Per kill: its command, and how long after it the last failed request was sent
     /// (zero: none failed).
     pub recoveries: Vec<(String, Duration)>,
+    /// Failed requests by the second of the run they were sent in.
+    pub failures_by_second: BTreeMap<u64, usize>,
 }
 
 impl Report {
@@ -96,7 +102,10 @@ impl Report {
         for (outcome, n) in &self.outcomes {
             let what = match outcome {
                 Outcome::Answered => "answered".to_string(),
-                Outcome::Rpc(code) => format!("failed with JSON-RPC error {code}"),
+                Outcome::Rpc(code) => format!(
+                    "failed with JSON-RPC error {code} ({})",
+                    self.messages.get(code).map_or("", String::as_str)
+                ),
                 Outcome::Http(status) => format!("failed with HTTP {status}"),
                 Outcome::Transport => "failed: connection closed".to_string(),
                 Outcome::Hung => "hung (no answer within the deadline)".to_string(),
@@ -123,6 +132,20 @@ impl Report {
             "stream chunks lost: {}, duplicated: {}",
             self.chunks_lost, self.chunks_duplicated
         ));
+        for why in &self.hung_streams {
+            lines.push(format!("  hung stream: {why}"));
+        }
+        if !self.failures_by_second.is_empty() {
+            let seconds: Vec<String> = self
+                .failures_by_second
+                .iter()
+                .map(|(second, n)| format!("{second}:{n}"))
+                .collect();
+            lines.push(format!(
+                "failed requests by second sent (second:count): {}",
+                seconds.join(" ")
+            ));
+        }
         for (command, took) in &self.recoveries {
             lines.push(format!(
                 "after `{command}`: requests succeed again {:.1} s after the kill",
@@ -137,6 +160,7 @@ impl Report {
 #[derive(Default)]
 struct Tally {
     sent: Vec<Sent>,
+    messages: BTreeMap<i64, String>,
     /// (agent, task id) of every task a client saw.
     tasks: Vec<(&'static str, String)>,
     streams: Vec<StreamEnd>,
@@ -144,6 +168,8 @@ struct Tally {
 
 /// How one stream ended.
 struct StreamEnd {
+    /// Its task and the last thing a resubscription got, when it hung.
+    why: Option<String>,
     completed: bool,
     hung: bool,
     resumes: usize,
@@ -220,8 +246,16 @@ pub async fn run(plan: &Plan) -> Report {
     };
     for sent in &tally.sent {
         *report.outcomes.entry(sent.outcome.clone()).or_default() += 1;
+        if sent.outcome != Outcome::Answered {
+            *report
+                .failures_by_second
+                .entry(sent.at.as_secs())
+                .or_default() += 1;
+        }
     }
+    report.messages = tally.messages.clone();
     for end in &tally.streams {
+        report.hung_streams.extend(end.why.clone());
         report.streams_completed += usize::from(end.completed);
         report.streams_hung += usize::from(end.hung);
         report.streams_ended_otherwise += usize::from(!end.completed && !end.hung);
@@ -283,6 +317,13 @@ async fn send(http: &reqwest::Client, url: &str, i: u64, tally: &Mutex<Tally>) -
         Err(_) => return Outcome::Transport,
     };
     if let Some(code) = body.pointer("/error/code").and_then(Value::as_i64) {
+        let message = body.pointer("/error/message").and_then(Value::as_str);
+        tally
+            .lock()
+            .unwrap()
+            .messages
+            .entry(code)
+            .or_insert_with(|| message.unwrap_or_default().to_owned());
         return Outcome::Rpc(code);
     }
     if let Some(task) = body.pointer("/result/id").and_then(Value::as_str)
@@ -310,6 +351,7 @@ async fn stream(
     let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
     let mut resumes = 0;
     let mut state: Option<String> = None;
+    let mut last_answer = String::new();
     while began.elapsed() < plan.deadline * 2 {
         let body = match &task {
             None => message_request("message/stream", 1, &text),
@@ -326,16 +368,33 @@ async fn stream(
         }
         let ended = match request.send().await {
             Ok(mut response) if response.status() == 200 => {
-                read_events(
-                    &mut response,
-                    &mut task,
-                    &mut last_id,
-                    &mut seen,
-                    &mut state,
-                )
-                .await
+                let json = response
+                    .headers()
+                    .get("content-type")
+                    .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+                if json {
+                    last_answer = response.text().await.unwrap_or_default();
+                    last_answer.truncate(300);
+                    false
+                } else {
+                    read_events(
+                        &mut response,
+                        &mut task,
+                        &mut last_id,
+                        &mut seen,
+                        &mut state,
+                    )
+                    .await
+                }
             }
-            _ => false,
+            Ok(response) => {
+                last_answer = format!("HTTP {}", response.status());
+                false
+            }
+            Err(e) => {
+                last_answer = e.to_string();
+                false
+            }
         };
         if ended {
             break;
@@ -362,9 +421,17 @@ async fn stream(
     } else {
         0
     };
+    let hung = task.is_some() && state.is_none();
     StreamEnd {
+        why: hung.then(|| {
+            format!(
+                "task {} after event {last_id:?}, {} chunks seen, {resumes} resumes; last answer: {last_answer}",
+                task.as_deref().unwrap_or("?"),
+                seen.len()
+            )
+        }),
         completed,
-        hung: task.is_some() && state.is_none(),
+        hung,
         resumes,
         lost,
         duplicated: seen.values().filter(|n| **n > 1).count(),
