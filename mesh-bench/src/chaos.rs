@@ -82,7 +82,7 @@ pub struct Report {
     /// Per kill: its command, and how long after it the last failed request was sent
     /// (zero: none failed).
     pub recoveries: Vec<(String, Duration)>,
-    /// Failed requests by the second of the run they were sent in.
+    /// Failed sends and streams by the second of the run they started in.
     pub failures_by_second: BTreeMap<u64, usize>,
 }
 
@@ -142,13 +142,13 @@ impl Report {
                 .map(|(second, n)| format!("{second}:{n}"))
                 .collect();
             lines.push(format!(
-                "failed requests by second sent (second:count): {}",
+                "failed sends and streams by the second they started (second:count): {}",
                 seconds.join(" ")
             ));
         }
         for (command, took) in &self.recoveries {
             lines.push(format!(
-                "after `{command}`: requests succeed again {:.1} s after the kill",
+                "after `{command}`: requests and streams succeed again {:.1} s after the kill",
                 took.as_secs_f64()
             ));
         }
@@ -168,6 +168,8 @@ struct Tally {
 
 /// How one stream ended.
 struct StreamEnd {
+    /// When it was started (from the start of the run).
+    at: Duration,
     /// Its task and the last thing a resubscription got, when it hung.
     why: Option<String>,
     completed: bool,
@@ -215,7 +217,9 @@ pub async fn run(plan: &Plan) -> Report {
             let mut n = 0;
             while start.elapsed() < plan.duration {
                 n += 1;
-                let end = stream(&http, &plan, &format!("chaos {s}-{n}"), &tally, start).await;
+                let at = start.elapsed();
+                let mut end = stream(&http, &plan, &format!("chaos {s}-{n}"), &tally, start).await;
+                end.at = at;
                 tally.lock().unwrap().streams.push(end);
             }
         });
@@ -255,6 +259,12 @@ pub async fn run(plan: &Plan) -> Report {
     }
     report.messages = tally.messages.clone();
     for end in &tally.streams {
+        if !end.completed {
+            *report
+                .failures_by_second
+                .entry(end.at.as_secs())
+                .or_default() += 1;
+        }
         report.hung_streams.extend(end.why.clone());
         report.streams_completed += usize::from(end.completed);
         report.streams_hung += usize::from(end.hung);
@@ -267,11 +277,16 @@ pub async fn run(plan: &Plan) -> Report {
         let until = kill_times
             .get(i + 1)
             .map_or(Duration::MAX, |(next, _)| *next);
-        let last_failure = tally
+        // The last send that failed, and the last stream that did not complete.
+        let failed_sends = tally
             .sent
             .iter()
-            .filter(|s| s.at >= *at && s.at < until && s.outcome != Outcome::Answered)
-            .map(|s| s.at)
+            .filter(|s| s.outcome != Outcome::Answered)
+            .map(|s| s.at);
+        let failed_streams = tally.streams.iter().filter(|s| !s.completed).map(|s| s.at);
+        let last_failure = failed_sends
+            .chain(failed_streams)
+            .filter(|t| *t >= *at && *t < until)
             .max();
         report.recoveries.push((
             command.clone(),
@@ -423,6 +438,7 @@ async fn stream(
     };
     let hung = task.is_some() && state.is_none();
     StreamEnd {
+        at: Duration::ZERO,
         why: hung.then(|| {
             format!(
                 "task {} after event {last_id:?}, {} chunks seen, {resumes} resumes; last answer: {last_answer}",

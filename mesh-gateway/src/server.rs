@@ -303,6 +303,9 @@ impl Gateway {
             )
         });
         watch_reconnects(&bus, &metrics, &shutdown);
+        if store.shared() && bus.broker_nodes() > 1 {
+            note_broker_nodes(&bus, &store, &shutdown);
+        }
         let bridge = Arc::new(Bridge::new(
             store.clone(),
             pusher.clone(),
@@ -689,6 +692,27 @@ fn watch_reconnects(bus: &Bus, metrics: &Arc<Metrics>, shutdown: &CancellationTo
                 metrics.bus_reconnected();
             }
             was_connected = connected;
+        }
+    });
+}
+
+/// Tells the store which broker node the bus is connected to, now and at each reconnect
+/// ([`TaskStore::note_broker_node`]): a gateway that takes this one's tasks over opens its
+/// session there.
+fn note_broker_nodes(bus: &Bus, store: &Arc<dyn TaskStore>, shutdown: &CancellationToken) {
+    let mut state = bus.state();
+    let (bus, store, shutdown) = (bus.clone(), store.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        loop {
+            if bus_connected(&state.borrow_and_update())
+                && let Err(error) = store.note_broker_node(bus.node()).await
+            {
+                tracing::warn!(%error, "cannot note the broker node in the store");
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = state.changed() => if changed.is_err() { return },
+            }
         }
     });
 }

@@ -38,8 +38,10 @@ pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(2);
 
 /// Closes a session opened under another gateway's name as soon as its connection drops,
 /// with no reconnect: the broker drops it when that gateway comes back and takes its session
-/// (a reconnect would take it back in turn, and the two would never stop).
-fn give_back_on_loss(bus: &Bus) {
+/// (a reconnect would take it back in turn, and the two would never stop), and its broker
+/// node may have died with the replies it kept. Resolves true when the session was lost,
+/// false when it was closed.
+fn give_back_on_loss(bus: &Bus) -> tokio::task::JoinHandle<bool> {
     let mut state = bus.state();
     let bus = bus.clone();
     tokio::spawn(async move {
@@ -47,15 +49,16 @@ fn give_back_on_loss(bus: &Bus) {
             let now = state.borrow_and_update().clone();
             match now {
                 ConnectionState::Disconnected { reason } => {
-                    tracing::warn!(%reason, "a session taken over was lost (its gateway is back?): its tasks are given up here");
+                    tracing::warn!(%reason, "a session taken over was lost (its broker node died, or its gateway is back): its tasks fail");
                     bus.abort();
-                    return;
+                    return true;
                 }
-                ConnectionState::Closed => return,
+                ConnectionState::Closed => return false,
                 _ => {}
             }
         }
-    });
+        false
+    })
 }
 
 /// The client id of gateway `id` of deployment `name` on the bus: its persistent session.
@@ -163,6 +166,11 @@ impl Takeover {
         };
         let mut config = template.with_client_id(session_client_id(&self.name, &gateway));
         config.clean_session = false;
+        // In a cluster that keeps a session on its node, the gone gateway's session (and the
+        // replies kept for it) is on the node it was connected to last.
+        if let Some(node) = orphans.iter().find_map(|o| o.broker_node.as_deref()) {
+            config = config.starting_at(node);
+        }
         let filter = match Requester::response_filter(
             &self.topics,
             RequesterKind::Gateway,
@@ -186,7 +194,8 @@ impl Takeover {
                 return;
             }
         };
-        give_back_on_loss(&bus);
+        let mut lost = give_back_on_loss(&bus);
+        let ids: Vec<String> = orphans.iter().map(|o| o.record.task.id.clone()).collect();
         let resumed = resumed(&orphans, self.task_timeout);
         let started = Requester::start_on(
             bus.clone(),
@@ -207,8 +216,45 @@ impl Takeover {
                 self.follow(orphans, Vec::new()).await;
             }
         }
+        // Every followed task ended, or the session was lost (and is aborted already).
+        let was_lost = matches!(
+            tokio::time::timeout(Duration::from_millis(100), &mut lost).await,
+            Ok(Ok(true))
+        );
+        if was_lost {
+            // Nobody can follow the tasks still running any more: they end here, failed.
+            for id in ids {
+                self.fail_unfinished(&id, &gateway);
+            }
+            return;
+        }
         // A clean end: the broker keeps the session (the gateway may come back to it).
         let _ = bus.disconnect().await;
+    }
+
+    /// Fails task `id`, taken over from `gateway`, unless it has ended: its replies were
+    /// being followed on `gateway`'s session, which was lost.
+    fn fail_unfinished(&self, id: &str, gateway: &str) {
+        let Some(record) = self.store.get(id) else {
+            return;
+        };
+        if mesh_core::model::is_final_state(&record.task.status.state) {
+            return;
+        }
+        let text = format!(
+            "the gateway that bridged this task ({gateway}) stopped while it ran, and the \
+             session its replies were followed on was lost"
+        );
+        let event = Arc::new(Reply::StatusUpdate(status_event(
+            &record.task,
+            TaskState::Failed,
+            Some(&text),
+        )));
+        match self.store.append(id, &event, Origin::default()) {
+            Ok(record) => self.bridge.notify_push(&record),
+            Err(error) => tracing::warn!(task = %id, %error, "cannot fail a task taken over"),
+        }
+        self.store.release(id);
     }
 
     /// Takes over `orphans` of other gateways: each gateway's in a task of its own.

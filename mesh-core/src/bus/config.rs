@@ -359,6 +359,37 @@ impl BusConfig {
         self
     }
 
+    /// The same nodes, starting at `node` (a URL without user info, as [`Bus::node`]
+    /// shows it) and then in their order round the list; unchanged when `node` is not one
+    /// of them. A session kept on one node of a cluster is found there only.
+    ///
+    /// [`Bus::node`]: super::Bus::node
+    pub fn starting_at(mut self, node: &str) -> Self {
+        let mut all = Vec::with_capacity(self.failover.len() + 1);
+        all.push(self.url.clone());
+        all.extend(self.failover.iter().cloned());
+        let Some(at) = all.iter().position(|url| url.to_string() == node) else {
+            return self;
+        };
+        // A node without credentials of its own used the config's: it keeps them as its
+        // own, and the new first node's become the config's.
+        for url in all.iter_mut().filter(|url| url.username.is_none()) {
+            url.username.clone_from(&self.username);
+            url.password.clone_from(&self.password);
+        }
+        all.rotate_left(at);
+        let mut all = all.into_iter();
+        if let Some(first) = all.next() {
+            if first.username.is_some() {
+                self.username.clone_from(&first.username);
+                self.password.clone_from(&first.password);
+            }
+            self.url = first;
+        }
+        self.failover = all.collect();
+        self
+    }
+
     /// Sets the last will.
     pub fn with_last_will(mut self, will: LastWill) -> Self {
         self.last_will = Some(will);
@@ -512,6 +543,31 @@ fn redact_query(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn starting_at_rotates_the_nodes_and_keeps_each_ones_credentials() {
+        let config = BusConfig::new("mqtt://u:p@a:1883,mqtt://b:1883,mqtt://v:q@c:1883").unwrap();
+        let nodes = |c: &BusConfig| {
+            c.nodes()
+                .unwrap()
+                .into_iter()
+                .map(|(url, options)| {
+                    let login = options.credentials().map(|l| l.username.clone());
+                    (url, login)
+                })
+                .collect::<Vec<_>>()
+        };
+        let before = nodes(&config);
+        let at_c = config.clone().starting_at("mqtt://c:1883");
+        let mut expected = before.clone();
+        expected.rotate_left(2);
+        assert_eq!(nodes(&at_c), expected);
+        let at_b = config.clone().starting_at("mqtt://b:1883");
+        let mut expected = before.clone();
+        expected.rotate_left(1);
+        assert_eq!(nodes(&at_b), expected);
+        assert_eq!(nodes(&config.clone().starting_at("mqtt://z:1883")), before);
+    }
 
     #[test]
     fn parses_urls() {

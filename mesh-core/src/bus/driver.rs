@@ -89,6 +89,8 @@ pub(crate) struct BusState {
     /// Counts the reconnections on which the broker had no session for this client (see
     /// [`Bus::sessions_lost`](super::Bus::sessions_lost)).
     pub(crate) sessions_lost: AtomicU64,
+    /// Which node of the broker's cluster the bus is connected to (or tries) now.
+    pub(crate) node: AtomicUsize,
     /// Sends the acknowledgements the consumers give ([`Ack`]).
     pub(crate) acker: std::sync::OnceLock<(AsyncClient, tokio::runtime::Handle)>,
 }
@@ -180,6 +182,7 @@ impl Default for BusState {
             dropped: tokio::sync::broadcast::channel(1).0,
             connection: AtomicU64::default(),
             sessions_lost: AtomicU64::default(),
+            node: AtomicUsize::default(),
             acker: std::sync::OnceLock::new(),
         }
     }
@@ -699,6 +702,7 @@ impl Driver {
             return;
         }
         self.node = (self.node + 1) % self.nodes.len();
+        self.shared.node.store(self.node, Ordering::Relaxed);
         let (url, options) = &self.nodes[self.node];
         self.url.clone_from(url);
         self.eventloop.mqtt_options = options.clone();

@@ -220,8 +220,9 @@ struct Inner {
     max_packet_size: usize,
     subscription_capacity: usize,
     request_timeout: Duration,
-    /// How many broker nodes the bus may connect to ([`BusConfig::failover`] and the first).
-    nodes: usize,
+    /// The nodes of a broker cluster the bus may connect to ([`BusConfig::failover`] and
+    /// the first), as they may be shown (no user info).
+    nodes: Vec<String>,
 }
 
 impl Drop for Inner {
@@ -352,7 +353,7 @@ impl Bus {
                 max_packet_size: config.max_packet_size,
                 subscription_capacity: config.subscription_capacity,
                 request_timeout: config.request_timeout,
-                nodes: config.failover.len() + 1,
+                nodes: url.split(',').map(str::to_owned).collect(),
             }),
         };
         // Each node may take the connect timeout before the next is tried.
@@ -514,7 +515,14 @@ impl Bus {
 
     /// How many nodes of a broker cluster the bus may connect to (1: one broker).
     pub fn broker_nodes(&self) -> usize {
-        self.inner.nodes
+        self.inner.nodes.len()
+    }
+
+    /// The broker node the bus is connected to, or tries now, as its URL without user
+    /// info (`mqtt://host:port`): what [`BusConfig::starting_at`] takes.
+    pub fn node(&self) -> &str {
+        let node = self.inner.shared.node.load(Ordering::Relaxed);
+        self.inner.nodes.get(node).map_or("", String::as_str)
     }
 
     /// [`Bus::sessions_lost`] for a watcher that must not keep the bus open.

@@ -271,6 +271,10 @@ pub struct Orphan {
     pub next_position: u64,
     /// The task's sequence number before the turn's first event.
     pub turn_start: u64,
+    /// The broker node the gateway that bridged it was connected to last
+    /// ([`TaskStore::note_broker_node`]): where its persistent session, and the replies kept
+    /// for it, are in a cluster of brokers that keeps each session on one node.
+    pub broker_node: Option<String>,
 }
 
 /// What [`TaskStore::list`] selects.
@@ -475,6 +479,13 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn claim_orphans(&self, grace: Duration) -> Result<Vec<Orphan>, StoreError> {
         let _ = grace;
         Ok(Vec::new())
+    }
+    /// Notes the broker node this gateway is connected to (a URL without user info), each
+    /// time it connects: a store shared by several gateways keeps it for the one that takes
+    /// this gateway's tasks over ([`Orphan::broker_node`]). The default keeps nothing.
+    async fn note_broker_node(&self, node: &str) -> Result<(), StoreError> {
+        let _ = node;
+        Ok(())
     }
     /// Forgets a task.
     fn remove(&self, id: &str);

@@ -68,6 +68,14 @@ impl PostgresStore {
             )
             .await
             .map_err(failed)?;
+        let broker_node: Option<String> = tx
+            .query_opt(
+                "SELECT node FROM mesh_gateway_nodes WHERE gateway = $1",
+                &[&gateway],
+            )
+            .await
+            .map_err(failed)?
+            .map(|row| row.get(0));
         let mut orphans = Vec::with_capacity(rows.len());
         for row in &rows {
             let mut record = match record_from_row(row) {
@@ -98,6 +106,7 @@ impl PostgresStore {
                 turn_start,
                 request_id,
                 record,
+                broker_node: broker_node.clone(),
             });
         }
         if !gone {

@@ -147,6 +147,10 @@ CREATE TABLE IF NOT EXISTS mesh_task_events (
     position BIGINT,
     PRIMARY KEY (task_id, seq)
 );
+CREATE TABLE IF NOT EXISTS mesh_gateway_nodes (
+    gateway TEXT PRIMARY KEY,
+    node TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS mesh_webhook_deliveries (
     id BIGINT NOT NULL,
     gateway TEXT NOT NULL,
@@ -516,6 +520,19 @@ impl TaskStore for PostgresStore {
             claimed.extend(self.claim_if_gone(&gateway, grace).await?);
         }
         Ok(claimed)
+    }
+
+    async fn note_broker_node(&self, node: &str) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO mesh_gateway_nodes (gateway, node) VALUES ($1, $2)
+                 ON CONFLICT (gateway) DO UPDATE SET node = EXCLUDED.node",
+                &[&self.gateway, &node],
+            )
+            .await
+            .map_err(|e| storage_error("cannot note the broker node", e))?;
+        Ok(())
     }
 
     fn remove(&self, id: &str) {

@@ -218,6 +218,7 @@ fn running(conn: &Connection) -> rusqlite::Result<Vec<Orphan>> {
             turn_start,
             request_id,
             record,
+            broker_node: None,
         });
     }
     Ok(orphans)
