@@ -12,14 +12,14 @@ ARG MESH_FEATURES=""
 WORKDIR /src
 COPY . .
 # hadolint ignore=DL3008
+RUN if [ -z "$MESH_PREBUILT" ] && [ -n "$MESH_FEATURES" ]; then \
+        apt-get update && apt-get install -y --no-install-recommends protobuf-compiler \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
 RUN if [ -n "$MESH_PREBUILT" ]; then \
         install -D -m 0755 "$MESH_PREBUILT" /out/mesh; \
     else \
-        if [ -n "$MESH_FEATURES" ]; then \
-            apt-get update && apt-get install -y --no-install-recommends protobuf-compiler \
-            && rm -rf /var/lib/apt/lists/*; \
-        fi \
-        && cargo build --release --locked -p mesh-cli --features "$MESH_FEATURES" \
+        cargo build --release --locked -p mesh-cli --features "$MESH_FEATURES" \
         && strip target/release/mesh \
         && install -D -m 0755 target/release/mesh /out/mesh; \
     fi

@@ -62,8 +62,10 @@ struct Sent {
 pub struct Report {
     pub sent: usize,
     pub outcomes: BTreeMap<Outcome, usize>,
-    /// The first message of each JSON-RPC error code.
-    pub messages: BTreeMap<i64, String>,
+    /// How often each JSON-RPC error (code and message) came.
+    pub messages: BTreeMap<(i64, String), usize>,
+    /// JSON-RPC errors by the replica that answered, when the balancer says.
+    pub errors_by_replica: BTreeMap<String, usize>,
     /// Why each hung stream is counted so: its task and the last answer to resubscribing.
     pub hung_streams: Vec<String>,
     /// Tasks a client saw (a send's task, a stream's task).
@@ -102,15 +104,28 @@ impl Report {
         for (outcome, n) in &self.outcomes {
             let what = match outcome {
                 Outcome::Answered => "answered".to_string(),
-                Outcome::Rpc(code) => format!(
-                    "failed with JSON-RPC error {code} ({})",
-                    self.messages.get(code).map_or("", String::as_str)
-                ),
+                Outcome::Rpc(code) => format!("failed with JSON-RPC error {code}"),
                 Outcome::Http(status) => format!("failed with HTTP {status}"),
                 Outcome::Transport => "failed: connection closed".to_string(),
                 Outcome::Hung => "hung (no answer within the deadline)".to_string(),
             };
             lines.push(format!("  {what}: {n}"));
+        }
+        let mut messages: Vec<_> = self.messages.iter().collect();
+        messages.sort_by(|a, b| b.1.cmp(a.1));
+        for ((code, message), n) in messages.iter().take(6) {
+            lines.push(format!("    {n} × {code}: {message}"));
+        }
+        if !self.errors_by_replica.is_empty() {
+            let replicas: Vec<String> = self
+                .errors_by_replica
+                .iter()
+                .map(|(replica, n)| format!("{replica}: {n}"))
+                .collect();
+            lines.push(format!(
+                "  JSON-RPC errors by replica: {}",
+                replicas.join(", ")
+            ));
         }
         if !self.outcomes.contains_key(&Outcome::Hung) {
             lines.push("  hung (no answer within the deadline): 0".into());
@@ -160,7 +175,9 @@ impl Report {
 #[derive(Default)]
 struct Tally {
     sent: Vec<Sent>,
-    messages: BTreeMap<i64, String>,
+    messages: BTreeMap<(i64, String), usize>,
+    /// JSON-RPC errors by the replica that answered (the balancer's `X-Mesh-Replica`).
+    by_replica: BTreeMap<String, usize>,
     /// (agent, task id) of every task a client saw.
     tasks: Vec<(&'static str, String)>,
     streams: Vec<StreamEnd>,
@@ -258,6 +275,7 @@ pub async fn run(plan: &Plan) -> Report {
         }
     }
     report.messages = tally.messages.clone();
+    report.errors_by_replica = tally.by_replica.clone();
     for end in &tally.streams {
         if !end.completed {
             *report
@@ -326,6 +344,12 @@ async fn send(http: &reqwest::Client, url: &str, i: u64, tally: &Mutex<Tally>) -
     if response.status() != 200 {
         return Outcome::Http(response.status().as_u16());
     }
+    let replica = response
+        .headers()
+        .get("x-mesh-replica")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("?")
+        .to_owned();
     let body: Value = match response.json().await {
         Ok(body) => body,
         Err(e) if e.is_timeout() => return Outcome::Hung,
@@ -333,12 +357,12 @@ async fn send(http: &reqwest::Client, url: &str, i: u64, tally: &Mutex<Tally>) -
     };
     if let Some(code) = body.pointer("/error/code").and_then(Value::as_i64) {
         let message = body.pointer("/error/message").and_then(Value::as_str);
-        tally
-            .lock()
-            .unwrap()
+        let mut tally = tally.lock().unwrap();
+        *tally
             .messages
-            .entry(code)
-            .or_insert_with(|| message.unwrap_or_default().to_owned());
+            .entry((code, message.unwrap_or_default().to_owned()))
+            .or_default() += 1;
+        *tally.by_replica.entry(replica).or_default() += 1;
         return Outcome::Rpc(code);
     }
     if let Some(task) = body.pointer("/result/id").and_then(Value::as_str)

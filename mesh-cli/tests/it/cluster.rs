@@ -1,5 +1,6 @@
 //! A cluster of brokers as an operator runs it (feature `cluster`): three `mesh broker`
-//! processes as the nodes of one cluster, a `mesh gateway` and a `mesh agent echo` each
+//! processes as the nodes of one cluster, a `mesh gateway` (on PostgreSQL, as replicas run:
+//! a persistent session on its node) and a `mesh agent echo` each
 //! given all three nodes, in a different order so that the gateway and the agent start on
 //! different nodes. Node by node is killed with SIGKILL; after each kill the gateway and the
 //! agent move to a node still up and requests through the gateway are answered again.
@@ -118,6 +119,8 @@ async fn until_answered(
 async fn the_mesh_survives_losing_two_of_three_broker_nodes() {
     let mut nodes = cluster().await;
     let namespace = mesh_testkit::fresh_namespace();
+    // The gateway on PostgreSQL, as replicas run: a persistent session on its broker node.
+    let db = mesh_testkit::TestDatabase::create().await;
     let mut gateway = Watched::spawn(
         &[
             "gateway",
@@ -127,7 +130,8 @@ async fn the_mesh_survives_losing_two_of_three_broker_nodes() {
             &namespace,
             "--http-addr",
             "127.0.0.1:0",
-            "--memory-store",
+            "--store",
+            db.url(),
         ],
         &[],
     );
