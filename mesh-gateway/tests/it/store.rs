@@ -509,6 +509,13 @@ async fn over_the_byte_budget_finished_tasks_go_then_new_work_is_refused(broker:
             break;
         }
         assert_eq!(task_state(result(&body)), "input-required", "{body}");
+        // The writer counts each task (and evicts finished ones) behind the requests: a
+        // listing waits until it has caught up, so the next admission sees the counts of
+        // every task before it (on a loaded machine the writer may lag many tasks behind).
+        gw.store()
+            .list(&mesh_gateway::TaskQuery::default())
+            .await
+            .expect("a listing");
     }
     let refused = refused.expect("refused once the budget is full of waiting tasks");
     assert_eq!(code(&refused), -32603, "{refused}");
