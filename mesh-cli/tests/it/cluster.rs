@@ -115,6 +115,32 @@ async fn until_answered(
     ))
 }
 
+/// Waits until a request labelled `what` is answered (see [`until_answered`]), then sends
+/// five more that must all be answered; how long the first took. On failure the test fails
+/// with what the gateway and the agent (`mesh`) wrote.
+async fn answered_again(
+    http: &reqwest::Client,
+    gateway: &str,
+    what: &str,
+    mesh: [&Watched; 2],
+) -> Duration {
+    let took = until_answered(http, gateway, what)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}\n--- gateway:\n{}\n--- agent:\n{}",
+                mesh[0].output(),
+                mesh[1].output()
+            )
+        });
+    for i in 0..5 {
+        let text = format!("{what} {i}");
+        let reply = send(http, gateway, &text).await.expect("answered");
+        assert!(reply.contains(&text), "{reply}");
+    }
+    took
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mesh_survives_losing_two_of_three_broker_nodes() {
     let mut nodes = cluster().await;
@@ -161,59 +187,19 @@ async fn the_mesh_survives_losing_two_of_three_broker_nodes() {
         .unwrap();
 
     // The gateway on node 1, the agent on node 2: the request crosses the cluster.
-    let first = until_answered(&http, &url, "before any kill")
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{e}\n--- gateway:\n{}\n--- agent:\n{}",
-                gateway.output(),
-                agent.output()
-            )
-        });
+    let mesh = [&gateway, &agent];
+    let first = answered_again(&http, &url, "before any kill", mesh).await;
     eprintln!("first answer after {first:?} (the cluster forming)");
-    for i in 0..5 {
-        let text = format!("steady {i}");
-        let reply = send(&http, &url, &text).await.expect("answered");
-        assert!(reply.contains(&text), "{reply}");
-    }
 
     // Node 1 dies: the gateway moves to node 2.
-    let node1 = nodes.remove(0);
-    node1.process.kill().await;
-    let took = until_answered(&http, &url, "after node 1 died")
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{e}\n--- gateway:\n{}\n--- agent:\n{}",
-                gateway.output(),
-                agent.output()
-            )
-        });
+    nodes.remove(0).process.kill().await;
+    let took = answered_again(&http, &url, "after node 1 died", mesh).await;
     eprintln!("answered again {took:?} after node 1 died");
-    for i in 0..5 {
-        let text = format!("on node 2 {i}");
-        let reply = send(&http, &url, &text).await.expect("answered");
-        assert!(reply.contains(&text), "{reply}");
-    }
 
     // Node 2 dies: the gateway and the agent both move to node 3.
-    let node2 = nodes.remove(0);
-    node2.process.kill().await;
-    let took = until_answered(&http, &url, "after node 2 died")
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "{e}\n--- gateway:\n{}\n--- agent:\n{}",
-                gateway.output(),
-                agent.output()
-            )
-        });
+    nodes.remove(0).process.kill().await;
+    let took = answered_again(&http, &url, "after node 2 died", mesh).await;
     eprintln!("answered again {took:?} after node 2 died");
-    for i in 0..5 {
-        let text = format!("on node 3 {i}");
-        let reply = send(&http, &url, &text).await.expect("answered");
-        assert!(reply.contains(&text), "{reply}");
-    }
 
     gateway.interrupt().await;
     agent.interrupt().await;
