@@ -545,7 +545,16 @@ impl Settings {
             serve.cluster_node_id.or(file.cluster_node_id),
             cluster_peers,
         ) {
-            (None, peers) if peers.is_empty() => None,
+            (None, peers) if peers.is_empty() => {
+                if serve.cluster_addr.or(file.cluster_addr).is_some() {
+                    return Err(
+                        "--cluster-addr needs --cluster-node-id and --cluster-peer (a \
+                                broker alone listens for no peers)"
+                            .into(),
+                    );
+                }
+                None
+            }
             (Some(node_id), peers) if !peers.is_empty() => Some(ClusterSettings {
                 node_id,
                 grpc_addr: serve
@@ -783,6 +792,38 @@ mod tests {
             starts_gateway: true,
             starts_broker: true,
             ..Serve::default()
+        }
+    }
+
+    #[test]
+    fn a_cluster_node_needs_its_id_and_its_peers() {
+        let common = Common::default();
+        let node = |id: Option<u64>, addr: Option<&str>, peers: &[&str]| Serve {
+            cluster_node_id: id,
+            cluster_addr: addr.map(|a| a.parse().unwrap()),
+            cluster_peers: peers.iter().map(|p| p.to_string()).collect(),
+            ..serving()
+        };
+        let settings = Settings::resolve(&common, &node(Some(1), None, &["2@b:5363"])).unwrap();
+        assert_eq!(
+            settings.cluster,
+            Some(ClusterSettings {
+                node_id: 1,
+                grpc_addr: DEFAULT_CLUSTER_ADDR.parse().unwrap(),
+                peers: vec!["2@b:5363".into()],
+            })
+        );
+        assert_eq!(
+            Settings::resolve(&common, &serving()).unwrap().cluster,
+            None
+        );
+        for (serve, says) in [
+            (node(Some(1), None, &[]), "--cluster-peer"),
+            (node(None, None, &["2@b:5363"]), "--cluster-node-id"),
+            (node(None, Some("0.0.0.0:5363"), &[]), "--cluster-addr"),
+        ] {
+            let error = Settings::resolve(&common, &serve).unwrap_err();
+            assert!(error.contains(says), "{error}");
         }
     }
 
