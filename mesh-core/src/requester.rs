@@ -367,7 +367,8 @@ impl Requester {
     }
 
     /// Asks every instance of `agent` to cancel `task_id`, and waits up to `timeout` for the
-    /// instance running it to answer with the canceled task. `Ok(None)`: no instance runs it.
+    /// instance running it to answer with the canceled task. `Ok(None)`: no instance answered
+    /// (none runs it, or the connection to the broker dropped before an answer came).
     pub async fn cancel(
         &self,
         agent: &str,
@@ -407,10 +408,9 @@ impl Requester {
                 reply: Ok(Reply::Task(task)),
                 ..
             }) => Some(Ok(task)),
-            Some(Delivery {
-                ended: Some(Ended::Deadline),
-                ..
-            }) => None,
+            // The requester ended the wait itself: the deadline passed, or the connection
+            // dropped before an answer came.
+            Some(Delivery { ended: Some(_), .. }) => None,
             Some(Delivery { reply: Err(e), .. }) => Some(Err(e)),
             Some(_) => Some(Err(A2aError::invalid_agent_response(
                 "the agent answered a cancel with something other than a task",

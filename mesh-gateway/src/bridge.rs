@@ -24,6 +24,7 @@ use crate::push::Pusher;
 use crate::store::{Origin, StoreError, TaskRecord, TaskStore};
 pub(crate) use crate::task_events::{ends_task, set_status, status_event};
 use foldhash::HashMap;
+use mesh_core::bus::ConnectionState;
 use mesh_core::error::A2aError;
 use mesh_core::model::{Artifact, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent};
 use mesh_core::requester::{Ended, ReplyStream, Requester, strip_reply_meta};
@@ -33,6 +34,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
@@ -40,6 +42,10 @@ use tokio_util::sync::CancellationToken;
 /// How many times the gateway asks an agent to cancel a task it failed, at most (each try
 /// waits the gateway's `cancel_wait` for an answer).
 const CANCEL_TRIES: usize = 4;
+
+/// How long the gateway keeps trying to cancel at the agent a task it failed, at most
+/// (the broker may be away for a while).
+const CANCEL_GIVE_UP: Duration = Duration::from_secs(120);
 
 /// How many events a subscriber of a streaming task may have waiting before it misses some
 /// and is resynchronised from the store. The buffer grows in blocks as events wait, so a
@@ -539,7 +545,9 @@ impl Bridge {
     /// Asks `agent` to cancel task `id` on the bus, in a task of its own, without the gateway
     /// waiting for it (it has already settled the task). A cancel that no instance answers is
     /// sent again a few times ([`CANCEL_TRIES`]): after a broker restart the agent may not be
-    /// subscribed again yet when the gateway's first one goes out.
+    /// subscribed again yet when the gateway's first one goes out. Only tries made while the
+    /// gateway's own connection was up count (one made while it was down only waits in the
+    /// client's queue), and the whole is given up after [`CANCEL_GIVE_UP`].
     fn cancel_at_agent(&self, id: &str, agent: &str) {
         if let (Some((requester, wait)), Ok(runtime)) =
             (&self.canceler, tokio::runtime::Handle::try_current())
@@ -547,20 +555,16 @@ impl Bridge {
             let (requester, wait) = (requester.clone(), *wait);
             let (agent, id) = (agent.to_owned(), id.to_owned());
             runtime.spawn(async move {
-                for _ in 0..CANCEL_TRIES {
-                    match requester.cancel(&agent, &id, wait).await {
-                        Ok(None) => continue, // no instance answered (yet)
-                        Ok(Some(_)) => return,
-                        Err(error) => {
-                            tracing::debug!(task = %id, %error, "could not ask the agent to cancel");
-                            return;
-                        }
-                    }
+                let given_up = tokio::time::timeout(
+                    CANCEL_GIVE_UP,
+                    cancel_until_answered(&requester, &agent, &id, wait),
+                );
+                if given_up.await.is_err() {
+                    tracing::debug!(task = %id, "gave up asking the agent to cancel");
                 }
             });
         }
     }
-
     /// Ends a live task here, without its agent: the task is canceled in the store, the
     /// subscribers get the final canceled status, and the pump stops.
     pub(crate) fn cancel_locally(&self, id: &str, live: &LiveTask) -> Option<Arc<TaskRecord>> {
@@ -588,6 +592,35 @@ impl Bridge {
         };
         // The pump sees `stop` at once and leaves the live map.
         record
+    }
+}
+
+/// Sends `agent` the cancel of task `id` until an instance answers or [`CANCEL_TRIES`] tries
+/// made on a live connection went unanswered; waits for the connection before each try.
+async fn cancel_until_answered(requester: &Requester, agent: &str, id: &str, wait: Duration) {
+    let bus = requester.bus();
+    let mut state = bus.state();
+    let mut unanswered = 0;
+    while unanswered < CANCEL_TRIES {
+        let up = state
+            .wait_for(|s| matches!(s, ConnectionState::Connected | ConnectionState::Closed))
+            .await
+            .is_ok_and(|s| *s == ConnectionState::Connected);
+        if !up {
+            return; // the gateway is shutting down
+        }
+        match requester.cancel(agent, id, wait).await {
+            Ok(Some(_)) => return,
+            // No instance answered: it counts only if the connection stayed up meanwhile.
+            Ok(None) if bus.is_connected() => unanswered += 1,
+            Ok(None) => {}
+            Err(error) => {
+                tracing::debug!(task = %id, %error, "could not ask the agent to cancel");
+                if bus.is_connected() {
+                    return; // not a matter of the connection: trying again would not help
+                }
+            }
+        }
     }
 }
 
