@@ -188,6 +188,17 @@ impl Broker {
         self.local_addr
     }
 
+    /// The other nodes of the cluster this broker is a node of (feature `cluster`), and
+    /// whether each answers now; empty when the broker is not a cluster node. Every peer
+    /// answering is what a cluster that has formed looks like from this node.
+    #[cfg(feature = "cluster")]
+    pub fn cluster_peers(&self) -> Vec<crate::ClusterPeer> {
+        self.cluster
+            .as_ref()
+            .map(crate::cluster::NodeTasks::peers)
+            .unwrap_or_default()
+    }
+
     /// How many clients are connected now.
     pub fn connection_count(&self) -> usize {
         usize::try_from(self.scx.connections.count()).unwrap_or(0)

@@ -67,6 +67,6 @@ mod shared;
 pub use access::{Access, Acl, HASH_ITERATIONS, Passwords, hash_password, random_password};
 pub use broker::Broker;
 #[cfg(feature = "cluster")]
-pub use cluster::{ClusterConfig, MAX_CLUSTER_PEERS};
+pub use cluster::{ClusterConfig, ClusterPeer, MAX_CLUSTER_PEERS};
 pub use config::BrokerConfig;
 pub use error::BrokerError;

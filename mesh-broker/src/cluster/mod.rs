@@ -46,6 +46,8 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rmqtt::context::{
@@ -238,9 +240,46 @@ pub(crate) fn configure(
 pub(crate) struct NodeTasks {
     grpc: JoinHandle<()>,
     heartbeat: JoinSet<()>,
+    peers: Vec<Arc<PeerWatch>>,
+}
+
+/// What this node knows of one peer, as of now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterPeer {
+    /// The peer's node id.
+    pub id: u64,
+    /// Its gRPC address, as configured.
+    pub addr: String,
+    /// Whether it answers: its last ping was answered and its breaker is closed, so what
+    /// this node forwards to it now reaches it. False until it first answered.
+    pub answering: bool,
+}
+
+/// One peer as its watcher sees it, shared with [`NodeTasks::peers`].
+struct PeerWatch {
+    id: u64,
+    addr: String,
+    client: GrpcClient,
+    answered: AtomicBool,
+}
+
+impl PeerWatch {
+    fn state(&self) -> ClusterPeer {
+        ClusterPeer {
+            id: self.id,
+            addr: self.addr.clone(),
+            answering: self.answered.load(Ordering::Relaxed)
+                && !self.client.circuit_breaker_is_open(),
+        }
+    }
 }
 
 impl NodeTasks {
+    /// Every peer, in the order of the configuration.
+    pub(crate) fn peers(&self) -> Vec<ClusterPeer> {
+        self.peers.iter().map(|p| p.state()).collect()
+    }
+
     /// Stops the tasks without waiting.
     pub(crate) fn abort(&mut self) {
         self.grpc.abort();
@@ -289,13 +328,31 @@ pub(crate) async fn start(
         let peers = plugin.get_grpc_clients();
         *shared = Box::new(BoundedKick::new(plugin, peers, ClusterConfig::CALL_TIMEOUT));
     }
+    let clients = scx.extends.shared().await.get_grpc_clients();
+    let peers: Vec<Arc<PeerWatch>> = config
+        .peers
+        .iter()
+        .filter_map(|(id, addr)| {
+            let (_, client) = clients.get(id)?;
+            Some(Arc::new(PeerWatch {
+                id: *id,
+                addr: addr.clone(),
+                client: client.clone(),
+                answered: AtomicBool::new(false),
+            }))
+        })
+        .collect();
     let mut heartbeat = JoinSet::new();
-    for (peer, (addr, client)) in scx.extends.shared().await.get_grpc_clients().iter() {
-        heartbeat.spawn(watch(*peer, addr.to_string(), client.clone()));
+    for peer in &peers {
+        heartbeat.spawn(watch(peer.clone()));
     }
     tracing::info!(node = config.node_id, grpc = %addr, peers = ?config.peers,
         "broker is a cluster node");
-    Ok(NodeTasks { grpc, heartbeat })
+    Ok(NodeTasks {
+        grpc,
+        heartbeat,
+        peers,
+    })
 }
 
 /// Watches one peer for as long as the node runs, and keeps its breaker (see [`breaker`])
@@ -314,12 +371,17 @@ pub(crate) async fn start(
 ///   answer, so the probe must be short: 1 ms when the peer's address refuses connections,
 ///   [`PROBE_TIMEOUT`] when it accepts them (time for a live peer to answer).
 ///
-/// Logs the peer going silent once, and answering again once.
-async fn watch(peer: u64, addr: String, client: GrpcClient) {
-    let mut answering = true;
+/// - A peer not known to answer (at start, or after it went silent) is pinged at every
+///   round while its breaker is closed, so that it counts as answering as soon as it does.
+///
+/// Logs the peer answering (at first and again) and going silent, once each time, and
+/// keeps what it last saw for [`Broker::cluster_peers`](crate::Broker::cluster_peers).
+async fn watch(peer: Arc<PeerWatch>) {
+    let (id, client) = (peer.id, &peer.client);
     let mut last_ping = tokio::time::Instant::now();
     loop {
-        let listening = listens(&addr).await;
+        let answering = peer.answered.load(Ordering::Relaxed);
+        let listening = listens(&peer.addr).await;
         let ping = |timeout| {
             let mut client = client.clone();
             async move {
@@ -340,18 +402,19 @@ async fn watch(peer: u64, addr: String, client: GrpcClient) {
                 ping(QUICK_FAIL).await;
             }
             false
-        } else if last_ping.elapsed() >= ClusterConfig::HEARTBEAT {
+        } else if !answering || last_ping.elapsed() >= ClusterConfig::HEARTBEAT {
+            // A peer not known to answer yet is pinged at every round, not every heartbeat.
             last_ping = tokio::time::Instant::now();
             ping(PING_TIMEOUT).await
         } else {
             answering
         };
         if answered != answering {
-            answering = answered;
+            peer.answered.store(answered, Ordering::Relaxed);
             if answered {
-                tracing::info!(peer, "cluster peer answers again");
+                tracing::info!(peer = id, "cluster peer answers");
             } else {
-                tracing::warn!(peer, listening, "cluster peer does not answer");
+                tracing::warn!(peer = id, listening, "cluster peer does not answer");
             }
         }
         tokio::time::sleep(WATCH_EVERY).await;

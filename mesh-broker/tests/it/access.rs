@@ -4,56 +4,14 @@
 //! retained messages and last wills.
 
 use crate::support::*;
-use mesh_broker::{Access, Acl, Broker, BrokerConfig, Passwords, hash_password};
-use rumqttc::{
-    ConnectReturnCode, ConnectionError, LastWill, MqttOptions, Packet, QoS, SubscribeReasonCode,
-};
+use mesh_broker::{Access, Broker, BrokerConfig, hash_password};
+use rumqttc::{ConnectReturnCode, ConnectionError, LastWill, Packet, QoS, SubscribeReasonCode};
 use std::net::SocketAddr;
-use std::sync::Arc;
-
-const ACL: &str = "\
-user echo
-topic read t/echo/+
-topic write out/echo
-topic write cards/echo
-
-user spy
-topic read t/spy/+
-
-user admin
-topic readwrite #
-";
 
 async fn secured_broker() -> Broker {
-    let passwords = format!(
-        "echo:{}\nspy:{}\nadmin:{}\n",
-        hash_password("echo-pw"),
-        hash_password("spy-pw"),
-        hash_password("admin-pw")
-    );
-    let access = Access::new(
-        Passwords::parse(&passwords).unwrap(),
-        Acl::parse(ACL).unwrap(),
-    );
     let mut config = BrokerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
-    config.access = Some(Arc::new(access));
+    config.access = Some(accounts());
     Broker::start_with(config).await.unwrap()
-}
-
-fn account(addr: SocketAddr, id: &str, user: &str, password: &str) -> MqttOptions {
-    let mut options = options(addr, id);
-    options.set_credentials(user, password);
-    options
-}
-
-/// Connects with `options` and returns why the broker refused it.
-async fn refused(options: MqttOptions) -> ConnectionError {
-    let (client, eventloop) = rumqttc::AsyncClient::new(options, 8);
-    let mut peer = drive(client, eventloop);
-    match within("the CONNACK", peer.incoming.recv()).await {
-        Some(Err(error)) => error,
-        other => panic!("expected a refusal, got {other:?}"),
-    }
 }
 
 #[tokio::test]

@@ -8,11 +8,14 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::support::{Peer, connect, connect_with_will, within};
-use mesh_broker::{Broker, BrokerConfig, ClusterConfig};
-use rumqttc::{LastWill, QoS};
+use crate::support::{
+    Peer, account, accounts, connect, connect_with, connect_with_will, options, refused, within,
+};
+use mesh_broker::{Access, Broker, BrokerConfig, ClusterConfig};
+use rumqttc::{ConnectReturnCode, ConnectionError, LastWill, QoS};
 
 /// How long a cluster may take to form (the nodes come up in 0.7–3.6 s).
 const FORM: Duration = Duration::from_secs(30);
@@ -32,8 +35,13 @@ fn free_grpc_addrs(n: usize) -> Vec<SocketAddr> {
 }
 
 /// Starts `n` brokers (node ids 1..=n) that form one cluster, each with MQTT on a free
-/// loopback port.
+/// loopback port, and waits until they have formed it.
 async fn cluster(n: usize) -> Vec<Broker> {
+    cluster_with(n, None).await
+}
+
+/// [`cluster`], every node with the same accounts and ACL when `access` is given.
+async fn cluster_with(n: usize, access: Option<Arc<Access>>) -> Vec<Broker> {
     let grpc = free_grpc_addrs(n);
     let mut nodes = Vec::with_capacity(n);
     for (i, grpc_addr) in grpc.iter().enumerate() {
@@ -45,6 +53,7 @@ async fn cluster(n: usize) -> Vec<Broker> {
             .map(|(j, addr)| (j as u64 + 1, addr.to_string()))
             .collect();
         let mut config = BrokerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+        config.access = access.clone();
         config.cluster = Some(ClusterConfig {
             node_id,
             grpc_addr: *grpc_addr,
@@ -56,7 +65,32 @@ async fn cluster(n: usize) -> Vec<Broker> {
                 .unwrap_or_else(|e| panic!("node {node_id} starts: {e}")),
         );
     }
+    formed(&nodes).await;
     nodes
+}
+
+/// Waits until every node sees every peer answering (bounded by [`FORM`]): before that, what
+/// a node forwards to a peer it does not know to answer may be dropped.
+async fn formed(nodes: &[Broker]) {
+    let started = Instant::now();
+    let all_answer = || {
+        nodes
+            .iter()
+            .all(|n| n.cluster_peers().iter().all(|p| p.answering))
+    };
+    while !all_answer() {
+        assert!(
+            started.elapsed() < FORM,
+            "the cluster did not form within {FORM:?}: {:?}",
+            nodes.iter().map(Broker::cluster_peers).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(PROBE_EVERY).await;
+    }
+    eprintln!(
+        "cluster of {} formed in {:?}",
+        nodes.len(),
+        started.elapsed()
+    );
 }
 
 /// Waits until a message published on `from` reaches a subscriber on `to`, publishing a
@@ -355,6 +389,9 @@ async fn a_node_whose_only_peer_is_down_takes_new_clients_within_seconds() {
         started.elapsed()
     );
     assert!(connected.is_ok(), "no CONNACK within {FORM:?}");
+    let peers = node.cluster_peers();
+    assert_eq!(peers.len(), 1, "{peers:?}");
+    assert_eq!((peers[0].id, peers[0].answering), (2, false), "{peers:?}");
     within("the node stops", node.stop()).await;
 }
 
@@ -406,5 +443,59 @@ async fn when_one_node_dies_the_others_go_on() {
         last < ClusterConfig::CALL_TIMEOUT,
         "the last messages still wait for the dead node: {each:?}"
     );
+    let peers = nodes[0].cluster_peers();
+    let answering = |id| peers.iter().find(|p| p.id == id).map(|p| p.answering);
+    assert_eq!(answering(2), Some(true), "{peers:?}");
+    assert_eq!(answering(3), Some(false), "{peers:?}");
+    stop(nodes).await;
+}
+
+/// 7. Every node enforces the accounts and the ACL: each refuses an anonymous client, and a
+///    publish outside its account's grant, made on node 1 or node 2, reaches no subscriber
+///    on node 3, while one the account may make does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_enforces_the_accounts_and_the_acl() {
+    let nodes = cluster_with(3, Some(accounts())).await;
+    for node in &nodes {
+        let error = refused(options(node.local_addr(), "anonymous")).await;
+        assert!(
+            matches!(
+                error,
+                ConnectionError::ConnectionRefused(ConnectReturnCode::NotAuthorized)
+            ),
+            "{error:?}"
+        );
+    }
+    let mut echo = connect_with(account(nodes[2].local_addr(), "echo-3", "echo", "echo-pw")).await;
+    echo.subscribe("t/echo/+", QoS::AtLeastOnce).await;
+    for (i, node) in nodes[..2].iter().enumerate() {
+        let addr = node.local_addr();
+        let mut spy = connect_with(account(addr, &format!("spy-{i}"), "spy", "spy-pw")).await;
+        let admin = connect_with(account(addr, &format!("admin-{i}"), "admin", "admin-pw")).await;
+        // The forged request goes first, on the same node: were it forwarded, it would
+        // arrive first.
+        spy.client
+            .publish("t/echo/forged", QoS::AtLeastOnce, false, "forged")
+            .await
+            .expect("publish queued");
+        within("the forged publish's PUBACK", spy.wait_pubacks(1)).await;
+        let real = format!("real-{i}");
+        admin
+            .client
+            .publish(
+                format!("t/echo/{real}"),
+                QoS::AtLeastOnce,
+                false,
+                real.clone(),
+            )
+            .await
+            .expect("publish queued");
+        let (topic, _) = within("the granted publish on node 3", next(&mut echo)).await;
+        assert_eq!(
+            topic,
+            format!("t/echo/{real}"),
+            "a forged publish got through"
+        );
+    }
     stop(nodes).await;
 }

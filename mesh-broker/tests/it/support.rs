@@ -7,7 +7,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use mesh_broker::Broker;
+use std::sync::Arc;
+
+use mesh_broker::{Access, Acl, Broker, Passwords, hash_password};
 use rumqttc::{
     AsyncClient, ConnectionError, Event, EventLoop, LastWill, MqttOptions, NetworkOptions,
     Outgoing, Packet, Publish, QoS,
@@ -202,5 +204,51 @@ impl Peer {
                 Some(Err(_)) | None => return,
             }
         }
+    }
+}
+
+/// The ACL of [`accounts`]: `echo` reads its requests and writes its replies and card,
+/// `spy` reads only its own topics, `admin` everything.
+pub const ACL: &str = "\
+user echo
+topic read t/echo/+
+topic write out/echo
+topic write cards/echo
+
+user spy
+topic read t/spy/+
+
+user admin
+topic readwrite #
+";
+
+/// Three accounts (`echo`, `spy`, `admin`, each with the password `<name>-pw`) and [`ACL`].
+pub fn accounts() -> Arc<Access> {
+    let passwords = format!(
+        "echo:{}\nspy:{}\nadmin:{}\n",
+        hash_password("echo-pw"),
+        hash_password("spy-pw"),
+        hash_password("admin-pw")
+    );
+    Arc::new(Access::new(
+        Passwords::parse(&passwords).unwrap(),
+        Acl::parse(ACL).unwrap(),
+    ))
+}
+
+/// Client options for `addr` with the credentials of an account.
+pub fn account(addr: SocketAddr, id: &str, user: &str, password: &str) -> MqttOptions {
+    let mut options = options(addr, id);
+    options.set_credentials(user, password);
+    options
+}
+
+/// Connects with `options` and returns why the broker refused it.
+pub async fn refused(options: MqttOptions) -> ConnectionError {
+    let (client, eventloop) = rumqttc::AsyncClient::new(options, 8);
+    let mut peer = drive(client, eventloop);
+    match within("the CONNACK", peer.incoming.recv()).await {
+        Some(Err(error)) => error,
+        other => panic!("expected a refusal, got {other:?}"),
     }
 }
