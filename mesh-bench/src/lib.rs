@@ -12,6 +12,7 @@
 //! the mesh are killed, and a verdict on what hung or was lost.
 
 pub mod chaos;
+pub mod cluster;
 pub mod codecs;
 pub mod discovery;
 pub mod e2e;

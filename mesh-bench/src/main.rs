@@ -6,13 +6,13 @@
 //! ```text
 //! cargo build --release -p mesh-cli -p mesh-bench
 //! target/release/mesh-bench [--broker embedded|mosquitto|both] [--seconds N] [--quick]
-//!                           [--only stores] [--postgres URL]
+//!                           [--only stores|cluster] [--postgres URL]
 //! ```
 
 use clap::{Parser, ValueEnum};
 use mesh_bench::procs::{self, BrokerKind};
 use mesh_bench::suite::{self, Plan};
-use mesh_bench::{codecs, e2e, log, report, stores};
+use mesh_bench::{cluster, codecs, e2e, log, report, stores};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -52,6 +52,9 @@ enum Only {
     /// The task stores' rows (memory, SQLite, PostgreSQL), through one broker: Mosquitto
     /// unless `--broker embedded`.
     Stores,
+    /// The broker cluster's rows: one `mesh broker` against a three-node cluster (the `mesh`
+    /// binary built with the `cluster` feature).
+    Cluster,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -111,7 +114,9 @@ fn main() {
     }
     // The stores' rows go through one broker: Mosquitto (the latest table's) when it is run.
     let stores_broker = *brokers.last().unwrap_or(&BrokerKind::Mosquitto);
-    let stores = runtime.block_on(stores::run(stores_broker, &plan));
+    let stores = (args.only != Some(Only::Cluster))
+        .then(|| runtime.block_on(stores::run(stores_broker, &plan)));
+    let cluster = (args.only != Some(Only::Stores)).then(|| runtime.block_on(cluster::run(&plan)));
     let codec_costs = if args.only.is_none() {
         log("codecs");
         codecs::run(if args.quick {
@@ -129,17 +134,22 @@ fn main() {
         cpu_model(),
         mesh_bench::payload::PAYLOAD_LEN,
     );
+    // The header goes before the first table printed.
+    let mut header = Some(header.as_str());
     if args.only.is_none() {
-        println!("{}", report::render(&all, &codec_costs, &header));
         println!(
             "{}",
-            report::render_stores(&stores, plan.stored_tasks, None)
+            report::render(&all, &codec_costs, header.take().unwrap_or(""))
         );
-    } else {
+    }
+    if let Some(stores) = &stores {
         println!(
             "{}",
-            report::render_stores(&stores, plan.stored_tasks, Some(&header))
+            report::render_stores(stores, plan.stored_tasks, header.take())
         );
+    }
+    if let Some(cluster) = &cluster {
+        println!("{}", report::render_cluster(cluster, header.take()));
     }
     log(&format!(
         "the run took {:.0} s",

@@ -3,6 +3,7 @@
 //! figure of the same broker in the same run (the concurrency-1 one from interleaved rounds,
 //! see [`crate::paired`]), each target marked met or MISSED.
 
+use crate::cluster::ClusterSetup;
 use crate::codecs::CodecCost;
 use crate::e2e::LoadResult;
 use crate::stores::{StoreFigures, StoreKind, StoresRun};
@@ -501,6 +502,63 @@ fn cpu_per_request(r: &Figure<LoadResult>) -> String {
         }
         _ => "—".into(),
     }
+}
+
+/// The cluster's table: one row per setup, each load against the one node's.
+pub fn render_cluster(setups: &[ClusterSetup], header: Option<&str>) -> String {
+    let mut notes = Vec::new();
+    let one = setups.first();
+    let against = |r: &LoadResult,
+                   base: Option<&Figure<LoadResult>>,
+                   what: fn(&LoadResult) -> f64| {
+        match base {
+            Some(Ok(b)) if what(b) > 0.0 && !std::ptr::eq(r, b) => {
+                format!(" ({:+.0} %)", 100.0 * (what(r) / what(b) - 1.0))
+            }
+            _ => String::new(),
+        }
+    };
+    let mut out = String::new();
+    if let Some(header) = header {
+        let _ = writeln!(out, "{header}\n");
+    }
+    let _ = writeln!(
+        out,
+        "A cluster of brokers: JSON-RPC message/send → echo (in % against one node):\n"
+    );
+    let _ = writeln!(
+        out,
+        "| setup | concurrency 1: p50 / p99 | concurrency 64: requests/s; p50 / p99 |"
+    );
+    let _ = writeln!(out, "| --- | --- | --- |");
+    for s in setups {
+        let c1 = cell(&s.c1, &mut notes, |r| {
+            format!(
+                "{}{} / {}{}",
+                dur(r.p50),
+                against(r, one.map(|o| &o.c1), |r| r.p50.as_secs_f64()),
+                dur(r.p99),
+                errors(r.errors)
+            )
+        });
+        let c64 = cell(&s.c64, &mut notes, |r| {
+            format!(
+                "{}{}; {} / {}{}",
+                rate(r.per_s()),
+                against(r, one.map(|o| &o.c64), LoadResult::per_s),
+                dur(r.p50),
+                dur(r.p99),
+                errors(r.errors)
+            )
+        });
+        let c1 = c1.replace("(note ", "(cluster note ");
+        let c64 = c64.replace("(note ", "(cluster note ");
+        let _ = writeln!(out, "| {} | {c1} | {c64} |", s.label);
+    }
+    for (i, n) in notes.iter().enumerate() {
+        let _ = writeln!(out, "\ncluster note {}: {n}", i + 1);
+    }
+    out
 }
 
 fn errors(n: u64) -> String {
