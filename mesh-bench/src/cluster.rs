@@ -31,6 +31,9 @@ pub struct ClusterSetup {
     pub c1: Figure<LoadResult>,
     /// The same at concurrency 64.
     pub c64: Figure<LoadResult>,
+    /// The CPU time per request at concurrency 64, in seconds: of the broker nodes (all of
+    /// them), and of the gateway and the agent together.
+    pub cpu_per_request: Option<(f64, f64)>,
 }
 
 impl ClusterSetup {
@@ -39,6 +42,7 @@ impl ClusterSetup {
             label,
             c1: Err(why.clone()),
             c64: Err(why),
+            cpu_per_request: None,
         }
     }
 }
@@ -53,16 +57,17 @@ pub async fn run(plan: &Plan) -> Vec<ClusterSetup> {
     log("[cluster] one node");
     setups.push(
         match BrokerProc::start(BrokerKind::Embedded, &plan.dir, &plan.mesh) {
-            Ok(broker) => setup(plan, ONE, &broker.url(), &broker.url()).await,
+            Ok(broker) => setup(plan, ONE, &[&broker.proc], &broker.url(), &broker.url()).await,
             Err(e) => ClusterSetup::failed(ONE, e),
         },
     );
     match start_cluster(plan) {
         Ok(nodes) => {
+            let procs: Vec<&Proc> = nodes.iter().map(|(p, _)| p).collect();
             log("[cluster] three nodes, gateway and echo on node 1");
-            setups.push(setup(plan, SAME, &nodes[0].1, &nodes[0].1).await);
+            setups.push(setup(plan, SAME, &procs, &nodes[0].1, &nodes[0].1).await);
             log("[cluster] three nodes, gateway on node 1, echo on node 2");
-            setups.push(setup(plan, ACROSS, &nodes[0].1, &nodes[1].1).await);
+            setups.push(setup(plan, ACROSS, &procs, &nodes[0].1, &nodes[1].1).await);
         }
         Err(e) => {
             setups.push(ClusterSetup::failed(SAME, e.clone()));
@@ -116,20 +121,35 @@ fn start_cluster(plan: &Plan) -> Result<Vec<(Proc, String)>, String> {
 async fn setup(
     plan: &Plan,
     label: &'static str,
+    brokers: &[&Proc],
     gateway_broker: &str,
     agent_broker: &str,
 ) -> ClusterSetup {
-    match measure(plan, gateway_broker, agent_broker).await {
-        Ok((c1, c64)) => ClusterSetup { label, c1, c64 },
+    match measure(plan, brokers, gateway_broker, agent_broker).await {
+        Ok((c1, c64, cpu_per_request)) => ClusterSetup {
+            label,
+            c1,
+            c64,
+            cpu_per_request,
+        },
         Err(e) => ClusterSetup::failed(label, e),
     }
 }
 
+/// The CPU seconds used so far by `procs`, all together.
+fn cpu_of(procs: &[&Proc]) -> Option<f64> {
+    procs.iter().map(|p| p.cpu_seconds()).sum()
+}
+
+/// Concurrency 1, concurrency 64, and the CPU per request at 64 (see [`ClusterSetup`]).
+type Measured = (Figure<LoadResult>, Figure<LoadResult>, Option<(f64, f64)>);
+
 async fn measure(
     plan: &Plan,
+    brokers: &[&Proc],
     gateway_broker: &str,
     agent_broker: &str,
-) -> Result<(Figure<LoadResult>, Figure<LoadResult>), String> {
+) -> Result<Measured, String> {
     let Some(wrk) = &plan.wrk else {
         return Err(e2e::WRK_MISSING.to_owned());
     };
@@ -138,7 +158,7 @@ async fn measure(
         .build()
         .map_err(|e| e.to_string())?;
     let ns = format!("bench{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    let (_gateway, base) = procs::start_gateway(
+    let (gateway, base) = procs::start_gateway(
         &plan.dir,
         &plan.mesh,
         gateway_broker,
@@ -147,7 +167,7 @@ async fn measure(
         &http,
     )
     .await?;
-    let _echo = procs::spawn_agent(&plan.dir, &plan.mesh, "echo", agent_broker, &ns)?;
+    let echo = procs::spawn_agent(&plan.dir, &plan.mesh, "echo", agent_broker, &ns)?;
     if discovery::wait_listed(&http, &base, "echo", true, READY)
         .await
         .is_none()
@@ -158,8 +178,17 @@ async fn measure(
     let load = Load::jsonrpc("echo");
     // Request numbers: far apart per run, so message ids stay unique.
     let c1 = e2e::run(wrk, &plan.dir, &base, &load, 1, plan.case, None, 0);
+    let before = cpu_of(brokers).zip(cpu_of(&[&gateway, &echo]));
     let c64 = e2e::run(wrk, &plan.dir, &base, &load, 64, plan.case, None, 1 << 40);
-    Ok((c1, c64))
+    let after = cpu_of(brokers).zip(cpu_of(&[&gateway, &echo]));
+    let cpu_per_request = match (&c64, before, after) {
+        (Ok(r), Some((b0, m0)), Some((b1, m1))) if r.responses > 0 => {
+            let n = r.responses as f64;
+            Some(((b1 - b0) / n, (m1 - m0) / n))
+        }
+        _ => None,
+    };
+    Ok((c1, c64, cpu_per_request))
 }
 
 /// Sends `message/send` to echo until [`IN_A_ROW`] answers in a row are completed tasks,

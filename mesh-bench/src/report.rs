@@ -528,9 +528,9 @@ pub fn render_cluster(setups: &[ClusterSetup], header: Option<&str>) -> String {
     );
     let _ = writeln!(
         out,
-        "| setup | concurrency 1: p50 / p99 | concurrency 64: requests/s; p50 / p99 |"
+        "| setup | concurrency 1: p50 / p99 | concurrency 64: requests/s; p50 / p99 | CPU per request at 64: broker nodes / gateway + agent |"
     );
-    let _ = writeln!(out, "| --- | --- | --- |");
+    let _ = writeln!(out, "| --- | --- | --- | --- |");
     for s in setups {
         let c1 = cell(&s.c1, &mut notes, |r| {
             format!(
@@ -553,7 +553,17 @@ pub fn render_cluster(setups: &[ClusterSetup], header: Option<&str>) -> String {
         });
         let c1 = c1.replace("(note ", "(cluster note ");
         let c64 = c64.replace("(note ", "(cluster note ");
-        let _ = writeln!(out, "| {} | {c1} | {c64} |", s.label);
+        let cpu = s.cpu_per_request.map_or_else(
+            || "—".to_owned(),
+            |(brokers, mesh)| {
+                format!(
+                    "{} / {}",
+                    dur(Duration::from_secs_f64(brokers)),
+                    dur(Duration::from_secs_f64(mesh))
+                )
+            },
+        );
+        let _ = writeln!(out, "| {} | {c1} | {c64} | {cpu} |", s.label);
     }
     for (i, n) in notes.iter().enumerate() {
         let _ = writeln!(out, "\ncluster note {}: {n}", i + 1);
