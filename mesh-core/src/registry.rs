@@ -559,17 +559,22 @@ impl Registry {
                 status: PresenceStatus::Offline,
                 ..
             }) => {
-                self.remove_instance(&agent, &instance);
+                if self.remove_instance(&agent, &instance) {
+                    tracing::info!(%agent, %instance, retained = message.retain, "instance says offline");
+                }
                 message.retain
             }
             None => {
-                self.remove_instance(&agent, &instance);
+                if self.remove_instance(&agent, &instance) {
+                    tracing::info!(%agent, %instance, "instance stopped (presence cleared)");
+                }
                 false
             }
         }
     }
 
-    fn remove_instance(&self, agent: &str, instance: &str) {
+    /// Takes `instance` of `agent` off; true if it was on.
+    fn remove_instance(&self, agent: &str, instance: &str) -> bool {
         let removed = self
             .write()
             .get_mut(agent)
@@ -581,6 +586,7 @@ impl Registry {
                 instance: instance.to_owned(),
             });
         }
+        removed
     }
 
     /// Expires the instances silent for [`EXPIRY_HEARTBEATS`] heartbeats. `stalled` is how

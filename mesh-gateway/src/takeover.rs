@@ -194,6 +194,21 @@ impl Takeover {
                 return;
             }
         };
+        if !bus.session_present() {
+            // The session died with its broker node (or expired): the replies kept in it for
+            // these tasks are gone, and following them on would hide the loss.
+            tracing::warn!(gateway = %gateway, node = %bus.node(),
+                "the session of a gateway that is gone is not on the broker: its tasks fail");
+            for orphan in orphans {
+                self.fail(
+                    orphan,
+                    "its session, which kept the replies, is gone from the broker",
+                );
+            }
+            // Left as a clean end leaves it, for the gateway if it comes back.
+            let _ = bus.disconnect().await;
+            return;
+        }
         let mut lost = give_back_on_loss(&bus);
         let ids: Vec<String> = orphans.iter().map(|o| o.record.task.id.clone()).collect();
         let resumed = resumed(&orphans, self.task_timeout);

@@ -4,10 +4,16 @@
 //! given all three nodes, in a different order so that the gateway and the agent start on
 //! different nodes. Node by node is killed with SIGKILL; after each kill the gateway and the
 //! agent move to a node still up and requests through the gateway are answered again.
+//!
+//! Then two gateway replicas on the nodes 1 and 2 and a streaming writer on node 3: the
+//! replica that bridges a stream is killed, and the other takes the task over through the
+//! dead one's persistent session, on the dead one's node; when that node dies too, the task
+//! fails at once, saying why, rather than streaming on with the replies kept there lost.
 
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
+use crate::replicas::{Sse, chunks, ids, open, read_until, temp_dir, wait_online};
 use crate::support::{Watched, closed_port};
 
 /// How long the mesh may take to answer again after a node dies (it takes under a second
@@ -206,4 +212,191 @@ async fn the_mesh_survives_losing_two_of_three_broker_nodes() {
     for node in nodes {
         node.process.interrupt().await;
     }
+}
+
+/// A gateway replica on PostgreSQL given the nodes in `order` (it connects to the first): it
+/// and its URL.
+async fn replica(
+    nodes: &[Node],
+    order: [usize; 3],
+    namespace: &str,
+    store: &str,
+    dir: &std::path::Path,
+) -> (Watched, String) {
+    let mut gateway = Watched::spawn(
+        &[
+            "gateway",
+            "--broker-url",
+            &urls(nodes, order),
+            "--namespace",
+            namespace,
+            "--http-addr",
+            "127.0.0.1:0",
+            "--store",
+            store,
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--takeover-grace",
+            "1s",
+        ],
+        &[],
+    );
+    let line = gateway.line_with("gateway listening on").await;
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    (gateway, url)
+}
+
+/// Sends a one-chunk `message/send` to the writer through `gateway` until it completes
+/// (within [`RECOVER`]).
+async fn writer_answers(http: &reqwest::Client, gateway: &str) {
+    let started = Instant::now();
+    loop {
+        let request = json!({
+            "jsonrpc": "2.0", "id": 1, "method": "message/send",
+            "params": {"message": {
+                "role": "user", "messageId": uuid::Uuid::new_v4().to_string(),
+                "parts": [{"kind": "text", "text": "warm-up chunks: 1"}]
+            }}
+        });
+        let answer = http
+            .post(format!("{gateway}/agents/writer"))
+            .timeout(Duration::from_secs(5))
+            .json(&request)
+            .send()
+            .await;
+        if let Ok(response) = answer
+            && let Ok(body) = response.json::<Value>().await
+            && body.pointer("/result/status/state") == Some(&json!("completed"))
+        {
+            return;
+        }
+        assert!(
+            started.elapsed() < RECOVER,
+            "the writer does not answer through {gateway}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Replica a on node 1, replica b on node 2, the writer on node 3, and a stream of 20 chunks
+/// through a, read up to its third chunk; then a is killed with SIGKILL, and with it
+/// `also_kill_its_node` node 1. Returns the events read through b after resuming there with
+/// the last event id seen, those seen before, and the task's state as b has it.
+async fn stream_through_a_replica_that_dies(
+    also_kill_its_node: bool,
+) -> (Vec<Sse>, Vec<Sse>, Value) {
+    let mut nodes = cluster().await;
+    let namespace = mesh_testkit::fresh_namespace();
+    let db = mesh_testkit::TestDatabase::create().await;
+    let (dir_a, dir_b) = (temp_dir("cluster-a"), temp_dir("cluster-b"));
+    let (a, url_a) = replica(&nodes, [0, 1, 2], &namespace, db.url(), &dir_a).await;
+    let (b, url_b) = replica(&nodes, [1, 2, 0], &namespace, db.url(), &dir_b).await;
+    let mut writer = Watched::spawn(
+        &[
+            "agent",
+            "writer",
+            "--broker-url",
+            &urls(&nodes, [2, 0, 1]),
+            "--namespace",
+            &namespace,
+        ],
+        &[],
+    );
+    writer.line_with("online").await;
+    mesh_core::tls::install_crypto_provider();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    wait_online(&http, &url_a, "writer").await;
+    wait_online(&http, &url_b, "writer").await;
+    // Until the cluster has formed, what a node forwards to a peer may be dropped.
+    for url in [&url_a, &url_b] {
+        writer_answers(&http, url).await;
+    }
+
+    // Twenty chunks, one every 200 ms: the stream runs about four seconds.
+    let message = json!({"message": {"kind": "message", "role": "user", "messageId": "m1",
+        "parts": [{"kind": "text", "text": "cluster chunks: 20 pace: 200"}]}});
+    let mut stream = open(&http, &url_a, "message/stream", message, None).await;
+    let seen = read_until(&mut stream, |e| chunks(e).len() >= 3).await;
+    let task = seen[0].data["result"]["id"].as_str().unwrap().to_owned();
+    a.kill().await;
+    if also_kill_its_node {
+        nodes.remove(0).process.kill().await;
+    }
+    drop(stream);
+
+    let last = *ids(&seen).last().expect("events with ids");
+    let mut resumed = open(
+        &http,
+        &url_b,
+        "tasks/resubscribe",
+        json!({"id": task}),
+        Some(last),
+    )
+    .await;
+    let rest = read_until(&mut resumed, |_| false).await;
+    let got: Value = http
+        .post(format!("{url_b}/agents/writer"))
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": task}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    if got["result"]["status"]["state"] != "completed" && !also_kill_its_node {
+        eprintln!("--- replica b:\n{}", b.output());
+    }
+    b.interrupt().await;
+    writer.interrupt().await;
+    for node in nodes {
+        node.process.interrupt().await;
+    }
+    let _ = std::fs::remove_dir_all(&dir_a);
+    let _ = std::fs::remove_dir_all(&dir_b);
+    (seen, rest, got["result"].clone())
+}
+
+/// Replica a dies mid-stream: replica b, on another node, opens a's session on a's node (where
+/// the writer's replies wait for it) and follows the task to its end; the client, resumed at
+/// b, gets every event after the last it saw once, in order, and every chunk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_takes_a_dead_ones_stream_over_on_the_dead_ones_node() {
+    let (seen, rest, task) = stream_through_a_replica_that_dies(false).await;
+    let all: Vec<u64> = ids(&seen).into_iter().chain(ids(&rest)).collect();
+    assert!(
+        all.windows(2).all(|w| w[1] == w[0] + 1),
+        "no event twice, none skipped: {all:?}"
+    );
+    let numbers: Vec<u64> = chunks(&seen).into_iter().chain(chunks(&rest)).collect();
+    assert_eq!(
+        numbers,
+        (0..20).collect::<Vec<u64>>(),
+        "every chunk once, in order: {rest:?}"
+    );
+    let last = &rest.last().expect("events after the resume").data["result"];
+    assert_eq!(last["status"]["state"], "completed", "{rest:?}");
+    assert_eq!(task["status"]["state"], "completed", "{task}");
+}
+
+/// Replica a and its node die together: the replies kept in a's session are gone with the
+/// node, so replica b fails the task at once with a message that says so, rather than
+/// streaming on with chunks missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_gateway_and_node_died_together_fails_saying_why() {
+    let (_, rest, task) = stream_through_a_replica_that_dies(true).await;
+    // The client saw events the dead gateway had not written yet: the stream ends with the
+    // task as it stands (its artifacts whole, then its final status), not with a wait for
+    // events that will never come.
+    let last = &rest.last().expect("events after the resume").data["result"];
+    assert_eq!(last["status"]["state"], "failed", "{rest:?}");
+    let said = last["status"]["message"].to_string();
+    assert!(said.contains("gone from the broker"), "{said}");
+    assert_eq!(task["status"]["state"], "failed", "{task}");
 }

@@ -32,7 +32,7 @@ fn spawn(args: &[&str]) -> Child {
         .expect("mesh starts")
 }
 
-fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!(
         "mesh-cli-replicas-{name}-{}-{}",
         std::process::id(),
@@ -102,7 +102,7 @@ async fn gateway_on(
 }
 
 /// Polls `GET /agents` until `name` is online (bounded).
-async fn wait_online(http: &reqwest::Client, url: &str, name: &str) {
+pub(crate) async fn wait_online(http: &reqwest::Client, url: &str, name: &str) {
     let deadline = Instant::now() + WAIT;
     loop {
         if let Ok(response) = http.get(format!("{url}/agents")).send().await
@@ -127,13 +127,16 @@ async fn wait_online(http: &reqwest::Client, url: &str, name: &str) {
 
 /// One server-sent event: its `id` and its data.
 #[derive(Debug, Clone)]
-struct Sse {
-    id: Option<u64>,
-    data: Value,
+pub(crate) struct Sse {
+    pub(crate) id: Option<u64>,
+    pub(crate) data: Value,
 }
 
 /// Reads events until `stop` says so or the stream ends (bounded by WAIT).
-async fn read_until(response: &mut reqwest::Response, stop: impl Fn(&[Sse]) -> bool) -> Vec<Sse> {
+pub(crate) async fn read_until(
+    response: &mut reqwest::Response,
+    stop: impl Fn(&[Sse]) -> bool,
+) -> Vec<Sse> {
     let mut events = Vec::new();
     let mut parser = mesh_core::sse::SseParser::default();
     let read = async {
@@ -166,12 +169,12 @@ async fn read_until(response: &mut reqwest::Response, stop: impl Fn(&[Sse]) -> b
     events
 }
 
-fn ids(events: &[Sse]) -> Vec<u64> {
+pub(crate) fn ids(events: &[Sse]) -> Vec<u64> {
     events.iter().filter_map(|e| e.id).collect()
 }
 
 /// The chunk numbers (`[n]`) of the artifact events, in order.
-fn chunks(events: &[Sse]) -> Vec<u64> {
+pub(crate) fn chunks(events: &[Sse]) -> Vec<u64> {
     events
         .iter()
         .filter_map(|e| {
@@ -181,7 +184,7 @@ fn chunks(events: &[Sse]) -> Vec<u64> {
         .collect()
 }
 
-async fn open(
+pub(crate) async fn open(
     http: &reqwest::Client,
     url: &str,
     method: &str,

@@ -16,7 +16,7 @@
 
 use crate::sync::MutexExt;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -89,6 +89,9 @@ pub(crate) struct BusState {
     /// Counts the reconnections on which the broker had no session for this client (see
     /// [`Bus::sessions_lost`](super::Bus::sessions_lost)).
     pub(crate) sessions_lost: AtomicU64,
+    /// Whether the broker had a session for this client at the latest CONNACK (see
+    /// [`Bus::session_present`](super::Bus::session_present)).
+    pub(crate) session_present: AtomicBool,
     /// Which node of the broker's cluster the bus is connected to (or tries) now.
     pub(crate) node: AtomicUsize,
     /// Sends the acknowledgements the consumers give ([`Ack`]).
@@ -182,6 +185,7 @@ impl Default for BusState {
             dropped: tokio::sync::broadcast::channel(1).0,
             connection: AtomicU64::default(),
             sessions_lost: AtomicU64::default(),
+            session_present: AtomicBool::default(),
             node: AtomicUsize::default(),
             acker: std::sync::OnceLock::new(),
         }
@@ -586,6 +590,9 @@ impl Driver {
                     connected = true;
                     // Acknowledgements made on the last connection are not sent on this one.
                     let earlier = self.shared.connection.fetch_add(1, Ordering::Relaxed);
+                    self.shared
+                        .session_present
+                        .store(ack.session_present, Ordering::Relaxed);
                     if earlier > 0 && !ack.session_present {
                         // Counted before `Connected` is said (below, or once re-subscribed).
                         self.shared.sessions_lost.fetch_add(1, Ordering::Relaxed);

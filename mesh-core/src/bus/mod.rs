@@ -513,6 +513,14 @@ impl Bus {
         self.inner.shared.sessions_lost.load(Ordering::Relaxed)
     }
 
+    /// Whether the broker had kept a session for this client when the bus last connected
+    /// (MQTT's `session_present`): always false on a clean session, and on the first
+    /// connection of a persistent one the broker did not know (or lost: a cluster keeps a
+    /// session on its node only). Set before the bus says [`ConnectionState::Connected`].
+    pub fn session_present(&self) -> bool {
+        self.inner.shared.session_present.load(Ordering::Relaxed)
+    }
+
     /// How many nodes of a broker cluster the bus may connect to (1: one broker).
     pub fn broker_nodes(&self) -> usize {
         self.inner.nodes.len()

@@ -97,6 +97,9 @@ impl Follower {
                     return Read::UpToDate;
                 }
             };
+            if events.is_empty() {
+                return self.ended_behind(after).await;
+            }
             let full = events.len() == READ_BATCH;
             for event in events {
                 let reply = event.reply();
@@ -110,6 +113,20 @@ impl Follower {
             if !full {
                 return Read::UpToDate;
             }
+        }
+    }
+
+    /// Nothing logged after `after`: the task goes on, unless it ended at or before `after`.
+    /// That happens when the follower started after events the log does not hold: a
+    /// gateway streamed them and died before writing them, and another ended the task
+    /// (its session and those events lost with it). Its end is then behind the follower,
+    /// which hands out the task as it stands rather than wait for events that never come.
+    async fn ended_behind(&mut self, after: &mut Seq) -> Read {
+        match self.store.load(&self.task_id).await {
+            Ok(Some(record)) if record.task.status.state.is_terminal() && record.seq <= *after => {
+                self.resynchronise(after).await
+            }
+            _ => Read::UpToDate,
         }
     }
 

@@ -194,7 +194,12 @@ impl A2aService {
     ) -> Result<(Arc<TaskRecord>, TaskEvents), A2aError> {
         let record = self.find(cx, &params.id).await?;
         let terminal = record.task.status.state.is_terminal();
-        if terminal && resume_after.is_none_or(|after| after >= record.seq) {
+        let shared = self.store().shared();
+        // A client that saw more events than the log holds (a gateway that died streamed
+        // them before it wrote them, and another ended the task) is resumed to the task as
+        // it stands, with a shared store: the follower hands it out.
+        let diverged = |after: Seq| after > record.seq && shared;
+        if terminal && resume_after.is_none_or(|after| after >= record.seq && !diverged(after)) {
             return Err(A2aError::unsupported_operation(format!(
                 "task {} is {}: there is nothing to subscribe to",
                 params.id,
