@@ -128,7 +128,7 @@ pub struct ClusterConfig {
 impl ClusterConfig {
     /// How long a call to a peer may take (a forwarded publish, a subscription query, …)
     /// before it counts as failed.
-    pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+    pub const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
     /// How often every peer is pinged while it answers.
     pub const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -370,7 +370,11 @@ pub(crate) async fn start(
 ///   CONNECT or publish. The breaker lets every call through until its probe has its
 ///   answer, so the probe must be short: 1 ms when the peer's address refuses connections,
 ///   [`PROBE_TIMEOUT`] when it accepts them (time for a live peer to answer).
-///
+/// - The client's fire-and-forget calls (a retained message copied to the peer, an
+///   acknowledgement) go through a breaker of their own, whose state cannot be read: it is
+///   opened and probed the same way, from the peer's going down until a breaker-open time
+///   after it is back. Left alone, it would open only after calls waited out their
+///   timeouts, and let every call through while its probe waited.
 /// - A peer not known to answer (at start, or after it went silent) is pinged at every
 ///   round while its breaker is closed, so that it counts as answering as soon as it does.
 ///
@@ -379,6 +383,7 @@ pub(crate) async fn start(
 async fn watch(peer: Arc<PeerWatch>) {
     let (id, client) = (peer.id, &peer.client);
     let mut last_ping = tokio::time::Instant::now();
+    let mut probe_notify_until = last_ping;
     loop {
         let answering = peer.answered.load(Ordering::Relaxed);
         let listening = listens(&peer.addr).await;
@@ -395,11 +400,31 @@ async fn watch(peer: Arc<PeerWatch>) {
                     .is_ok()
             }
         };
+        // The same through the client's other breaker: fire-and-forget calls (retained
+        // messages copied to the peer, acknowledgements) have one of their own.
+        let notify = |timeout| {
+            let mut client = client.clone();
+            async move {
+                let _ = client
+                    .notify(
+                        PLUGIN_MESSAGE_TYPE,
+                        Message::NumberOfSessions,
+                        Some(timeout),
+                    )
+                    .await;
+            }
+        };
+        let probe = if listening { PROBE_TIMEOUT } else { QUICK_FAIL };
+        if !listening || client.circuit_breaker_is_open() {
+            probe_notify_until =
+                tokio::time::Instant::now() + ClusterConfig::BREAKER_OPEN + 2 * WATCH_EVERY;
+        }
         let answered = if client.circuit_breaker_is_open() {
-            ping(if listening { PROBE_TIMEOUT } else { QUICK_FAIL }).await
+            ping(probe).await
         } else if !listening {
             for _ in 0..BREAKER_WINDOW {
                 ping(QUICK_FAIL).await;
+                notify(QUICK_FAIL).await;
             }
             false
         } else if !answering || last_ping.elapsed() >= ClusterConfig::HEARTBEAT {
@@ -409,6 +434,13 @@ async fn watch(peer: Arc<PeerWatch>) {
         } else {
             answering
         };
+        // Until a breaker-open time after the peer is back, the other breaker is probed
+        // too (its state cannot be read): short calls keep it open while the peer is down
+        // and close it once the peer answers, so that its probes are never a retained copy
+        // waiting out its timeout.
+        if tokio::time::Instant::now() < probe_notify_until {
+            notify(probe).await;
+        }
         if answered != answering {
             peer.answered.store(answered, Ordering::Relaxed);
             if answered {
@@ -462,7 +494,7 @@ mod tests {
         assert_eq!(
             config().plugin_toml(),
             "node_grpc_addrs = [\"1@127.0.0.1:5363\", \"2@127.0.0.1:5364\", \"3@10.0.0.3:5363\"]\n\
-             node_grpc_client_timeout = \"3000ms\"\n"
+             node_grpc_client_timeout = \"1000ms\"\n"
         );
     }
 
