@@ -32,6 +32,12 @@ pub(super) enum ListenError {
     IdInUse,
 }
 
+/// How the server watches the presence connection's socket: a keepalive probe after 2 s of
+/// silence, every second, 3 unanswered ones drop it; data unacknowledged for 5 s drops it
+/// too (ignored on a Unix socket).
+const PRESENCE_SOCKET: &str = "SET tcp_keepalives_idle = 2; SET tcp_keepalives_interval = 1; \
+     SET tcp_keepalives_count = 3; SET tcp_user_timeout = 5000";
+
 /// Connects, takes gateway `gateway`'s presence lock (see the module docs) and listens on
 /// [`CHANNEL`]; the notifications go to `changes` until the returned future ends (the
 /// connection dropped).
@@ -69,6 +75,13 @@ pub(super) async fn connect_listener(
     };
     let forwarding = tokio::spawn(forward);
     let setup = async {
+        // The server lets the lock go once it sees this connection dead: within seconds
+        // when the gateway's host or container vanishes without closing it (the kernel's
+        // defaults would take hours of silence, or minutes of retransmissions).
+        client
+            .batch_execute(PRESENCE_SOCKET)
+            .await
+            .map_err(ListenError::Database)?;
         let locked: bool = client
             .query_one(
                 "SELECT pg_try_advisory_lock($1, hashtext($2))",
