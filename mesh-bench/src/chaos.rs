@@ -50,9 +50,10 @@ pub enum Outcome {
     Hung,
 }
 
-/// One request: when it was sent and how it ended.
+/// One request: how and when it ended.
 #[derive(Debug, Clone)]
 struct Sent {
+    /// When it was answered or failed (from the start of the run).
     at: Duration,
     outcome: Outcome,
 }
@@ -81,10 +82,10 @@ pub struct Report {
     pub resumes: usize,
     pub chunks_lost: usize,
     pub chunks_duplicated: usize,
-    /// Per kill: its command, and how long after it the last failed request was sent
+    /// Per kill: its command, and how long after it the last request or stream failed
     /// (zero: none failed).
     pub recoveries: Vec<(String, Duration)>,
-    /// Failed sends and streams by the second of the run they started in.
+    /// Failed sends and streams by the second of the run they failed in.
     pub failures_by_second: BTreeMap<u64, usize>,
 }
 
@@ -157,7 +158,7 @@ impl Report {
                 .map(|(second, n)| format!("{second}:{n}"))
                 .collect();
             lines.push(format!(
-                "failed sends and streams by the second they started (second:count): {}",
+                "failed sends and streams by the second they failed in (second:count): {}",
                 seconds.join(" ")
             ));
         }
@@ -185,7 +186,7 @@ struct Tally {
 
 /// How one stream ended.
 struct StreamEnd {
-    /// When it was started (from the start of the run).
+    /// When it ended (from the start of the run).
     at: Duration,
     /// Its task and the last thing a resubscription got, when it hung.
     why: Option<String>,
@@ -213,6 +214,8 @@ pub async fn run(plan: &Plan) -> Report {
             let mut done = Vec::new();
             for (at, command) in &plan.kills {
                 tokio::time::sleep_until((start + *at).into()).await;
+                // The part dies while the command runs: what fails from now on is its doing.
+                let issued = start.elapsed();
                 let status = tokio::process::Command::new("sh")
                     .args(["-c", command])
                     .status()
@@ -221,7 +224,7 @@ pub async fn run(plan: &Plan) -> Report {
                     "mesh-chaos: {:.1} s: `{command}`: {status:?}",
                     start.elapsed().as_secs_f64()
                 );
-                done.push((start.elapsed(), command.clone()));
+                done.push((issued, command.clone()));
             }
             done
         })
@@ -234,10 +237,15 @@ pub async fn run(plan: &Plan) -> Report {
             let mut n = 0;
             while start.elapsed() < plan.duration {
                 n += 1;
-                let at = start.elapsed();
                 let mut end = stream(&http, &plan, &format!("chaos {s}-{n}"), &tally, start).await;
-                end.at = at;
+                // A stream that fails does so when it ends, maybe several kills after it began.
+                end.at = start.elapsed();
+                let failed = !end.completed;
                 tally.lock().unwrap().streams.push(end);
+                if failed {
+                    // Not a tight loop of streams that fail at once (while an agent is away).
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
             }
         });
     }
@@ -249,8 +257,9 @@ pub async fn run(plan: &Plan) -> Report {
         i += 1;
         let (http, url, tally) = (http.clone(), plan.url.clone(), tally.clone());
         sends.spawn(async move {
-            let at = start.elapsed();
             let outcome = send(&http, &url, i, &tally).await;
+            // When it was answered or failed: a send in flight at a kill fails after it.
+            let at = start.elapsed();
             tally.lock().unwrap().sent.push(Sent { at, outcome });
         });
     }
