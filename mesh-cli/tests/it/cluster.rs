@@ -13,7 +13,9 @@
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-use crate::replicas::{Sse, chunks, ids, open, read_until, temp_dir, wait_online};
+use crate::replicas::{
+    Sse, assert_resumed_whole, chunks, ids, open, read_until, temp_dir, wait_online,
+};
 use crate::support::{Watched, closed_port};
 
 /// How long the mesh may take to answer again after a node dies (it takes under a second
@@ -68,6 +70,32 @@ fn urls(nodes: &[Node], order: [usize; 3]) -> String {
         .map(|&i| format!("mqtt://127.0.0.1:{}", nodes[i].mqtt))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The URL a `mesh gateway` says it listens on.
+async fn listening_url(gateway: &mut Watched) -> String {
+    let line = gateway.line_with("gateway listening on").await;
+    line.split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned()
+}
+
+/// `mesh agent <name>` given the nodes in `order`, once it says it is online.
+async fn agent_on(nodes: &[Node], order: [usize; 3], name: &str, namespace: &str) -> Watched {
+    let mut agent = Watched::spawn(
+        &[
+            "agent",
+            name,
+            "--broker-url",
+            &urls(nodes, order),
+            "--namespace",
+            namespace,
+        ],
+        &[],
+    );
+    agent.line_with("online").await;
+    agent
 }
 
 /// Sends `text` to the echo agent through the gateway: its reply's text, or why not.
@@ -167,24 +195,8 @@ async fn the_mesh_survives_losing_two_of_three_broker_nodes() {
         ],
         &[],
     );
-    let line = gateway.line_with("gateway listening on").await;
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_owned();
-    let mut agent = Watched::spawn(
-        &[
-            "agent",
-            "echo",
-            "--broker-url",
-            &urls(&nodes, [1, 2, 0]),
-            "--namespace",
-            &namespace,
-        ],
-        &[],
-    );
-    agent.line_with("online").await;
+    let url = listening_url(&mut gateway).await;
+    let agent = agent_on(&nodes, [1, 2, 0], "echo", &namespace).await;
     // With the cluster feature rustls has two providers (rmqtt's gRPC brings aws-lc): say which.
     mesh_core::tls::install_crypto_provider();
     let http = reqwest::Client::builder()
@@ -241,12 +253,7 @@ async fn replica(
         ],
         &[],
     );
-    let line = gateway.line_with("gateway listening on").await;
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no URL in {line:?}"))
-        .to_owned();
+    let url = listening_url(&mut gateway).await;
     (gateway, url)
 }
 
@@ -295,18 +302,7 @@ async fn stream_through_a_replica_that_dies(
     let (dir_a, dir_b) = (temp_dir("cluster-a"), temp_dir("cluster-b"));
     let (a, url_a) = replica(&nodes, [0, 1, 2], &namespace, db.url(), &dir_a).await;
     let (b, url_b) = replica(&nodes, [1, 2, 0], &namespace, db.url(), &dir_b).await;
-    let mut writer = Watched::spawn(
-        &[
-            "agent",
-            "writer",
-            "--broker-url",
-            &urls(&nodes, [2, 0, 1]),
-            "--namespace",
-            &namespace,
-        ],
-        &[],
-    );
-    writer.line_with("online").await;
+    let writer = agent_on(&nodes, [2, 0, 1], "writer", &namespace).await;
     mesh_core::tls::install_crypto_provider();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -369,19 +365,7 @@ async fn stream_through_a_replica_that_dies(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_takes_a_dead_ones_stream_over_on_the_dead_ones_node() {
     let (seen, rest, task) = stream_through_a_replica_that_dies(false).await;
-    let all: Vec<u64> = ids(&seen).into_iter().chain(ids(&rest)).collect();
-    assert!(
-        all.windows(2).all(|w| w[1] == w[0] + 1),
-        "no event twice, none skipped: {all:?}"
-    );
-    let numbers: Vec<u64> = chunks(&seen).into_iter().chain(chunks(&rest)).collect();
-    assert_eq!(
-        numbers,
-        (0..20).collect::<Vec<u64>>(),
-        "every chunk once, in order: {rest:?}"
-    );
-    let last = &rest.last().expect("events after the resume").data["result"];
-    assert_eq!(last["status"]["state"], "completed", "{rest:?}");
+    assert_resumed_whole(&seen, &rest, 20);
     assert_eq!(task["status"]["state"], "completed", "{task}");
 }
 

@@ -184,6 +184,25 @@ pub(crate) fn chunks(events: &[Sse]) -> Vec<u64> {
         .collect()
 }
 
+/// Checks a stream resumed after the events `seen`: every event after them came once, in
+/// order (`rest`), with every one of its `chunks` chunks, to the final `completed` one.
+pub(crate) fn assert_resumed_whole(seen: &[Sse], rest: &[Sse], chunk_count: u64) {
+    let all: Vec<u64> = ids(seen).into_iter().chain(ids(rest)).collect();
+    assert!(
+        all.windows(2).all(|w| w[1] == w[0] + 1),
+        "no event twice, none skipped: {all:?}"
+    );
+    let numbers: Vec<u64> = chunks(seen).into_iter().chain(chunks(rest)).collect();
+    assert_eq!(
+        numbers,
+        (0..chunk_count).collect::<Vec<u64>>(),
+        "every chunk once, in order: {rest:?}"
+    );
+    let last = &rest.last().expect("events after the resume").data["result"];
+    assert_eq!(last["status"]["state"], "completed", "{rest:?}");
+    assert_eq!(last["final"], true, "{rest:?}");
+}
+
 pub(crate) async fn open(
     http: &reqwest::Client,
     url: &str,
@@ -255,20 +274,7 @@ async fn a_stream_resumes_at_another_replica_after_its_own_is_killed() {
     )
     .await;
     let rest = read_until(&mut resumed, |_| false).await;
-    let all: Vec<u64> = seen_ids.iter().copied().chain(ids(&rest)).collect();
-    assert!(
-        all.windows(2).all(|w| w[1] == w[0] + 1),
-        "no event twice, none skipped: {all:?}"
-    );
-    let numbers: Vec<u64> = chunks(&seen).into_iter().chain(chunks(&rest)).collect();
-    assert_eq!(
-        numbers,
-        (0..20).collect::<Vec<u64>>(),
-        "every chunk once, in order: {rest:?}"
-    );
-    let last_event = &rest.last().expect("events after the resume").data["result"];
-    assert_eq!(last_event["status"]["state"], "completed", "{rest:?}");
-    assert_eq!(last_event["final"], true);
+    assert_resumed_whole(&seen, &rest, 20);
     eprintln!(
         "replicas: {} events before the kill, {} after it through the other replica, final event {:?} after the kill",
         seen.len(),
