@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 use crate::replicas::{
-    Sse, assert_resumed_whole, chunks, ids, open, read_until, temp_dir, wait_online,
+    Sse, assert_resumed_whole, chunks, ids, open, read_until, resume, task_at, temp_dir,
+    wait_online,
 };
 use crate::support::{Watched, closed_port};
 
@@ -328,25 +329,9 @@ async fn stream_through_a_replica_that_dies(
     drop(stream);
 
     let last = *ids(&seen).last().expect("events with ids");
-    let mut resumed = open(
-        &http,
-        &url_b,
-        "tasks/resubscribe",
-        json!({"id": task}),
-        Some(last),
-    )
-    .await;
-    let rest = read_until(&mut resumed, |_| false).await;
-    let got: Value = http
-        .post(format!("{url_b}/agents/writer"))
-        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": task}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    if got["result"]["status"]["state"] != "completed" && !also_kill_its_node {
+    let rest = resume(&http, &url_b, &task, last).await;
+    let got = task_at(&http, &url_b, &task).await;
+    if got["status"]["state"] != "completed" && !also_kill_its_node {
         eprintln!("--- replica b:\n{}", b.output());
     }
     b.interrupt().await;
@@ -356,7 +341,7 @@ async fn stream_through_a_replica_that_dies(
     }
     let _ = std::fs::remove_dir_all(&dir_a);
     let _ = std::fs::remove_dir_all(&dir_b);
-    (seen, rest, got["result"].clone())
+    (seen, rest, got)
 }
 
 /// Replica a dies mid-stream: replica b, on another node, opens a's session on a's node (where

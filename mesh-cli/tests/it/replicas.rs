@@ -203,6 +203,28 @@ pub(crate) fn assert_resumed_whole(seen: &[Sse], rest: &[Sse], chunk_count: u64)
     assert_eq!(last["final"], true, "{rest:?}");
 }
 
+/// Resumes the stream of `task` at the gateway at `url` after event `last` and reads it to
+/// its end.
+pub(crate) async fn resume(http: &reqwest::Client, url: &str, task: &str, last: u64) -> Vec<Sse> {
+    let params = json!({"id": task});
+    let mut resumed = open(http, url, "tasks/resubscribe", params, Some(last)).await;
+    read_until(&mut resumed, |_| false).await
+}
+
+/// The writer's task `task` as the gateway at `url` has it (`tasks/get`'s result).
+pub(crate) async fn task_at(http: &reqwest::Client, url: &str, task: &str) -> Value {
+    let got: Value = http
+        .post(format!("{url}/agents/writer"))
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": task}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    got["result"].clone()
+}
+
 pub(crate) async fn open(
     http: &reqwest::Client,
     url: &str,
@@ -264,16 +286,7 @@ async fn a_stream_resumes_at_another_replica_after_its_own_is_killed() {
 
     // The client resumes at b after the last event it saw: every event after it comes once,
     // in order, the chunks a logged, then those b takes over, to the final one.
-    let last = *seen_ids.last().unwrap();
-    let mut resumed = open(
-        &http,
-        &url_b,
-        "tasks/resubscribe",
-        json!({"id": task}),
-        Some(last),
-    )
-    .await;
-    let rest = read_until(&mut resumed, |_| false).await;
+    let rest = resume(&http, &url_b, &task, *seen_ids.last().unwrap()).await;
     assert_resumed_whole(&seen, &rest, 20);
     eprintln!(
         "replicas: {} events before the kill, {} after it through the other replica, final event {:?} after the kill",
@@ -283,16 +296,8 @@ async fn a_stream_resumes_at_another_replica_after_its_own_is_killed() {
     );
 
     // The task as b has it: completed, with every chunk.
-    let got: Value = http
-        .post(format!("{url_b}/agents/writer"))
-        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": task}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(got["result"]["status"]["state"], "completed", "{got}");
+    let got = task_at(&http, &url_b, &task).await;
+    assert_eq!(got["status"]["state"], "completed", "{got}");
     let _ = std::fs::remove_dir_all(&dir_a);
     let _ = std::fs::remove_dir_all(&dir_b);
 }
@@ -339,28 +344,7 @@ async fn restarted_after_sigkill(store: Option<&str>) {
 
     // The agent goes on while no gateway runs; the broker keeps its replies.
     let (_second, url) = gateway_on(&broker_url, &namespace, store, &dir, "60s").await;
-    let last = *seen_ids.last().unwrap();
-    let mut resumed = open(
-        &http,
-        &url,
-        "tasks/resubscribe",
-        json!({"id": task}),
-        Some(last),
-    )
-    .await;
-    let rest = read_until(&mut resumed, |_| false).await;
-    let all: Vec<u64> = seen_ids.iter().copied().chain(ids(&rest)).collect();
-    assert!(
-        all.windows(2).all(|w| w[1] == w[0] + 1),
-        "no event twice, none skipped: {all:?}"
-    );
-    let numbers: Vec<u64> = chunks(&seen).into_iter().chain(chunks(&rest)).collect();
-    assert_eq!(
-        numbers,
-        (0..20).collect::<Vec<u64>>(),
-        "every chunk once, in order"
-    );
-    let last_event = &rest.last().expect("events after the restart").data["result"];
-    assert_eq!(last_event["status"]["state"], "completed", "{rest:?}");
+    let rest = resume(&http, &url, &task, *seen_ids.last().unwrap()).await;
+    assert_resumed_whole(&seen, &rest, 20);
     let _ = std::fs::remove_dir_all(&dir);
 }
