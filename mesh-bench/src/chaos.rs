@@ -50,6 +50,13 @@ pub enum Outcome {
     Hung,
 }
 
+/// How many different error messages (and replicas) the report tells apart; the others
+/// are counted together (an agent or a proxy may put ids in its messages).
+const MAX_MESSAGES: usize = 64;
+
+/// What the messages past [`MAX_MESSAGES`] are counted as.
+const OTHER_MESSAGES: &str = "(other messages)";
+
 /// One request: how and when it ended.
 #[derive(Debug, Clone)]
 struct Sent {
@@ -367,10 +374,17 @@ async fn send(http: &reqwest::Client, url: &str, i: u64, tally: &Mutex<Tally>) -
     if let Some(code) = body.pointer("/error/code").and_then(Value::as_i64) {
         let message = body.pointer("/error/message").and_then(Value::as_str);
         let mut tally = tally.lock().unwrap();
-        *tally
-            .messages
-            .entry((code, message.unwrap_or_default().to_owned()))
-            .or_default() += 1;
+        let mut key = (code, message.unwrap_or_default().to_owned());
+        if tally.messages.len() >= MAX_MESSAGES && !tally.messages.contains_key(&key) {
+            key.1 = OTHER_MESSAGES.to_owned();
+        }
+        *tally.messages.entry(key).or_default() += 1;
+        let replica =
+            if tally.by_replica.len() >= MAX_MESSAGES && !tally.by_replica.contains_key(&replica) {
+                OTHER_MESSAGES.to_owned()
+            } else {
+                replica
+            };
         *tally.by_replica.entry(replica).or_default() += 1;
         return Outcome::Rpc(code);
     }
