@@ -224,6 +224,10 @@ impl PostgresStore {
                 .await
                 .and(Ok(()))
                 .map_err(|e| storage("cannot create the schema in", &e))?;
+            // `CREATE … IF NOT EXISTS` of what is there already is not news for the log.
+            tx.batch_execute("SET LOCAL client_min_messages = warning")
+                .await
+                .map_err(|e| storage("cannot create the schema in", &e))?;
             tx.batch_execute(SCHEMA)
                 .await
                 .map_err(|e| storage("cannot create the schema in", &e))?;
