@@ -290,13 +290,23 @@ async fn writer_answers(http: &reqwest::Client, gateway: &str) {
     }
 }
 
+/// What [`stream_through_a_replica_that_dies`] saw.
+struct Resumed {
+    /// The events through a, before it died.
+    seen: Vec<Sse>,
+    /// The events through b, resumed after the last of `seen`.
+    rest: Vec<Sse>,
+    /// The same resumption once the task had ended.
+    again: Vec<Sse>,
+    /// The task as b has it at the end.
+    task: Value,
+}
+
 /// Replica a on node 1, replica b on node 2, the writer on node 3, and a stream of 20 chunks
 /// through a, read up to its third chunk; then a is killed with SIGKILL, and with it
-/// `also_kill_its_node` node 1. Returns the events read through b after resuming there with
-/// the last event id seen, those seen before, and the task's state as b has it.
-async fn stream_through_a_replica_that_dies(
-    also_kill_its_node: bool,
-) -> (Vec<Sse>, Vec<Sse>, Value) {
+/// `also_kill_its_node` node 1. The client resumes at b with the last event id it saw, and
+/// once that stream has ended, resumes there again from the same id.
+async fn stream_through_a_replica_that_dies(also_kill_its_node: bool) -> Resumed {
     let mut nodes = cluster().await;
     let namespace = mesh_testkit::fresh_namespace();
     let db = mesh_testkit::TestDatabase::create().await;
@@ -330,6 +340,7 @@ async fn stream_through_a_replica_that_dies(
 
     let last = *ids(&seen).last().expect("events with ids");
     let rest = resume(&http, &url_b, &task, last).await;
+    let again = resume(&http, &url_b, &task, last).await;
     let got = task_at(&http, &url_b, &task).await;
     if got["status"]["state"] != "completed" && !also_kill_its_node {
         eprintln!("--- replica b:\n{}", b.output());
@@ -341,7 +352,12 @@ async fn stream_through_a_replica_that_dies(
     }
     let _ = std::fs::remove_dir_all(&dir_a);
     let _ = std::fs::remove_dir_all(&dir_b);
-    (seen, rest, got)
+    Resumed {
+        seen,
+        rest,
+        again,
+        task: got,
+    }
 }
 
 /// Replica a dies mid-stream: replica b, on another node, opens a's session on a's node (where
@@ -349,8 +365,15 @@ async fn stream_through_a_replica_that_dies(
 /// b, gets every event after the last it saw once, in order, and every chunk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_takes_a_dead_ones_stream_over_on_the_dead_ones_node() {
-    let (seen, rest, task) = stream_through_a_replica_that_dies(false).await;
+    let Resumed {
+        seen,
+        rest,
+        again,
+        task,
+    } = stream_through_a_replica_that_dies(false).await;
     assert_resumed_whole(&seen, &rest, 20);
+    // Once the task ended, resuming from the same id replays the same events from the log.
+    assert_eq!(ids(&again), ids(&rest), "{again:?}");
     assert_eq!(task["status"]["state"], "completed", "{task}");
 }
 
@@ -359,7 +382,9 @@ async fn a_replica_takes_a_dead_ones_stream_over_on_the_dead_ones_node() {
 /// streaming on with chunks missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_whose_gateway_and_node_died_together_fails_saying_why() {
-    let (_, rest, task) = stream_through_a_replica_that_dies(true).await;
+    let Resumed {
+        rest, again, task, ..
+    } = stream_through_a_replica_that_dies(true).await;
     // The client saw events the dead gateway had not written yet: the stream ends with the
     // task as it stands (its artifacts whole, then its final status), not with a wait for
     // events that will never come.
@@ -367,5 +392,17 @@ async fn a_task_whose_gateway_and_node_died_together_fails_saying_why() {
     assert_eq!(last["status"]["state"], "failed", "{rest:?}");
     let said = last["status"]["message"].to_string();
     assert!(said.contains("gone from the broker"), "{said}");
+    // Resumed again from that id once the task ended, the client gets an answer at once:
+    // the task as it stands when its failure was logged after that id, else (the failure
+    // took that very id: the log cannot tell it from the event the client saw) "nothing to
+    // subscribe to", as for a client that saw the end.
+    let answer = &again
+        .last()
+        .expect("an answer to the second resumption")
+        .data;
+    assert!(
+        answer["result"]["status"]["state"] == "failed" || answer["error"]["code"] == -32004,
+        "{again:?}"
+    );
     assert_eq!(task["status"]["state"], "failed", "{task}");
 }

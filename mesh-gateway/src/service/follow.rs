@@ -11,7 +11,7 @@
 //! evicted meanwhile) is replaced by the task as it stands.
 
 use crate::bridge::{Live, Seq, Subscription};
-use crate::store::{ANY_TASK, StoreError, TaskStore};
+use crate::store::{ANY_TASK, StoreError, TaskRecord, TaskStore};
 use mesh_core::rpc::Reply;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,12 +29,14 @@ const CAPACITY: usize = 256;
 pub(crate) const POLL_EVERY: Duration = Duration::from_secs(2);
 
 /// The events of `task_id` after `after`, as the store logs them, until the task ends for
-/// good, the client goes away or the gateway shuts down.
+/// good, the client goes away or the gateway shuts down. `resumed`: `after` is a client's
+/// `Last-Event-ID`, which the log may not hold (see [`Follower::ended_behind`]).
 pub(crate) fn follow(
     store: Arc<dyn TaskStore>,
     changes: broadcast::Receiver<Arc<str>>,
     task_id: String,
     after: Seq,
+    resumed: bool,
     shutdown: CancellationToken,
 ) -> Subscription {
     let (tx, rx) = mpsc::channel(CAPACITY);
@@ -45,6 +47,7 @@ pub(crate) fn follow(
             task_id,
             tx,
             shutdown,
+            after_unlogged: resumed,
         };
         follower.run(after).await;
     });
@@ -57,6 +60,8 @@ struct Follower {
     task_id: String,
     tx: mpsc::Sender<Live>,
     shutdown: CancellationToken,
+    /// The position followed from is a client's, not yet matched by an event of the log.
+    after_unlogged: bool,
 }
 
 /// What one reading of the log came to.
@@ -98,8 +103,13 @@ impl Follower {
                 }
             };
             if events.is_empty() {
-                return self.ended_behind(after).await;
+                return if self.after_unlogged {
+                    self.ended_behind(after).await
+                } else {
+                    Read::UpToDate
+                };
             }
+            self.after_unlogged = false;
             let full = events.len() == READ_BATCH;
             for event in events {
                 let reply = event.reply();
@@ -121,10 +131,12 @@ impl Follower {
     /// gateway streamed them and died before writing them, and another ended the task
     /// (its session and those events lost with it). Its end is then behind the follower,
     /// which hands out the task as it stands rather than wait for events that never come.
+    /// Only a follower resumed from a client's position can be there, and only until an
+    /// event of the log comes after it.
     async fn ended_behind(&mut self, after: &mut Seq) -> Read {
         match self.store.load(&self.task_id).await {
             Ok(Some(record)) if record.task.status.state.is_terminal() && record.seq <= *after => {
-                self.resynchronise(after).await
+                self.hand_out_task(&record, after).await
             }
             _ => Read::UpToDate,
         }
@@ -135,7 +147,13 @@ impl Follower {
         let Ok(Some(record)) = self.store.load(&self.task_id).await else {
             return Read::Done;
         };
+        self.hand_out_task(&record, after).await
+    }
+
+    /// Hands out `record`'s task as one event, from which the follower goes on.
+    async fn hand_out_task(&mut self, record: &TaskRecord, after: &mut Seq) -> Read {
         *after = record.seq;
+        self.after_unlogged = false;
         let task = Reply::Task(record.task.clone());
         let ends = super::events::ends_for_good(Ok(&task));
         if self

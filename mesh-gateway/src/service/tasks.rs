@@ -220,6 +220,7 @@ impl A2aService {
                 changes,
                 params.id.clone(),
                 after,
+                resume_after.is_some(),
                 self.shutdown.clone(),
             );
             let mut events = self.events(params.id, first, Some(live), true);
