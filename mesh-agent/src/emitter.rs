@@ -298,7 +298,7 @@ impl Emitter {
             self.dialect,
             &self.rpc_id,
             &guard.task,
-            None,
+            codec::TaskView::WHOLE,
         );
         guard.task.metadata = metadata;
         payload

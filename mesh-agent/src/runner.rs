@@ -76,7 +76,7 @@ pub(crate) fn start(
         rpc_id,
         dialect,
         params,
-        meta,
+        mut meta,
         reply_to,
         ..
     } = request;
@@ -95,7 +95,8 @@ pub(crate) fn start(
     if let Err(error) = check_envelope(&meta, shared.config.max_call_depth) {
         return Err((emitter(empty_task()), error));
     }
-    let (task, resumed) = match resolve_task(&meta, dialect, params.message) {
+    let snapshot = meta.task.take();
+    let (task, resumed) = match resolve_task(snapshot, &meta, dialect, params.message) {
         Ok(resolved) => resolved,
         Err(error) => return Err((emitter(empty_task()), error)),
     };
@@ -320,15 +321,16 @@ fn check_envelope(meta: &MeshMeta, max_depth: u32) -> Result<(), A2aError> {
     Ok(())
 }
 
-/// Which task a message belongs to, and whether it resumes one.
+/// Which task a message belongs to (the `snapshot` it resumes, carried with it, or a new one),
+/// and whether it resumes one.
 fn resolve_task(
+    snapshot: Option<Box<Task>>,
     meta: &MeshMeta,
     dialect: Dialect,
     mut message: Message,
 ) -> Result<(Task, bool), A2aError> {
-    if let Some(snapshot) = &meta.task {
-        let mut task = codec::read_task(snapshot.clone())
-            .map_err(|e| A2aError::invalid_params(format!("params.metadata._mesh.task: {e}")))?;
+    if let Some(snapshot) = snapshot {
+        let mut task = *snapshot;
         if let Some(id) = &message.task_id
             && *id != task.id
         {

@@ -5,7 +5,8 @@
 //! (JSON-RPC, HTTP+JSON, gRPC), in one command:
 //! `cargo run --release -p mesh-bench` (or `scripts/bench`, which installs wrk and builds the
 //! `mesh` binary first). See `docs/benchmarks.md` for the table and what dominates each
-//! figure. The criterion micro-benchmarks of the codecs are `benches/codecs.rs`.
+//! figure. The codecs are timed by [`codecs`]; signed agent cards by the criterion bench
+//! `benches/cards.rs`.
 //!
 //! `mesh-chaos` ([`chaos`]) is no benchmark: the client of the chaos run
 //! (`scripts/compose-check --cluster`), a steady load through a load balancer while parts of

@@ -1,8 +1,7 @@
 //! The messages the codec benchmarks parse and write: a `SendMessage` request and a completed
 //! task with one artifact (the echo agent's answer), each written in every dialect (0.1, 0.3,
-//! 1.0), and the topics of a request and of its reply. Shared by the `mesh-bench` binary
-//! (its codec rows) and the criterion bench `benches/codecs.rs`; and signed agent cards, for
-//! `benches/cards.rs`.
+//! 1.0), and the topics of a request and of its reply, for the codec rows of `mesh-bench`;
+//! and signed agent cards, for the criterion bench `benches/cards.rs`.
 
 use mesh_core::codec;
 use mesh_core::dialect::Dialect;

@@ -1,9 +1,8 @@
 //! The JSON-RPC 2.0 envelope: request ids, envelope parsing (with notification and batch
-//! detection) and response writing.
+//! detection). Responses are written by the codec.
 //!
 //! This layer knows nothing about A2A methods; [`crate::codec`] builds on it (and reads
-//! and writes canonical envelopes with its own typed fast path). Responses are serialized
-//! straight into bytes, without building a `Value` envelope.
+//! canonical envelopes with its own typed reader).
 //! Error codes: `-32700` when the bytes are not JSON, `-32600` when the JSON is not a
 //! request object (not an object, `jsonrpc` missing or not `"2.0"`, `method` not a string,
 //! `id` neither string, integer nor null, empty batch).
@@ -235,47 +234,6 @@ pub fn parse_envelope(value: Value) -> Result<Envelope, EnvelopeError> {
     Ok(Envelope { id, method, params })
 }
 
-/// Writes `{"jsonrpc":"2.0","id":…,"result":…}`.
-pub fn write_result(id: &JsonRpcId, result: Value) -> Vec<u8> {
-    to_bytes(&ResponseEnvelope {
-        id: Some(id),
-        key: "result",
-        value: &result,
-    })
-}
-
-/// Writes `{"jsonrpc":"2.0","id":…,"error":…}` (`id` null when unknown).
-pub fn write_error(id: Option<&JsonRpcId>, error: Value) -> Vec<u8> {
-    to_bytes(&ResponseEnvelope {
-        id,
-        key: "error",
-        value: &error,
-    })
-}
-
-/// A response envelope, serialized without building a `Value`.
-struct ResponseEnvelope<'a, T> {
-    id: Option<&'a JsonRpcId>,
-    key: &'static str,
-    value: &'a T,
-}
-
-impl<T: Serialize> Serialize for ResponseEnvelope<'_, T> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(Some(3))?;
-        m.serialize_entry("jsonrpc", "2.0")?;
-        m.serialize_entry("id", self.id.unwrap_or(&JsonRpcId::Null))?;
-        m.serialize_entry(self.key, self.value)?;
-        m.end()
-    }
-}
-
-/// Serializes into bytes (cannot fail for these types; falls back to `null` defensively).
-pub(crate) fn to_bytes<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap_or_else(|_| b"null".to_vec())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,9 +253,6 @@ mod tests {
         assert_eq!(e.id, Some(JsonRpcId::Null));
         let e = env(json!({"jsonrpc":"2.0","method":"m"})).expect("ok");
         assert!(e.is_notification());
-        let out = write_result(&JsonRpcId::from(7), json!(1));
-        let out: Value = serde_json::from_slice(&out).expect("json");
-        assert_eq!(out, json!({"jsonrpc":"2.0","id":7,"result":1}));
     }
 
     #[test]
@@ -328,11 +283,5 @@ mod tests {
         );
         assert!(matches!(parse_incoming(b"[{}]"), Ok(Incoming::Batch(v)) if v.len() == 1));
         assert!(matches!(parse_incoming(b"{}"), Ok(Incoming::Single(_))));
-        let e = write_error(None, json!({"code":-32700,"message":"x"}));
-        let e: Value = serde_json::from_slice(&e).expect("json");
-        assert_eq!(
-            e,
-            json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}})
-        );
     }
 }

@@ -10,6 +10,9 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+use crate::model::Task;
+use crate::topic::RequesterKind;
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -19,8 +22,8 @@ pub use crate::model::MESH_KEY;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Caller {
-    /// `"gateway"` or `"agent"`.
-    pub kind: String,
+    /// A gateway or an agent.
+    pub kind: RequesterKind,
     /// The gateway's (deployment) name or the calling agent's name: the first segment of its
     /// response topics after `response/`.
     pub id: String,
@@ -33,7 +36,7 @@ impl Caller {
     /// `_mesh.caller` as written on the bus.
     fn into_value(self) -> Value {
         let mut object = Map::new();
-        object.insert("kind".to_owned(), Value::String(self.kind));
+        object.insert("kind".to_owned(), Value::from(self.kind.as_str()));
         object.insert("id".to_owned(), Value::String(self.id));
         if let Some(principal) = self.principal {
             object.insert("principal".to_owned(), Value::String(principal));
@@ -41,7 +44,8 @@ impl Caller {
         Value::Object(object)
     }
 
-    /// Reads `_mesh.caller` (`kind` and `id` strings, `principal` optional).
+    /// Reads `_mesh.caller` (`kind` `"gateway"` or `"agent"`, `id` a string, `principal`
+    /// optional); anything else reads as no caller.
     fn from_value(value: Value) -> Option<Caller> {
         let Value::Object(object) = value else {
             return None;
@@ -59,7 +63,7 @@ impl Caller {
             }
         }
         Some(Caller {
-            kind: kind?,
+            kind: RequesterKind::from_name(&kind?)?,
             id: id?,
             principal,
         })
@@ -81,41 +85,32 @@ pub(crate) const MESH_FIELDS: [&str; 10] = [
 ];
 
 /// The content of `metadata._mesh`, on requests and on events alike (each side uses its fields).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct MeshMeta {
     /// Request: the topic every reply and event of this request goes to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
     /// Request: unique per publish; the key agents de-duplicate on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
     /// Request: milliseconds since the Unix epoch after which the task fails.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<u64>,
     /// Request: who asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<Caller>,
     /// Request: the call depth (0 from a gateway, +1 per delegation).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<u32>,
     /// Request: W3C trace context, passed through untouched.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
     /// Request: the id the requester assigned to the new task this message starts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<String>,
-    /// Request: the task snapshot a follow-up message resumes from (0.3 Task JSON).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub task: Option<Value>,
+    /// Request: the task a follow-up message resumes (0.3 Task JSON on the wire). The codec
+    /// reads and writes it with the request: [`MeshMeta::from_object`] leaves the member in
+    /// [`MeshMeta::other`] and [`MeshMeta::into_object`] does not write this field.
+    pub task: Option<Box<Task>>,
     /// Event: the id of the agent instance running the task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
     /// Event: the position of the event in its reply stream.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
-    /// Dialect-preservation fields written by the codecs; kept as they are.
-    #[serde(flatten)]
+    /// Dialect-preservation fields written by the codecs, and members this type does not
+    /// know; kept as they are.
     pub other: Map<String, Value>,
 }
 
@@ -154,7 +149,7 @@ impl MeshMeta {
     /// by hand: serde's `flatten` buffers every field, and this runs on every message). A
     /// field of the wrong type reads as absent, except `deadline` and `depth` out of range
     /// (not `null`), which stay in `other` ([`MeshMeta::out_of_range`]); unknown fields are
-    /// kept in `other`.
+    /// kept in `other` (the task snapshot among them: the codec reads it as a [`Task`]).
     pub fn from_object(object: Map<String, Value>) -> MeshMeta {
         let mut meta = MeshMeta::default();
         let string = |value: Value| match value {
@@ -185,7 +180,6 @@ impl MeshMeta {
                 },
                 "traceparent" => meta.traceparent = string(value),
                 "taskId" => meta.task_id = string(value),
-                "task" => meta.task = Some(value),
                 "instance" => meta.instance = string(value),
                 "seq" => meta.seq = value.as_u64(),
                 _ => {
@@ -204,7 +198,8 @@ impl MeshMeta {
             .find_map(|key| self.other.get(key).map(|value| (key, value)))
     }
 
-    /// This value as the object under `_mesh` (the fields that are set, camelCase).
+    /// This value as the object under `_mesh` (the fields that are set, camelCase), but for the
+    /// task snapshot, which only a request carries and the codec writes.
     pub fn into_object(self) -> Map<String, Value> {
         let mut object = self.other;
         let mut set = |key: &str, value: Option<Value>| {
@@ -219,7 +214,6 @@ impl MeshMeta {
         set("depth", self.depth.map(Value::from));
         set("traceparent", self.traceparent.map(Value::String));
         set("taskId", self.task_id.map(Value::String));
-        set("task", self.task);
         set("instance", self.instance.map(Value::String));
         set("seq", self.seq.map(Value::from));
         object
@@ -373,45 +367,64 @@ mod tests {
     }
 
     #[test]
-    fn the_hand_written_reader_and_writer_agree_with_serde() {
+    fn every_field_round_trips_through_the_object() {
         let meta = MeshMeta {
             reply_to: Some("ns/a2a/v1/gateway/response/gw/i1/echo/t1".into()),
             request_id: Some("r1".into()),
             deadline: Some(42),
             caller: Some(Caller {
-                kind: "gateway".into(),
+                kind: RequesterKind::Gateway,
                 id: "gw".into(),
                 principal: Some("alice".into()),
             }),
             depth: Some(2),
             traceparent: Some("00-abc-def-01".into()),
             task_id: Some("t1".into()),
-            task: Some(json!({"id": "t1", "kind": "task"})),
+            task: None,
             instance: Some("i1".into()),
             seq: Some(7),
             other: Map::from_iter([("artifactId".to_owned(), json!("a1"))]),
         };
-        let by_serde = serde_json::to_value(&meta).unwrap();
-        assert_eq!(Value::Object(meta.clone().into_object()), by_serde);
-        let mut names: Vec<&str> = by_serde
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
+        let object = meta.clone().into_object();
+        let mut names: Vec<&str> = object.keys().map(String::as_str).collect();
         names.retain(|name| *name != "artifactId");
+        names.push("task");
         let mut fields = MESH_FIELDS.to_vec();
         fields.sort_unstable();
         names.sort_unstable();
         assert_eq!(names, fields, "MESH_FIELDS names every field");
-        let Value::Object(object) = by_serde else {
-            unreachable!()
-        };
         assert_eq!(MeshMeta::from_object(object), meta);
         assert_eq!(
             Value::Object(MeshMeta::default().into_object()),
             json!({}),
             "unset fields are not written"
+        );
+    }
+
+    #[test]
+    fn a_caller_of_an_unknown_kind_is_no_caller() {
+        let meta = MeshMeta::from_object(Map::from_iter([(
+            "caller".to_owned(),
+            json!({"kind": "robot", "id": "r2"}),
+        )]));
+        assert_eq!(meta.caller, None);
+        let meta = MeshMeta::from_object(Map::from_iter([(
+            "caller".to_owned(),
+            json!({"kind": "agent", "id": "planner"}),
+        )]));
+        assert_eq!(meta.caller.map(|c| c.kind), Some(RequesterKind::Agent));
+    }
+
+    #[test]
+    fn the_task_snapshot_is_left_for_the_codec() {
+        let meta = MeshMeta::from_object(Map::from_iter([(
+            "task".to_owned(),
+            json!({"kind": "task", "id": "t1"}),
+        )]));
+        assert_eq!(meta.task, None);
+        assert_eq!(
+            meta.other.get("task"),
+            Some(&json!({"kind": "task", "id": "t1"}))
         );
     }
 

@@ -169,8 +169,8 @@ struct PendingEntry {
 pub struct Requester {
     bus: Bus,
     topics: Topics,
+    /// Who this requester is on the bus: a gateway or an agent, and its name.
     caller: Caller,
-    kind: RequesterKind,
     /// The requester's instance: the segment after its name in its response topics.
     instance: String,
     pending: Pending,
@@ -222,14 +222,10 @@ impl Requester {
             bus,
             topics,
             caller: Caller {
-                kind: match kind {
-                    RequesterKind::Gateway => "gateway".into(),
-                    RequesterKind::Agent => "agent".into(),
-                },
+                kind,
                 id: name.to_owned(),
                 principal: None,
             },
-            kind,
             instance: instance.to_owned(),
             pending: pending.clone(),
             unexpected: unexpected.clone(),
@@ -347,10 +343,7 @@ impl Requester {
             depth: Some(options.depth),
             traceparent: options.traceparent,
             task_id: (!is_follow_up).then_some(options.task_id),
-            task: options
-                .snapshot
-                .as_ref()
-                .map(|task| codec::write_task(task, Dialect::V0_3)),
+            task: options.snapshot.map(Box::new),
             ..Default::default()
         };
         let request = Request {
@@ -461,8 +454,13 @@ impl Requester {
 
     /// The topic `agent` answers a request for `task_id` on.
     fn reply_topic(&self, agent: &str, task_id: &str) -> Result<String, TopicError> {
-        self.topics
-            .response_topic(self.kind, &self.caller.id, &self.instance, agent, task_id)
+        self.topics.response_topic(
+            self.caller.kind,
+            &self.caller.id,
+            &self.instance,
+            agent,
+            task_id,
+        )
     }
 
     fn register(&self, rpc_id: String, agent: &str, timeout: Duration) -> ReplyStream {

@@ -337,8 +337,10 @@ pub fn strip_share(filter: &str) -> &str {
         .map_or(filter, |(_, f)| f)
 }
 
-/// Who a response topic goes back to: a gateway or a calling agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Who a response topic goes back to: a gateway or a calling agent (on the wire, as
+/// `_mesh.caller.kind`: `"gateway"` or `"agent"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum RequesterKind {
     /// `<ns>/a2a/v1/gateway/response/…`.
     Gateway,
@@ -347,6 +349,23 @@ pub enum RequesterKind {
 }
 
 impl RequesterKind {
+    /// The kind as `_mesh.caller.kind` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequesterKind::Gateway => "gateway",
+            RequesterKind::Agent => "agent",
+        }
+    }
+
+    /// The kind `_mesh.caller.kind` names, if it is one.
+    pub fn from_name(name: &str) -> Option<RequesterKind> {
+        match name {
+            "gateway" => Some(RequesterKind::Gateway),
+            "agent" => Some(RequesterKind::Agent),
+            _ => None,
+        }
+    }
+
     fn path(self) -> &'static str {
         match self {
             RequesterKind::Gateway => "gateway/response",

@@ -1,54 +1,28 @@
-//! How the service's answers are written as JSON, the same for the JSON-RPC binding (inside
-//! its `result`) and the HTTP+JSON binding (as the body): both use the codec of `mesh-core`,
-//! so there is one writer of each shape.
+//! How the service's answers are shown, the same for the JSON-RPC binding (inside its
+//! `result`) and the HTTP+JSON binding (as the body): how much of a task a request asked for
+//! ([`task_view`]) and a page of tasks as the codec writes it ([`task_page`]). Both bindings
+//! write with the codec of `mesh-core`, so there is one writer of each shape.
 
 use crate::service::TaskList;
-use mesh_core::codec;
-use mesh_core::dialect::Dialect;
-use mesh_core::model::Task;
-use serde_json::{Map, Value};
+use mesh_core::codec::{TaskPage, TaskView};
 
-/// A `historyLength` as the codec takes it (a negative length keeps nothing).
-pub(crate) fn history_tail(history_length: Option<i32>) -> Option<usize> {
-    history_length.map(|n| usize::try_from(n).unwrap_or(0))
+/// The view of a task that a request's `historyLength` asks for (a negative length keeps no
+/// message; none keeps all of them).
+pub(crate) fn task_view(history_length: Option<i32>) -> TaskView {
+    TaskView::history(history_length.map(|n| usize::try_from(n).unwrap_or(0)))
 }
 
-/// A `ListTasks` result in `dialect`: each task with at most `history_length` of its latest
+/// A `ListTasks` page: each task with at most the asked `historyLength` of its latest
 /// messages, without its artifacts unless asked for.
-pub(crate) fn task_list(dialect: Dialect, list: TaskList) -> Value {
-    let tasks: Vec<Value> = list
-        .records
-        .iter()
-        .map(|record| {
-            let mut task = task_value(&record.task, dialect, list.history_length);
-            if !list.include_artifacts
-                && let Some(o) = task.as_object_mut()
-            {
-                o.remove("artifacts");
-            }
-            task
-        })
-        .collect();
-    let mut result = Map::new();
-    result.insert("tasks".into(), Value::Array(tasks));
-    result.insert(
-        "nextPageToken".into(),
-        list.next_page_token.unwrap_or_default().into(),
-    );
-    result.insert("pageSize".into(), list.page_size.into());
-    result.insert("totalSize".into(), list.total_size.into());
-    Value::Object(result)
-}
-
-/// A task in `dialect` with at most `history_length` of its latest messages.
-fn task_value(task: &Task, dialect: Dialect, history_length: Option<i32>) -> Value {
-    let mut value = codec::write_task(task, dialect);
-    if let (Some(keep), Some(Value::Array(history))) = (
-        history_tail(history_length),
-        value.as_object_mut().and_then(|o| o.get_mut("history")),
-    ) && history.len() > keep
-    {
-        history.drain(..history.len() - keep);
+pub(crate) fn task_page(list: &TaskList) -> TaskPage<'_> {
+    TaskPage {
+        tasks: list.records.iter().map(|record| &record.task).collect(),
+        next_page_token: list.next_page_token.as_deref().unwrap_or_default(),
+        page_size: i32::try_from(list.page_size).unwrap_or(i32::MAX),
+        total_size: i32::try_from(list.total_size).unwrap_or(i32::MAX),
+        view: TaskView {
+            artifacts: list.include_artifacts,
+            ..task_view(list.history_length)
+        },
     }
-    value
 }

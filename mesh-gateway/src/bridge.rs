@@ -241,14 +241,8 @@ impl Bridge {
         if record.push_configs.is_empty() {
             return;
         }
-        let task = mesh_core::codec::write_task(&record.task, record.dialect);
         // 1.0 (§4.3.3): a StreamResponse, `{"task": …}`; 0.3 and 0.1: the bare task.
-        let body = if record.dialect == mesh_core::dialect::Dialect::V1_0 {
-            serde_json::to_vec(&serde_json::json!({ "task": task }))
-        } else {
-            serde_json::to_vec(&task)
-        }
-        .unwrap_or_default();
+        let body = mesh_core::codec::write_stream_task_json(&record.task, record.dialect);
         pusher.notify(&record.task.id, body, record.push_configs.clone());
     }
 

@@ -24,7 +24,7 @@ use futures_util::future::join_all;
 use mesh_core::codec::{self, Decoded};
 use mesh_core::dialect::{Dialect, Method};
 use mesh_core::error::A2aError;
-use mesh_core::jsonrpc::{self, JsonRpcId};
+use mesh_core::jsonrpc::JsonRpcId;
 use mesh_core::model::{ListTaskPushNotificationConfigsResponse, Task};
 use mesh_core::rpc::{Call, Reply, Request, RequestError};
 use serde_json::Value;
@@ -402,9 +402,10 @@ fn dispatch<'a>(
                 )
             }),
             Call::ListTasks(params) => service.list_tasks(&cx, params).await.map(|list| {
-                Answer::Json(jsonrpc::write_result(
+                Answer::Json(codec::encode_task_page(
+                    dialect,
                     &id,
-                    crate::answers::task_list(dialect, list),
+                    &crate::answers::task_page(&list),
                 ))
             }),
             Call::CancelTask(params) => service.cancel_task(&cx, params).await.map(|record| {
@@ -507,8 +508,8 @@ fn task_answer(
     task: &Task,
     history_length: Option<i32>,
 ) -> Answer {
-    let tail = crate::answers::history_tail(history_length);
-    Answer::Json(codec::encode_task(method, dialect, id, task, tail))
+    let view = crate::answers::task_view(history_length);
+    Answer::Json(codec::encode_task(method, dialect, id, task, view))
 }
 
 /// The request's id, when the body is a JSON object with a usable one.

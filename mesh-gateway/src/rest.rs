@@ -37,7 +37,7 @@ use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::http::{Method as HttpMethod, StatusCode};
 use axum::response::Response;
-use mesh_core::codec;
+use mesh_core::codec::{self, TaskView};
 use mesh_core::dialect::{Dialect, Method};
 use mesh_core::error::{A2aError, ErrorKind};
 use mesh_core::model::ListTaskPushNotificationConfigsResponse;
@@ -344,14 +344,14 @@ async fn answer(
             crate::sse::respond(events, RestEvents, rest.keep_alive)
         }
         Call::Send(params) => {
-            let tail =
-                answers::history_tail(params.configuration.as_ref().and_then(|c| c.history_length));
+            let view =
+                answers::task_view(params.configuration.as_ref().and_then(|c| c.history_length));
             match service.send_message(cx, params).await? {
                 SendOutcome::Task(record) => ok(codec::write_task_json(
                     Method::SendMessage,
                     d,
                     &record.task,
-                    tail,
+                    view,
                 )),
                 SendOutcome::Message(message) => {
                     ok(codec::write_reply_json(d, &Reply::Message(message)))
@@ -360,16 +360,21 @@ async fn answer(
         }
         Call::GetTask(params) => {
             let record = service.get_task(cx, &params).await?;
-            let tail = answers::history_tail(params.history_length);
-            ok(codec::write_task_json(method, d, &record.task, tail))
+            let view = answers::task_view(params.history_length);
+            ok(codec::write_task_json(method, d, &record.task, view))
         }
         Call::ListTasks(params) => {
             let list = service.list_tasks(cx, params).await?;
-            ok(serde_json::to_vec(&answers::task_list(d, list)).unwrap_or_default())
+            ok(codec::write_task_page_json(d, &answers::task_page(&list)))
         }
         Call::CancelTask(params) => {
             let record = service.cancel_task(cx, params).await?;
-            ok(codec::write_task_json(method, d, &record.task, None))
+            ok(codec::write_task_json(
+                method,
+                d,
+                &record.task,
+                TaskView::WHOLE,
+            ))
         }
         Call::Subscribe(params) => {
             let resume = crate::http::last_event_id(headers)?;

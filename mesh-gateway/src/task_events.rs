@@ -26,11 +26,10 @@ pub fn encode(event: &Reply) -> bytes::Bytes {
     bytes::Bytes::from(codec::write_reply_json(Dialect::V1_0, event))
 }
 
-/// Reads an event written by [`encode`].
+/// Reads an event written by [`encode`] (the codec's typed reader reads what its writer
+/// wrote without a `Value` in between).
 pub fn decode(json: &[u8]) -> Result<Reply, A2aError> {
-    let value = serde_json::from_slice(json)
-        .map_err(|e| A2aError::parse(format!("a stored task event is not JSON: {e}")))?;
-    codec::read_reply(value, Dialect::V1_0)
+    codec::read_reply_json(json, Dialect::V1_0)
 }
 
 /// True for the event after which a task's stream ends: a task or status in a final state

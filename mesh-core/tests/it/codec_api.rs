@@ -8,8 +8,8 @@ use mesh_core::codec::card::{
     decode_card, read_card, write_card_combined, write_card_v1, write_card_v03,
 };
 use mesh_core::codec::{
-    Decoded, decode, decode_reply, decode_request, encode_error, encode_reply, encode_reply_to,
-    encode_request, write_task,
+    Decoded, TaskView, decode, decode_reply, decode_request, encode_error, encode_reply,
+    encode_reply_to, encode_request, write_task_json,
 };
 use mesh_core::dialect::{Dialect, Method};
 use mesh_core::error::{A2aError, ErrorKind};
@@ -421,10 +421,14 @@ fn replies_have_the_dialect_shape() {
     let (_, back) =
         decode_reply(&serde_json::to_vec(&bare).expect("json"), Dialect::V1_0).expect("ok");
     assert_eq!(back.expect("task"), Reply::Task(task.clone()));
-    let v03 = write_task(&task, Dialect::V0_3);
+    let json = |task: &Task, d| -> Value {
+        serde_json::from_slice(&write_task_json(Method::GetTask, d, task, TaskView::WHOLE))
+            .expect("json")
+    };
+    let v03 = json(&task, Dialect::V0_3);
     assert_eq!(v03["kind"], "task");
     assert_eq!(v03["artifacts"][0]["parts"][0]["kind"], "data");
-    let v01 = write_task(&task, Dialect::V0_1);
+    let v01 = json(&task, Dialect::V0_1);
     assert_eq!(v01["sessionId"], "c");
     assert_eq!(v01["artifacts"][0]["metadata"]["_mesh"]["artifactId"], "a1");
     assert_eq!(v01["status"]["state"], "completed");
@@ -557,4 +561,34 @@ fn reply_finality() {
     let out = parse(&encode_reply(Dialect::V0_3, &id, &r));
     assert_eq!(out["result"]["final"], true);
     assert!(out["result"].get("metadata").is_none());
+}
+
+/// A follow-up's task snapshot is read as a task: one that is not a task fails the request
+/// with invalid params naming it (the agent answers with that error), `null` is no snapshot.
+#[test]
+fn the_envelope_task_snapshot_is_read_as_a_task() {
+    let request = |task: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"message/send","params":{{"message":{{"kind":"message","messageId":"m","role":"user","parts":[{{"kind":"text","text":"hi"}}]}},"metadata":{{"_mesh":{{"replyTo":"r/t","task":{task}}}}}}}}}"#
+        )
+    };
+    let ok = decode_request(
+        request(r#"{"kind":"task","id":"t1","contextId":"c","status":{"state":"input-required"}}"#)
+            .as_bytes(),
+    )
+    .expect("a snapshot");
+    let snapshot = ok.mesh.task.expect("read as a task");
+    assert_eq!(snapshot.id, "t1");
+    assert_eq!(snapshot.status.state, TaskState::InputRequired);
+    assert!(!ok.mesh.other.contains_key("task"));
+    let none = decode_request(request("null").as_bytes()).expect("null is no snapshot");
+    assert_eq!(none.mesh.task, None);
+    let bad = decode_request(request(r#"{"id":"t1","status":{"state":"dreaming"}}"#).as_bytes())
+        .expect_err("not a task");
+    assert_eq!(bad.error.code(), -32602);
+    assert!(
+        bad.error.message.contains("params.metadata._mesh.task"),
+        "{}",
+        bad.error.message
+    );
 }

@@ -12,5 +12,5 @@ mod codec_api;
 mod codec_fixtures;
 mod codec_no_panic;
 mod codec_roundtrip;
-mod codec_timing;
+mod codec_written;
 mod support;

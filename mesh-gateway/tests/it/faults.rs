@@ -403,7 +403,7 @@ async fn a_client_cannot_forge_the_bus_envelope() {
                 "resumed": ctx.is_resumed(),
                 "taskId": ctx.task_id(),
                 "history": ctx.task().history.as_ref().map_or(0, Vec::len),
-                "caller": ctx.caller().map(|c| c.kind.clone()),
+                "caller": ctx.caller().map(|c| c.kind),
             });
             Ok(Outcome::completed_with(seen.to_string()))
         }),
