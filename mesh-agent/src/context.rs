@@ -2,8 +2,8 @@
 //!
 //! The context gives the new message (with the bus's reserved metadata already stripped), the
 //! task it belongs to (history and artifacts of earlier turns included), who asked, a
-//! cancellation signal, and the calls that stream progress back: status messages, whole
-//! artifacts and artifact chunks. It also reaches other agents ([`TaskContext::peers`]); their
+//! cancellation signal, and the calls that stream progress back: `working` status messages,
+//! whole artifacts, and artifacts written in pieces through an [`ArtifactWriter`]. It also reaches other agents ([`TaskContext::peers`]); their
 //! sub-tasks are tied to this one, so cancelling this task cancels them.
 
 use crate::emitter::{EmitError, Emitter};
@@ -93,10 +93,10 @@ impl TaskContext {
             .await
     }
 
-    /// A status update. Terminal and interrupted states are set by returning an
-    /// [`Outcome`](crate::Outcome) instead; use this for intermediate `working` updates.
-    pub async fn status(&self, message: Option<Message>) -> Result<(), EmitError> {
-        self.emitter.status(TaskState::Working, message).await
+    /// A `working` status update carrying `message` whole (its parts may be more than text).
+    /// Terminal and interrupted states are set by returning an [`Outcome`](crate::Outcome).
+    pub async fn working_with(&self, message: Message) -> Result<(), EmitError> {
+        self.emitter.status(TaskState::Working, Some(message)).await
     }
 
     /// A whole artifact.
@@ -114,20 +114,74 @@ impl TaskContext {
             .await
     }
 
-    /// One chunk of an artifact streamed in pieces: the first chunk with `append: false`, the
-    /// following ones with `append: true`, the last with `last_chunk: true`.
-    pub async fn artifact_chunk(
-        &self,
-        artifact: Artifact,
-        append: bool,
-        last_chunk: bool,
-    ) -> Result<(), EmitError> {
-        self.emitter.artifact(artifact, append, last_chunk).await
+    /// A new artifact named `name` (with a fresh id), to stream in pieces.
+    pub fn artifact_writer(&self, name: impl Into<String>) -> ArtifactWriter {
+        self.artifact_writer_for(new_artifact(Some(name.into()), Vec::new()))
+    }
+
+    /// An artifact to stream in pieces that keeps `artifact`'s id, name, description,
+    /// metadata and extensions (its parts are not sent: pass them to the writer), e.g. to
+    /// relay a peer's artifact as it streams.
+    pub fn artifact_writer_for(&self, mut artifact: Artifact) -> ArtifactWriter {
+        artifact.parts = Vec::new();
+        ArtifactWriter {
+            emitter: self.emitter.clone(),
+            head: artifact,
+            started: false,
+        }
     }
 
     /// Other agents of the mesh, to call from inside this task.
     pub fn peers(&self) -> &Peers {
         &self.peers
+    }
+}
+
+/// An artifact streamed in pieces, chunk by chunk (A2A's artifact updates with `append` and
+/// `lastChunk`): [`append`](ArtifactWriter::append) sends the next parts,
+/// [`finish`](ArtifactWriter::finish) the last ones. A writer dropped unfinished leaves the
+/// artifact as far as it got.
+///
+/// ```no_run
+/// # use mesh_agent::{TaskContext, EmitError, model::Part};
+/// # async fn write(ctx: TaskContext) -> Result<(), EmitError> {
+/// let mut draft = ctx.artifact_writer("draft.txt");
+/// draft.append(vec![Part::text("first paragraph\n")]).await?;
+/// draft.finish(vec![Part::text("last paragraph\n")]).await?;
+/// # Ok(()) }
+/// ```
+pub struct ArtifactWriter {
+    emitter: Arc<Emitter>,
+    /// The artifact without parts: what every chunk carries besides its own parts.
+    head: Artifact,
+    /// Whether a chunk was sent (the next one appends).
+    started: bool,
+}
+
+impl ArtifactWriter {
+    /// The artifact's id.
+    pub fn id(&self) -> &str {
+        &self.head.artifact_id
+    }
+
+    /// Sends `parts` as the artifact's next chunk (its first when none was sent).
+    pub async fn append(&mut self, parts: Vec<Part>) -> Result<(), EmitError> {
+        self.chunk(parts, false).await
+    }
+
+    /// Sends `parts` as the artifact's last chunk (the whole artifact when none was sent;
+    /// `parts` may be empty).
+    pub async fn finish(mut self, parts: Vec<Part>) -> Result<(), EmitError> {
+        self.chunk(parts, true).await
+    }
+
+    async fn chunk(&mut self, parts: Vec<Part>, last: bool) -> Result<(), EmitError> {
+        let chunk = Artifact {
+            parts,
+            ..self.head.clone()
+        };
+        let append = std::mem::replace(&mut self.started, true);
+        self.emitter.artifact(chunk, append, last).await
     }
 }
 

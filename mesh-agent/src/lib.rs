@@ -24,11 +24,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A handler streams with [`TaskContext::working`], [`TaskContext::artifact`] and
-//! [`TaskContext::artifact_chunk`]; it asks for more input by returning
-//! [`Outcome::input_required`], and the next message of the same task resumes it with the
-//! history in [`TaskContext::task`]; it watches [`TaskContext::cancelled`] to stop early; and it
-//! calls other agents through [`TaskContext::peers`].
+//! A handler streams with [`TaskContext::working`], [`TaskContext::artifact`] and an
+//! [`ArtifactWriter`] ([`TaskContext::artifact_writer`]: `append`, then `finish`); it asks
+//! for more input by returning [`Outcome::input_required`], and the next message of the same
+//! task resumes it with the history in [`TaskContext::task`]; it watches
+//! [`TaskContext::cancelled`] to stop early; and it calls other agents through
+//! [`TaskContext::peers`], whose [`PeerStream`] yields the model's stream events.
 
 mod agent;
 mod context;
@@ -39,7 +40,7 @@ mod peer;
 mod runner;
 
 pub use agent::{Agent, AgentConfig, AgentError, RunningAgent};
-pub use context::{TaskContext, new_artifact};
+pub use context::{ArtifactWriter, TaskContext, new_artifact};
 pub use emitter::EmitError;
 pub use handler::{FnHandler, Handler, HandlerError, Outcome, agent_text, handler_fn};
 /// How an instance reaches the broker: all an agent needs of the bus.
@@ -47,3 +48,5 @@ pub use mesh_core::bus::BusConfig;
 /// The A2A model a handler reads and writes (messages, parts, artifacts, tasks, states).
 pub use mesh_core::model;
 pub use peer::{PeerAnswer, PeerError, PeerStream, Peers};
+/// The JSON of data parts and metadata (`serde_json::Value`, `json!`).
+pub use serde_json;

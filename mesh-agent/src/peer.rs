@@ -7,13 +7,16 @@
 //! of its parent's deadline; and when the parent task is canceled, every sub-task it started
 //! is canceled too.
 
+use futures_core::Stream;
 use mesh_core::dialect::Method;
 use mesh_core::error::A2aError;
-use mesh_core::model::{Message, Role, Task, send_params};
+use mesh_core::model::{Message, Role, StreamResponse, Task, send_params};
 use mesh_core::registry::Registry;
 use mesh_core::requester::{Delivery, ReplyStream, Requester, SendError, SendOptions};
 use mesh_core::rpc::Reply;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -79,11 +82,11 @@ impl Peers {
     pub async fn send(&self, agent: &str, message: Message) -> Result<PeerAnswer, PeerError> {
         let mut stream = self.open(agent, message, Method::SendMessage).await?;
         let mut last_task = None;
-        while let Some(reply) = stream.next().await {
-            match reply? {
-                Reply::Task(task) => last_task = Some(task),
-                Reply::Message(message) => return Ok(PeerAnswer::Message(message)),
-                _ => {}
+        while let Some(event) = stream.next().await {
+            match event? {
+                StreamResponse::Task(task) => last_task = Some(task),
+                StreamResponse::Message(message) => return Ok(PeerAnswer::Message(message)),
+                StreamResponse::StatusUpdate(_) | StreamResponse::ArtifactUpdate(_) => {}
             }
         }
         last_task
@@ -159,22 +162,22 @@ impl Peers {
             }
         });
         Ok(PeerStream {
-            inner: stream,
-            agent: Arc::from(agent),
+            events: Box::pin(events(stream, Arc::from(agent), self.parent.clone())),
             task_id,
             _done: done_tx,
-            parent: self.parent.clone(),
         })
     }
 }
 
-/// The events of a peer's task, in order; ends after the final one.
+/// The events of a peer's task, in order, as the model has them (the task, status and
+/// artifact updates, or a direct message); ends after the final one, or with
+/// [`PeerError::Canceled`] when the calling task is canceled. Read it with
+/// [`next`](PeerStream::next), or as a [`Stream`].
 pub struct PeerStream {
-    inner: ReplyStream,
-    agent: Arc<str>,
+    events: Pin<Box<dyn Stream<Item = Result<StreamResponse, PeerError>> + Send>>,
     task_id: String,
+    /// Dropped with the stream: the sub-task's cancel cascade stops watching the parent.
     _done: oneshot::Sender<()>,
-    parent: CancellationToken,
 }
 
 impl PeerStream {
@@ -184,21 +187,64 @@ impl PeerStream {
     }
 
     /// The next event (bus metadata removed); `None` after the final one.
-    pub async fn next(&mut self) -> Option<Result<Reply, PeerError>> {
-        let delivery = tokio::select! {
-            delivery = self.inner.next() => delivery?,
-            _ = self.parent.cancelled() => return Some(Err(PeerError::Canceled)),
-        };
-        let Delivery { reply, .. } = delivery;
-        Some(match reply {
-            Ok(mut reply) => {
-                mesh_core::requester::strip_reply_meta(&mut reply);
-                Ok(reply)
-            }
-            Err(error) => Err(PeerError::Remote {
-                agent: self.agent.to_string(),
-                error,
-            }),
-        })
+    pub async fn next(&mut self) -> Option<Result<StreamResponse, PeerError>> {
+        std::future::poll_fn(|cx| self.events.as_mut().poll_next(cx)).await
     }
+}
+
+impl Stream for PeerStream {
+    type Item = Result<StreamResponse, PeerError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.events.as_mut().poll_next(cx)
+    }
+}
+
+/// The replies of `agent` on `inner` as stream events, until the last one or until `parent`
+/// is canceled.
+fn events(
+    inner: ReplyStream,
+    agent: Arc<str>,
+    parent: CancellationToken,
+) -> impl Stream<Item = Result<StreamResponse, PeerError>> + Send {
+    futures_util::stream::unfold(Some(inner), move |inner| {
+        let (agent, parent) = (agent.clone(), parent.clone());
+        async move {
+            let mut inner = inner?;
+            let delivery = tokio::select! {
+                delivery = inner.next() => delivery?,
+                _ = parent.cancelled() => return Some((Err(PeerError::Canceled), None)),
+            };
+            let Delivery { reply, .. } = delivery;
+            let event = match reply {
+                Ok(mut reply) => {
+                    mesh_core::requester::strip_reply_meta(&mut reply);
+                    stream_event(reply).map_err(|error| PeerError::Remote {
+                        agent: agent.to_string(),
+                        error,
+                    })
+                }
+                Err(error) => Err(PeerError::Remote {
+                    agent: agent.to_string(),
+                    error,
+                }),
+            };
+            Some((event, Some(inner)))
+        }
+    })
+}
+
+/// A reply as the stream event it must be.
+fn stream_event(reply: Reply) -> Result<StreamResponse, A2aError> {
+    Ok(match reply {
+        Reply::Task(task) => StreamResponse::Task(task),
+        Reply::Message(message) => StreamResponse::Message(message),
+        Reply::StatusUpdate(event) => StreamResponse::StatusUpdate(event),
+        Reply::ArtifactUpdate(event) => StreamResponse::ArtifactUpdate(event),
+        _ => {
+            return Err(A2aError::invalid_agent_response(
+                "the answer is not a task, a message or a task event",
+            ));
+        }
+    })
 }

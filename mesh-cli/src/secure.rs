@@ -31,12 +31,12 @@ use std::path::{Path, PathBuf};
 
 /// The example agents and the peers each may call (the orchestrator delegates to the others).
 pub fn example_agents() -> Vec<AgentSpec> {
-    mesh_examples::NAMES
+    mesh_example_agents::NAMES
         .iter()
         .map(|&name| AgentSpec {
             name: name.to_owned(),
             peers: if name == "orchestrator" {
-                mesh_examples::NAMES
+                mesh_example_agents::NAMES
                     .iter()
                     .filter(|&&peer| peer != name)
                     .map(|&peer| peer.to_owned())

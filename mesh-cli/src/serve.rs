@@ -48,7 +48,7 @@ pub async fn up(settings: &Settings, secure: Option<&Path>) -> Outcome {
         None => settings.signing_key.clone(),
     };
     let mut parts = Vec::new();
-    for name in mesh_examples::NAMES {
+    for name in mesh_example_agents::NAMES {
         parts.push((*name, url_of(name)?, key_of(name)));
     }
     let gateway_url = url_of(&settings.gateway_name)?;
@@ -271,10 +271,10 @@ async fn start_agent(
     name: &str,
     key: Option<&Path>,
 ) -> Result<RunningAgent, Failure> {
-    let Some(agent) = mesh_examples::by_name(name) else {
+    let Some(agent) = mesh_example_agents::by_name(name) else {
         return Err(Failure::UnknownAgent(format!(
             "no example agent named {name:?}; there are: {}",
-            mesh_examples::NAMES.join(", ")
+            mesh_example_agents::NAMES.join(", ")
         )));
     };
     let config = AgentConfig {

@@ -19,7 +19,7 @@ async fn a_newcomer_sees_every_live_agent_at_once_from_retained_messages(broker:
     let mesh = Mesh::on(broker).await;
     let mut running = Vec::new();
     for name in ["echo", "writer", "files"] {
-        running.push(mesh.run(mesh_examples::by_name(name).unwrap()).await);
+        running.push(mesh.run(mesh_example_agents::by_name(name).unwrap()).await);
     }
     // A registry that starts now knows all three as soon as the retained state arrived,
     // without waiting for a heartbeat.
@@ -51,7 +51,7 @@ async fn a_newcomer_has_every_card_once_it_says_loaded(broker: TestBroker) {
     // the marker it publishes to itself, would miss some.
     const AGENTS: usize = 300;
     let mesh = Mesh::on(broker).await;
-    let mut card = mesh_examples::echo::agent().agent_card().clone();
+    let mut card = mesh_example_agents::echo::agent().agent_card().clone();
     let mut retained = Vec::new();
     for i in 0..AGENTS {
         let name = format!("agent-{i}");
@@ -112,7 +112,7 @@ async fn a_newcomer_has_every_card_once_it_says_loaded(broker: TestBroker) {
 mesh_testkit::both_brokers!(a_changed_card_reaches_the_registry);
 async fn a_changed_card_reaches_the_registry(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
-    let echo = mesh.run(mesh_examples::echo::agent()).await;
+    let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     let mut events = mesh.registry.subscribe();
     let mut card = mesh.registry.agent("echo").unwrap().card.unwrap();
     card.description = "a new description".into();
@@ -306,7 +306,7 @@ async fn on_a_broker_that_drops_shared_subscriptions_the_probe_fails_loudly() {
 
     // Shared subscriptions on: NATS accepts the $share filter and delivers nothing. The
     // instance notices at start instead of running as a silent dead agent.
-    let error = mesh_examples::echo::agent()
+    let error = mesh_example_agents::echo::agent()
         .config(config.clone())
         .start(bus_config())
         .await
@@ -319,7 +319,7 @@ async fn on_a_broker_that_drops_shared_subscriptions_the_probe_fails_loudly() {
     );
 
     // Off: one instance, and it serves.
-    let echo = mesh_examples::echo::agent()
+    let echo = mesh_example_agents::echo::agent()
         .config(AgentConfig {
             shared_subscription: false,
             ..config
@@ -346,7 +346,7 @@ async fn on_a_broker_that_drops_shared_subscriptions_the_probe_fails_loudly() {
 mesh_testkit::both_brokers!(a_crashed_instances_retained_will_is_cleared_by_the_next_registry);
 async fn a_crashed_instances_retained_will_is_cleared_by_the_next_registry(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
-    let crashing = mesh.run(mesh_examples::echo::agent()).await;
+    let crashing = mesh.run(mesh_example_agents::echo::agent()).await;
     let presence_topic = mesh
         .topics
         .presence("echo", crashing.instance_id())

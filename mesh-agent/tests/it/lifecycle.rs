@@ -39,7 +39,7 @@ fn replies(deliveries: Vec<mesh_core::requester::Delivery>) -> Vec<Reply> {
 mesh_testkit::both_brokers!(a_stream_is_task_then_working_then_artifact_then_final);
 async fn a_stream_is_task_then_working_then_artifact_then_final(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
-    let echo = mesh.run(mesh_examples::echo::agent()).await;
+    let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     let (task_id, stream) = mesh
         .send("echo", "hello", Method::SendStreamingMessage)
         .await;
@@ -63,7 +63,7 @@ async fn a_stream_is_task_then_working_then_artifact_then_final(broker: TestBrok
 mesh_testkit::both_brokers!(a_blocking_send_gets_only_the_finished_task);
 async fn a_blocking_send_gets_only_the_finished_task(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
-    let echo = mesh.run(mesh_examples::echo::agent()).await;
+    let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     let (task_id, stream) = mesh.send("echo", "hi", Method::SendMessage).await;
     let events = replies(collect(stream).await);
     assert_eq!(events.len(), 1, "{events:#?}");
@@ -106,7 +106,7 @@ async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses
     broker: TestBroker,
 ) {
     let mesh = Mesh::on(broker).await;
-    let booker = mesh.run(mesh_examples::flight_booker::agent()).await;
+    let booker = mesh.run(mesh_example_agents::flight_booker::agent()).await;
 
     let (task_id, stream) = mesh
         .send(
@@ -165,7 +165,7 @@ async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses
 mesh_testkit::both_brokers!(a_message_for_an_unknown_task_is_task_not_found);
 async fn a_message_for_an_unknown_task_is_task_not_found(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
-    let echo = mesh.run(mesh_examples::echo::agent()).await;
+    let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     // No snapshot, no assigned id, a taskId the agent cannot know: -32001.
     let reply_topic = mesh
         .topics
@@ -219,7 +219,7 @@ async fn a_message_for_an_unknown_task_is_task_not_found(broker: TestBroker) {
 mesh_testkit::both_brokers!(a_method_agents_do_not_serve_is_answered_on_its_reply_topic);
 async fn a_method_agents_do_not_serve_is_answered_on_its_reply_topic(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
-    let echo = mesh.run(mesh_examples::echo::agent()).await;
+    let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     // tasks/get on an agent's request topic (the gateway answers it, not agents): the
     // agent says so on the reply topic of the request's envelope.
     let reply_topic = mesh
@@ -534,7 +534,7 @@ async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice(broker
 mesh_testkit::both_brokers!(a_thousand_streamed_chunks_arrive_in_order);
 async fn a_thousand_streamed_chunks_arrive_in_order(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
-    let writer = mesh.run(mesh_examples::writer::agent()).await;
+    let writer = mesh.run(mesh_example_agents::writer::agent()).await;
     let (_, stream) = mesh
         .send("writer", "chunks: 1000", Method::SendStreamingMessage)
         .await;
@@ -570,8 +570,8 @@ mesh_testkit::both_brokers!(hostile_names_are_refused_and_hostile_task_ids_are_m
 async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
     for bad in ["a/b", "+", "#", "$sys", "with space", "dot.ted", ""] {
-        let result = mesh_examples::echo::agent()
-            .card(mesh_examples::echo::agent().agent_card().clone())
+        let result = mesh_example_agents::echo::agent()
+            .card(mesh_example_agents::echo::agent().agent_card().clone())
             .config(mesh.config());
         let renamed = Agent::new(
             bad,
@@ -585,7 +585,7 @@ async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped(broker: TestB
             "{bad:?}: {error:?}"
         );
     }
-    let echo = mesh.run(mesh_examples::echo::agent()).await;
+    let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     let mut message = user("odd id");
     message.task_id = None;
     let stream = mesh
@@ -785,7 +785,7 @@ async fn an_answer_too_large_for_the_bus_fails_its_task_and_the_instance_serves_
         }),
     );
     let mut agents = Vec::new();
-    for agent in [mesh_examples::echo::agent(), big_artifact] {
+    for agent in [mesh_example_agents::echo::agent(), big_artifact] {
         let running = agent
             .config(mesh.config())
             .start(small.clone())

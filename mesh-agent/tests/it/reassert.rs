@@ -15,7 +15,8 @@ async fn echo(mesh: &Mesh, key: Option<&SigningKey>) -> RunningAgent {
         signing_key: key.cloned(),
         ..mesh.config()
     };
-    mesh.run_with(mesh_examples::echo::agent(), config).await
+    mesh.run_with(mesh_example_agents::echo::agent(), config)
+        .await
 }
 
 /// The next message on `subscription`, within [`WAIT`].

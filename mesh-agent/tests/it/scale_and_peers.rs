@@ -284,8 +284,8 @@ async fn a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth
 mesh_testkit::both_brokers!(the_orchestrator_streams_a_peers_progress_and_result);
 async fn the_orchestrator_streams_a_peers_progress_and_result(broker: TestBroker) {
     let mesh = Mesh::on(broker).await;
-    let writer = mesh.run(mesh_examples::writer::agent()).await;
-    let orchestrator = mesh.run(mesh_examples::orchestrator::agent()).await;
+    let writer = mesh.run(mesh_example_agents::writer::agent()).await;
+    let orchestrator = mesh.run(mesh_example_agents::orchestrator::agent()).await;
     let (_, stream) = mesh
         .send(
             "orchestrator",
@@ -303,6 +303,25 @@ async fn the_orchestrator_streams_a_peers_progress_and_result(broker: TestBroker
         .filter(|e| matches!(e, Reply::ArtifactUpdate(_)))
         .count();
     assert_eq!(chunks, 3, "the writer's chunks are relayed: {events:#?}");
+    // Relayed as they were written: one artifact, appended to, its last chunk marked.
+    let flags: Vec<(String, Option<bool>, Option<bool>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Reply::ArtifactUpdate(u) => {
+                Some((u.artifact.artifact_id.clone(), u.append, u.last_chunk))
+            }
+            _ => None,
+        })
+        .collect();
+    let id = flags[0].0.clone();
+    assert_eq!(
+        flags,
+        vec![
+            (id.clone(), Some(false), Some(false)),
+            (id.clone(), Some(true), Some(false)),
+            (id, Some(true), Some(true)),
+        ]
+    );
     let Reply::StatusUpdate(end) = events.last().unwrap() else {
         panic!("ends with a status")
     };
@@ -392,4 +411,58 @@ async fn a_request_lost_with_a_dying_instance_fails_within_the_pickup_grace(brok
     for survivor in instances.into_iter().flatten() {
         survivor.shutdown().await;
     }
+}
+
+mesh_testkit::both_brokers!(a_peer_stream_is_a_stream_of_the_models_events);
+async fn a_peer_stream_is_a_stream_of_the_models_events(broker: TestBroker) {
+    use futures_util::StreamExt;
+    use mesh_agent::model::StreamResponse;
+    let mesh = Mesh::on(broker).await;
+    let writer = mesh.run(mesh_example_agents::writer::agent()).await;
+    let reader = Agent::new(
+        "reader",
+        handler_fn(|ctx: TaskContext| async move {
+            let stream = ctx
+                .peers()
+                .stream("writer", user("brokers chunks: 2"))
+                .await?;
+            let events: Vec<_> = stream.collect().await;
+            // What the reader saw, one letter per event: Task, Status, Artifact, Message.
+            let mut seen = String::new();
+            for event in events {
+                seen.push(match event? {
+                    StreamResponse::Task(_) => 'T',
+                    StreamResponse::StatusUpdate(u) if u.status.state == TaskState::Completed => {
+                        'C'
+                    }
+                    StreamResponse::StatusUpdate(_) => 'S',
+                    StreamResponse::ArtifactUpdate(u) if u.last_chunk == Some(true) => 'L',
+                    StreamResponse::ArtifactUpdate(_) => 'A',
+                    StreamResponse::Message(_) => 'M',
+                });
+            }
+            Ok(Outcome::completed_with(seen))
+        }),
+    );
+    let reader = mesh.run(reader).await;
+    let (_, stream) = mesh.send("reader", "go", Method::SendMessage).await;
+    let last = collect(stream)
+        .await
+        .pop()
+        .expect("an answer")
+        .reply
+        .unwrap();
+    let Reply::Task(task) = last else {
+        panic!("a task: {last:?}")
+    };
+    assert_eq!(task.status.state, TaskState::Completed, "{task:?}");
+    let seen = task.status.message.as_ref().unwrap().parts[0]
+        .as_text()
+        .unwrap()
+        .to_owned();
+    // The task, the runtime's `working` and the writer's, two chunks (the last marked), the
+    // completion.
+    assert_eq!(seen, "TSSALC");
+    writer.shutdown().await;
+    reader.shutdown().await;
 }

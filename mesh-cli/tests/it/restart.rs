@@ -286,7 +286,7 @@ async fn pending_webhooks_survive_sigkill_of_the_gateway() {
         uuid::Uuid::new_v4().simple()
     ));
     let bus_config = || mesh_core::bus::BusConfig::new(&broker_url).unwrap();
-    let echo = mesh_examples::echo::agent()
+    let echo = mesh_example_agents::echo::agent()
         .config(mesh_agent::AgentConfig {
             namespace: namespace.clone(),
             shutdown_grace: Duration::from_millis(300),

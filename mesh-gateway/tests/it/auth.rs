@@ -285,7 +285,7 @@ async fn cors_preflight_and_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_origin_and_no_auth_by_default() {
     let mut mesh = Mesh::start_with(|c| c.cors_origins = vec!["*".into()]).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let preflight = mesh
         .http
         .request(reqwest::Method::OPTIONS, mesh.url("/agents/echo"))
@@ -324,8 +324,8 @@ async fn metrics_count_requests_tasks_streams_and_webhooks() {
         c.webhook_backoff = std::time::Duration::from_millis(10);
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await;
-    mesh.run(mesh_examples::writer::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
+    mesh.run(mesh_example_agents::writer::agent()).await;
     for _ in 0..3 {
         mesh.call("echo", "message/send", msg03("count me")).await;
     }

@@ -31,9 +31,9 @@ async fn every_binding_answers_the_sdk_scenarios_alike() {
         c.allow_private_webhooks = true;
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await;
-    mesh.run(mesh_examples::writer::agent()).await;
-    mesh.run(mesh_examples::flight_booker::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
+    mesh.run(mesh_example_agents::writer::agent()).await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
     // Its gate is never opened: its tasks work until they are canceled.
     mesh.run(slow_agent("slow", Gate::default())).await;
 

@@ -62,7 +62,7 @@ async fn get(mesh: &Mesh, path: &str, headers: &[(&str, &str)]) -> (u16, Value) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_root_leads_to_the_console_and_post_root_stays_json_rpc() {
     let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let client = no_redirects();
     for path in ["/", "/ui"] {
         let response = client.get(mesh.url(path)).send().await.unwrap();
@@ -174,7 +174,7 @@ impl Events {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agents_feed_says_when_an_agent_comes_and_goes() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let response = mesh
         .http
         .get(mesh.url("/ui/api/agents/events"))
@@ -208,7 +208,7 @@ async fn the_agents_feed_says_when_an_agent_comes_and_goes() {
     );
 
     // An agent that comes, then goes.
-    let writer = mesh.start_agent(mesh_examples::writer::agent()).await;
+    let writer = mesh.start_agent(mesh_example_agents::writer::agent()).await;
     let entry = events.until("writer", |w| w["online"] == true).await;
     assert_eq!(entry["instances"], 1);
     assert!(entry["description"].as_str().unwrap().contains("streamed"));
@@ -220,8 +220,8 @@ async fn the_agents_feed_says_when_an_agent_comes_and_goes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tasks_list_spans_agents_filters_and_pages() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
-    mesh.run(mesh_examples::flight_booker::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let mut echoed = Vec::new();
     for i in 0..3 {
         let task = send(&mesh, "echo", message(&format!("hello {i}")), &[]).await;
@@ -301,7 +301,7 @@ async fn a_tasks_timeline_is_its_logged_events_in_order_with_their_times() {
         uuid::Uuid::new_v4().simple()
     ));
     let mut mesh = Mesh::start_with(|c| c.data_dir = Some(dir.clone())).await;
-    mesh.run(mesh_examples::flight_booker::agent()).await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
     // As the console chats: streamed, the question answered in the same task.
     let asked = stream(&mesh, "flight-booker", message("a flight")).await;
     let id = asked[0]["task"]["id"].as_str().unwrap().to_owned();
@@ -374,7 +374,7 @@ async fn a_tasks_timeline_is_its_logged_events_in_order_with_their_times() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_the_memory_store_a_finished_tasks_timeline_says_its_events_are_gone() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let task = send(&mesh, "echo", message("hello"), &[]).await;
     let id = task["id"].as_str().unwrap();
     let (status, timeline) = get(&mesh, &format!("/ui/api/tasks/{id}/events"), &[]).await;
@@ -394,7 +394,7 @@ async fn with_api_keys_the_page_is_public_and_its_feeds_are_each_principals() {
         c.default_agent = Some("echo".into());
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     const ALICE: (&str, &str) = ("authorization", "Bearer alice-secret");
     const BOB: (&str, &str) = ("x-api-key", "bob-secret");
 
@@ -444,7 +444,7 @@ async fn with_api_keys_the_page_is_public_and_its_feeds_are_each_principals() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bus_view_shows_the_namespaces_traffic_to_a_few_readers_without_api_keys() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let open = || async { mesh.http.get(mesh.url("/ui/api/bus")).send().await.unwrap() };
     let response = open().await;
     assert_eq!(response.status(), 200);

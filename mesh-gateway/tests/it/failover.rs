@@ -40,7 +40,7 @@ async fn when_its_broker_node_dies_the_mesh_moves_to_the_next_one() {
     let mut agent_bus = BusConfig::new(&format!("{},{}", mesh.broker.url(), second.url())).unwrap();
     agent_bus.keep_alive = Duration::from_secs(2);
     assert_eq!(agent_bus.failover, [next]);
-    let echo = mesh_examples::echo::agent()
+    let echo = mesh_example_agents::echo::agent()
         .config(mesh.agent_config())
         .start(agent_bus)
         .await

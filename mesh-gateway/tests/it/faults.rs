@@ -18,7 +18,7 @@ fn message(body: &Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_json_rpc_errors() {
     let mut mesh = Mesh::start_with(|c| c.body_limit = 2048).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
 
     // Not JSON: -32700 with id null.
     let (status, body) = mesh
@@ -182,7 +182,7 @@ async fn malformed_requests_get_json_rpc_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2a_version_is_checked() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     for ok in ["0.3", "0.3.0", "1.0", "1.0.0"] {
         let (_, body) = mesh
             .post_raw(
@@ -217,7 +217,7 @@ async fn a2a_version_is_checked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_offline_and_default_agents() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
 
     let (_, body) = mesh
         .post("/agents/ghost", &rpc("message/send", msg03("hi")))
@@ -257,7 +257,7 @@ async fn unknown_offline_and_default_agents() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_agent_answers_on_root() {
     let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let (_, body) = mesh.post("/", &rpc("message/send", msg03("root"))).await;
     assert_eq!(
         body.pointer("/result/artifacts/0/parts/0/text"),
@@ -322,7 +322,7 @@ async fn an_agent_silent_past_the_deadline_fails_the_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_to_an_agent_that_does_not_stream_is_refused() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent().streaming(false))
+    mesh.run(mesh_example_agents::echo::agent().streaming(false))
         .await;
     let (status, body) = mesh
         .post("/agents/echo", &rpc("message/stream", msg03("s")))
@@ -340,7 +340,7 @@ async fn streaming_to_an_agent_that_does_not_stream_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bus_down_is_not_ready_and_fails_fast_then_recovers() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let ready = mesh.http.get(mesh.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
 
@@ -443,7 +443,7 @@ async fn a_client_cannot_forge_the_bus_envelope() {
 /// every other request is served.
 async fn a_message_the_broker_refuses_fails_alone(broker: TestBroker) {
     let mut mesh = Mesh::start_on(broker, |_| {}, |_| {}).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let big = rpc("message/send", msg03(&"x".repeat(300 * 1024)));
     let (status, body) = mesh.post("/agents/echo", &big).await;
     assert_eq!(status, 200);
@@ -543,7 +543,7 @@ async fn limits_are_consistent_from_the_body_to_the_bus(broker: TestBroker) {
 mesh_testkit::both_brokers!(batches_are_capped_and_empty_task_ids_refused);
 async fn batches_are_capped_and_empty_task_ids_refused(broker: TestBroker) {
     let mut mesh = Mesh::start_on(broker, |_| {}, |config| config.max_batch = 3).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let batch = |n: usize| {
         Value::Array(
             (0..n)
@@ -578,7 +578,7 @@ async fn work_in_flight_when_the_broker_dies_ends_promptly(broker: TestBroker) {
     let mut mesh = Mesh::start_on(broker, |_| {}, |c| c.cancel_wait = Duration::from_secs(1)).await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let response = mesh.open_sse("slow", "message/stream", msg03("s")).await;
     let events = tokio::spawn(read_sse(response));
     // The blocking send is under way once the agent says it works on it.

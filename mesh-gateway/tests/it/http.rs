@@ -10,7 +10,7 @@ async fn agent_cards_for_both_generations_with_caching_headers() {
         c.public_url = Some("https://a2a.example.test/mesh/".into());
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
 
     for path in [
         "/agents/echo/.well-known/agent-card.json",
@@ -92,7 +92,7 @@ async fn agent_cards_for_both_generations_with_caching_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn card_urls_default_to_the_bound_address_and_no_default_agent_is_404() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let card: Value = mesh
         .http
         .get(mesh.url("/agents/echo/.well-known/agent-card.json"))
@@ -117,8 +117,8 @@ async fn card_urls_default_to_the_bound_address_and_no_default_agent_is_404() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_and_health() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
-    let second = mesh.start_agent(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
+    let second = mesh.start_agent(mesh_example_agents::echo::agent()).await;
     mesh.agents.push(second);
     assert!(
         mesh.gateway
@@ -206,7 +206,7 @@ fn chrono_like(s: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_1_0_client_gets_the_1_0_card_and_others_the_combined_one() {
     let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     // The members the 1.0 AgentCard has (a2a.proto, in JSON's camelCase): its schema allows
     // no other.
     const V1_MEMBERS: [&str; 14] = [

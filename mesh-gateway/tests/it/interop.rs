@@ -14,9 +14,9 @@ async fn the_python_a2a_sdk_drives_the_gateway_in_1_0_and_0_3() {
         return;
     };
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
-    mesh.run(mesh_examples::writer::agent()).await;
-    mesh.run(mesh_examples::flight_booker::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
+    mesh.run(mesh_example_agents::writer::agent()).await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../scripts/interop/a2a_sdk_client.py"

@@ -19,7 +19,7 @@ async fn the_python_a2a_sdk_authenticates_with_a_bearer_or_api_key_over_every_bi
         c.api_keys = vec![ApiKey::parse("carol=carol-key-1", 1).unwrap()];
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/a2a_sdk_auth.py");
     run_interop_script(
         &python,

@@ -15,7 +15,7 @@ fn state(task: &Value) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v03_send_get_list_and_history_length() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
 
     let body = mesh.call("echo", "message/send", msg03("hello")).await;
     let task = result(&body);
@@ -98,7 +98,7 @@ async fn v03_send_get_list_and_history_length() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v03_stream_is_in_order_task_first_and_closes_after_final() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::writer::agent()).await;
+    mesh.run(mesh_example_agents::writer::agent()).await;
     let request = rpc("message/stream", msg03("rust, chunks: 20"));
     let response = mesh
         .http
@@ -147,7 +147,7 @@ async fn v03_stream_is_in_order_task_first_and_closes_after_final() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v03_multi_turn_follow_up_carries_the_task() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::flight_booker::agent()).await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let first = mesh
         .call("flight-booker", "message/send", msg03("book me a flight"))
         .await;
@@ -214,7 +214,7 @@ async fn v03_non_blocking_send_then_cancel_and_cancel_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_of_an_interrupted_task_is_done_by_the_gateway() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::flight_booker::agent()).await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let first = mesh
         .call("flight-booker", "SendMessage", msg10("a flight please"))
         .await;
@@ -312,7 +312,7 @@ async fn a_stream_client_that_goes_away_does_not_cancel_the_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v10_send_stream_get_list_cancel_subscribe() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
 
@@ -389,8 +389,8 @@ async fn v10_send_stream_get_list_cancel_subscribe() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v10_follow_up_and_snake_case_and_untagged_variants() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::flight_booker::agent()).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     // snake_case 1.0-ish payload
     let body = mesh
         .call(
@@ -436,8 +436,8 @@ async fn v10_follow_up_and_snake_case_and_untagged_variants() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v01_send_with_own_id_get_in_0_1_and_stream_of_updates_only() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
-    mesh.run(mesh_examples::flight_booker::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
 
     let body = mesh
         .call("echo", "tasks/send", msg01("my-task-1", "hello"))
@@ -635,7 +635,7 @@ async fn idle_streams_get_keep_alive_comments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_shapes_tasks_send_without_id_and_mixed_parts() {
     let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     // Seed 002: tasks/send to the root, message only, parts with both text and kind.
     let (status, body) = mesh
         .post(
@@ -658,7 +658,7 @@ async fn seed_shapes_tasks_send_without_id_and_mixed_parts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_requests_all_complete() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let mesh = std::sync::Arc::new(mesh);
     let calls = (0..200).map(|i| {
         let mesh = mesh.clone();
@@ -688,7 +688,7 @@ async fn many_concurrent_requests_all_complete() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_ten_thousand_chunks_reaches_the_sse_client_event_by_event() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::writer::agent()).await;
+    mesh.run(mesh_example_agents::writer::agent()).await;
     let request = rpc("message/stream", msg03("bursts, chunks: 10000"));
     let response = mesh
         .http
@@ -767,7 +767,7 @@ async fn a_blocking_send_whose_client_goes_away_still_ends_its_task() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_method_that_fails_first_answers_an_event_stream_of_its_error() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     // 0.3 `tasks/resubscribe` and 1.0 `SubscribeToTask` of a task that does not exist, and a
     // stream to an agent that is not there: each answer is an event stream whose one event is
     // the JSON-RPC error (0.3 §7.9, §7.2.1), with the request's id.
@@ -827,7 +827,7 @@ async fn a_streaming_method_that_fails_first_answers_an_event_stream_of_its_erro
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_to_an_interrupted_task_follows_it_to_its_end() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::flight_booker::agent()).await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let first = mesh
         .call("flight-booker", "message/send", msg03("book me a flight"))
         .await;
@@ -887,7 +887,7 @@ async fn a_subscription_to_an_interrupted_task_follows_it_to_its_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_waiting_on_an_interrupted_task_are_bounded() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::flight_booker::agent()).await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let first = mesh
         .call("flight-booker", "message/send", msg03("book me a flight"))
         .await;

@@ -101,7 +101,7 @@ async fn v03_webhook_retries_keeps_order_and_sends_the_token() {
 async fn v10_send_with_config_posts_the_task_with_authorization() {
     let mut hook = Hook::start(0).await;
     let mut mesh = Mesh::start_with(allow_loopback).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
 
     let mut params = msg10("push me");
     params["configuration"] = json!({
@@ -215,7 +215,7 @@ async fn v03_and_v01_config_methods() {
     let gate = Gate::default();
     let mut mesh = Mesh::start_with(allow_loopback).await;
     mesh.run(slow_agent("slow", gate.clone())).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
 
     // 0.3: set on a running task, then list and delete.
     let mut params = msg03("later");
@@ -295,7 +295,7 @@ async fn v03_and_v01_config_methods() {
 async fn bad_webhooks_and_garbage_are_refused_naming_the_field() {
     // Private webhooks are not allowed here (the default).
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let body = mesh.call("echo", "message/send", msg03("x")).await;
     let task_id = result(&body)["id"].as_str().unwrap().to_owned();
 
@@ -399,7 +399,7 @@ async fn a_dead_webhook_does_not_slow_the_task_and_push_shows_on_the_card() {
         c.webhook_attempts = 3;
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let (status, card) = mesh
         .get_json("/agents/echo/.well-known/agent-card.json")
         .await;
@@ -426,7 +426,7 @@ async fn a_full_delivery_queue_drops_and_counts_without_slowing_sends() {
         c.webhook_backoff = Duration::from_millis(200);
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let mut params = msg03("first");
     params["configuration"] = json!({"pushNotificationConfig": {"url": hook.url}});
     mesh.call("echo", "message/send", params).await;
@@ -460,7 +460,7 @@ async fn https_webhook_with_a_trusted_private_ca_gets_the_task_and_its_token() {
         c.webhook_ca_file = Some(certs.join("ca.pem"));
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
 
     let mut params = msg03("over tls");
     params["configuration"] = json!({
@@ -498,7 +498,7 @@ async fn https_webhook_with_an_untrusted_certificate_gets_nothing_and_is_counted
         c.webhook_attempts = 2;
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
 
     let mut params = msg03("not to a stranger");
     params["configuration"] = json!({"pushNotificationConfig": {"url": hook.url, "token": "t"}});

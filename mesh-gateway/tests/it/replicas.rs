@@ -5,9 +5,8 @@
 
 use crate::support::*;
 use futures_util::StreamExt;
-use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
+use mesh_agent::Agent;
 use mesh_core::bus::Bus;
-use mesh_core::model::Part;
 use mesh_gateway::{Gateway, GatewayConfig, RunningGateway};
 use mesh_testkit::TestDatabase;
 use serde_json::{Value, json};
@@ -112,35 +111,6 @@ impl Replicas {
     }
 }
 
-/// An agent that streams three chunks, waits for the gate, streams three more and completes.
-fn paced(gate: Gate) -> Agent {
-    Agent::new(
-        "paced",
-        handler_fn(move |ctx: TaskContext| {
-            let gate = gate.clone();
-            async move {
-                ctx.working("starting").await?;
-                for index in 0..6 {
-                    if index == 3 {
-                        tokio::select! {
-                            () = gate.wait() => {}
-                            // The runtime ends a canceled task itself.
-                            _ = ctx.cancelled() => std::future::pending::<()>().await,
-                        }
-                    }
-                    let mut chunk = new_artifact(
-                        Some("out.txt".into()),
-                        vec![Part::text(format!("{index} "))],
-                    );
-                    chunk.artifact_id = "a".into();
-                    ctx.artifact_chunk(chunk, index > 0, index == 5).await?;
-                }
-                Ok(Outcome::completed_with("done"))
-            }
-        }),
-    )
-}
-
 fn state(task: &Value) -> &str {
     task["status"]["state"].as_str().unwrap_or_default()
 }
@@ -149,7 +119,7 @@ fn state(task: &Value) -> &str {
 async fn a_task_started_through_one_gateway_is_served_by_the_other() {
     let mut replicas = Replicas::start().await;
     replicas
-        .run(mesh_examples::flight_booker::agent(), "flight-booker")
+        .run(mesh_example_agents::flight_booker::agent(), "flight-booker")
         .await;
 
     // Started at a, waiting for input.
@@ -490,7 +460,9 @@ async fn the_pending_webhook_deliveries_of_a_gateway_that_stopped_are_made_by_th
     // the delivery is pending when b stops.
     let mut hook = Hook::start(1).await;
     let mut replicas = Replicas::start_with(|b| b.webhook_backoff = Duration::from_secs(2)).await;
-    replicas.run(mesh_examples::echo::agent(), "echo").await;
+    replicas
+        .run(mesh_example_agents::echo::agent(), "echo")
+        .await;
     let mut params = msg03("notify me");
     params["configuration"] = json!({"pushNotificationConfig": {"url": hook.url, "token": "t"}});
     let sent = replicas.call("b", "echo", "message/send", params).await;

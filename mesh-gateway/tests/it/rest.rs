@@ -67,7 +67,7 @@ async fn every_operation_answers_under_the_agent_at_the_root_and_with_a_tenant()
         c.push_notifications = false;
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     use reqwest::Method as M;
 
     let (status, content_type, sent) = call(
@@ -210,7 +210,7 @@ async fn every_operation_answers_under_the_agent_at_the_root_and_with_a_tenant()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_are_google_rpc_statuses_with_the_status_of_the_error_table() {
     let mut mesh = Mesh::start_with(|c| c.body_limit = 4096).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     use reqwest::Method as M;
 
     let (status, content_type, body) =
@@ -312,7 +312,7 @@ async fn refusals_are_google_rpc_statuses_with_the_status_of_the_error_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_is_server_sent_stream_responses_to_the_final_status() {
     let mut mesh = Mesh::start().await;
-    mesh.run(mesh_examples::writer::agent()).await;
+    mesh.run(mesh_example_agents::writer::agent()).await;
     let response = mesh
         .http
         .post(mesh.url("/agents/writer/message:stream"))
@@ -349,7 +349,7 @@ async fn api_keys_guard_the_binding_and_its_refusal_is_a_status() {
         c.api_keys = vec![mesh_gateway::ApiKey::parse("alice=alice-secret", 1).unwrap()];
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     use reqwest::Method as M;
     let (status, _, body) = call(
         &mesh,

@@ -3,34 +3,7 @@
 //! event after it, once and in order, then the live ones; in JSON-RPC and HTTP+JSON.
 
 use crate::support::*;
-use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
-use mesh_core::model::Part;
 use serde_json::json;
-
-/// An agent that streams three chunks, waits for the gate, streams three more and completes.
-fn paced(gate: Gate) -> Agent {
-    Agent::new(
-        "paced",
-        handler_fn(move |ctx: TaskContext| {
-            let gate = gate.clone();
-            async move {
-                ctx.working("starting").await?;
-                for index in 0..6 {
-                    if index == 3 {
-                        gate.wait().await;
-                    }
-                    let mut chunk = new_artifact(
-                        Some("out.txt".into()),
-                        vec![Part::text(format!("{index} "))],
-                    );
-                    chunk.artifact_id = "a".into();
-                    ctx.artifact_chunk(chunk, index > 0, index == 5).await?;
-                }
-                Ok(Outcome::completed_with("done"))
-            }
-        }),
-    )
-}
 
 async fn resubscribe(mesh: &Mesh, task: &str, last: Option<u64>) -> reqwest::Response {
     let mut request = mesh

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 /// The echo example with a tag on its skill (the A2A SDK's canonical form drops an empty
 /// `tags`, which the specification keeps).
 fn tagged_echo() -> Agent {
-    let agent = mesh_examples::echo::agent();
+    let agent = mesh_example_agents::echo::agent();
     let mut card = agent.agent_card().clone();
     for skill in &mut card.skills {
         skill.tags = vec!["echo".into()];
@@ -150,7 +150,7 @@ async fn every_served_card_carries_the_gateways_signature() {
         c.default_agent = Some("echo".into());
     })
     .await;
-    mesh.run(mesh_examples::echo::agent()).await; // unsigned: no trust store here
+    mesh.run(mesh_example_agents::echo::agent()).await; // unsigned: no trust store here
     let keys = served_keys(&mesh).await; // public, like the cards
     let verifies =
         |card: &Value| card_signing::verify_card(&keys, card) == Ok(gateway_key.kid().to_owned());

@@ -98,12 +98,12 @@ async fn echo_and_booker(
     namespace: &str,
 ) -> (mesh_agent::RunningAgent, mesh_agent::RunningAgent) {
     let agent_config = agent_config(namespace);
-    let echo = mesh_examples::echo::agent()
+    let echo = mesh_example_agents::echo::agent()
         .config(agent_config.clone())
         .start(bus_config(broker))
         .await
         .unwrap();
-    let booker = mesh_examples::flight_booker::agent()
+    let booker = mesh_example_agents::flight_booker::agent()
         .config(agent_config)
         .start(bus_config(broker))
         .await
@@ -224,7 +224,7 @@ async fn webhooks_pending_at_a_shutdown_are_delivered_by_the_next_gateway() {
     let broker = TestBroker::from_env().await;
     let namespace = fresh_namespace();
     let dir = temp_dir();
-    let echo = mesh_examples::echo::agent()
+    let echo = mesh_example_agents::echo::agent()
         .config(agent_config(&namespace))
         .start(bus_config(&broker))
         .await
@@ -305,7 +305,7 @@ async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
 ) {
     let namespace = fresh_namespace();
     let dir = temp_dir();
-    let writer = mesh_examples::writer::agent()
+    let writer = mesh_example_agents::writer::agent()
         .config(agent_config(&namespace))
         .start(bus_config(&broker))
         .await
@@ -397,8 +397,8 @@ async fn at_the_task_cap_a_task_waiting_for_input_is_kept_and_new_work_is_refuse
     broker: TestBroker,
 ) {
     let mut mesh = Mesh::start_on(broker, |_| {}, |c| c.retention_count = 4).await;
-    mesh.run(mesh_examples::echo::agent()).await;
-    mesh.run(mesh_examples::flight_booker::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let body = mesh
         .call(
             "flight-booker",
@@ -538,7 +538,7 @@ async fn over_the_byte_budget_finished_tasks_go_then_new_work_is_refused(broker:
 mesh_testkit::both_brokers!(a_task_past_the_per_task_limit_is_failed);
 async fn a_task_past_the_per_task_limit_is_failed(broker: TestBroker) {
     let mut mesh = Mesh::start_on(broker, |_| {}, |c| c.store_max_task_bytes = 64 * 1024).await;
-    mesh.run(mesh_examples::writer::agent()).await;
+    mesh.run(mesh_example_agents::writer::agent()).await;
     let events = mesh
         .stream("writer", "message/stream", msg03("limits chunks: 5000"))
         .await;
@@ -577,7 +577,7 @@ async fn store_cost() {
     for durable in [false, true, false, true] {
         let namespace = fresh_namespace();
         let dir = temp_dir();
-        let echo = mesh_examples::echo::agent()
+        let echo = mesh_example_agents::echo::agent()
             .config(AgentConfig {
                 namespace: namespace.clone(),
                 ..AgentConfig::default()

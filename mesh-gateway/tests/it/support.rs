@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use mesh_agent::model::Part;
 use mesh_agent::{Agent, AgentConfig, Outcome, RunningAgent, TaskContext, handler_fn};
 use mesh_core::bus::{Bus, BusConfig};
 use mesh_gateway::{Gateway, GatewayConfig, RunningGateway};
@@ -652,4 +653,35 @@ pub fn ids(events: &[Sse]) -> Vec<u64> {
 /// Whether `event` carries the chunk `text ` (as the paced test agents stream them).
 pub fn is_chunk(event: &Sse, text: &str) -> bool {
     event.data.to_string().contains(&format!("\"{text} \""))
+}
+
+/// The agent `paced`: streams the artifact `out.txt` in six chunks (`"0 "` to `"5 "`), waiting
+/// for `gate` after the third, then completes; canceled while it waits, it leaves the end of
+/// the task to the runtime.
+pub fn paced(gate: Gate) -> Agent {
+    Agent::new(
+        "paced",
+        handler_fn(move |ctx: TaskContext| {
+            let gate = gate.clone();
+            async move {
+                ctx.working("starting").await?;
+                let mut out = ctx.artifact_writer("out.txt");
+                for index in 0..6 {
+                    if index == 3 {
+                        tokio::select! {
+                            () = gate.wait() => {}
+                            _ = ctx.cancelled() => std::future::pending::<()>().await,
+                        }
+                    }
+                    let parts = vec![Part::text(format!("{index} "))];
+                    if index == 5 {
+                        out.finish(parts).await?;
+                        break;
+                    }
+                    out.append(parts).await?;
+                }
+                Ok(Outcome::completed_with("done"))
+            }
+        }),
+    )
 }

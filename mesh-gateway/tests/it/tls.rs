@@ -54,7 +54,7 @@ async fn tls_mesh(certs: &TestCertificates) -> Mesh {
 async fn message_send_over_https_on_h2_and_http1_and_the_card_says_https() {
     let certs = certificates();
     let mut mesh = tls_mesh(&certs).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let port = mesh.gateway.local_addr().port();
     assert_eq!(mesh.gateway.url(), format!("https://127.0.0.1:{port}"));
 
@@ -109,7 +109,7 @@ async fn message_send_over_https_on_h2_and_http1_and_the_card_says_https() {
 async fn message_stream_over_https_delivers_every_event() {
     let certs = certificates();
     let mut mesh = tls_mesh(&certs).await;
-    mesh.run(mesh_examples::writer::agent()).await;
+    mesh.run(mesh_example_agents::writer::agent()).await;
     for http1_only in [false, true] {
         mesh.http = https_client(&certs, http1_only);
         let events = mesh
@@ -138,7 +138,7 @@ async fn message_stream_over_https_delivers_every_event() {
 async fn failed_handshakes_close_only_their_own_connection() {
     let certs = certificates();
     let mut mesh = tls_mesh(&certs).await;
-    mesh.run(mesh_examples::echo::agent()).await;
+    mesh.run(mesh_example_agents::echo::agent()).await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
     let addr = mesh.gateway.local_addr();

@@ -5,8 +5,8 @@
 //! `FlightItinerary.json` data artifact. A follow-up that still lacks them asks again.
 
 use mesh_agent::model::{Part, Role};
+use mesh_agent::serde_json::json;
 use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
-use serde_json::json;
 
 /// The flight-booker agent.
 pub fn agent() -> Agent {

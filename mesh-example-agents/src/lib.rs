@@ -1,4 +1,4 @@
-//! # mesh-examples
+//! # mesh-example-agents
 //!
 //! Example agents, linked into the `mesh` binary so that `mesh agent <name>` runs any of them,
 //! and used by the tests of the runtime, the gateway and the CLI:
@@ -17,7 +17,8 @@ pub mod writer;
 
 use mesh_agent::Agent;
 
-/// The README's Rust examples, compiled as doctests so that they cannot rot.
+/// The README's Rust examples, compiled as doctests so that they cannot rot, with only this
+/// crate's dependencies (mesh-agent and tokio) in reach.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;

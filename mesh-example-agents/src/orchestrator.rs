@@ -6,9 +6,12 @@
 //! becomes its own, and the follow-up is sent on with everything the user said in the task.
 //! Canceling the orchestrator's task cancels the peer's.
 
-use mesh_agent::model::{Message, Part, Role, TaskState};
-use mesh_agent::{Agent, HandlerError, Outcome, PeerError, TaskContext, handler_fn};
-use mesh_core::rpc::Reply;
+use std::collections::HashMap;
+
+use mesh_agent::model::{Message, Part, PartContent, Role, StreamResponse, TaskState};
+use mesh_agent::{
+    Agent, ArtifactWriter, HandlerError, Outcome, PeerError, TaskContext, handler_fn,
+};
 
 /// The orchestrator agent.
 pub fn agent() -> Agent {
@@ -47,17 +50,26 @@ async fn orchestrate(ctx: TaskContext) -> Result<Outcome, HandlerError> {
         Err(error) => return Err(error.into()),
     };
     let mut outcome = Outcome::failed(format!("{peer} ended without an answer"));
+    // The peer's artifacts being streamed, relayed chunk by chunk under their own ids.
+    let mut relayed: HashMap<String, ArtifactWriter> = HashMap::new();
     while let Some(event) = stream.next().await {
         match event? {
-            Reply::ArtifactUpdate(update) => {
-                ctx.artifact_chunk(
-                    update.artifact,
-                    update.append.unwrap_or(false),
-                    update.last_chunk.unwrap_or(true),
-                )
-                .await?;
+            StreamResponse::ArtifactUpdate(update) => {
+                let mut artifact = update.artifact;
+                let parts = std::mem::take(&mut artifact.parts);
+                let id = artifact.artifact_id.clone();
+                let mut writer = match relayed.remove(&id) {
+                    Some(writer) if update.append.unwrap_or(false) => writer,
+                    _ => ctx.artifact_writer_for(artifact),
+                };
+                if update.last_chunk.unwrap_or(true) {
+                    writer.finish(parts).await?;
+                } else {
+                    writer.append(parts).await?;
+                    relayed.insert(id, writer);
+                }
             }
-            Reply::StatusUpdate(update) => {
+            StreamResponse::StatusUpdate(update) => {
                 let message = update.status.message.map(|m| relabel(peer, m));
                 outcome = match update.status.state {
                     TaskState::Completed => Outcome::Completed(message),
@@ -74,14 +86,16 @@ async fn orchestrate(ctx: TaskContext) -> Result<Outcome, HandlerError> {
                     TaskState::Canceled => Outcome::failed(format!("{peer} canceled the task")),
                     _ => {
                         if let Some(message) = message {
-                            ctx.status(Some(message)).await?;
+                            ctx.working_with(message).await?;
                         }
                         continue;
                     }
                 };
             }
-            Reply::Message(message) => outcome = Outcome::Completed(Some(relabel(peer, message))),
-            _ => {}
+            StreamResponse::Message(message) => {
+                outcome = Outcome::Completed(Some(relabel(peer, message)));
+            }
+            StreamResponse::Task(_) => {}
         }
     }
     Ok(outcome)
@@ -102,7 +116,7 @@ fn choose_peer(text: &str) -> &'static str {
 fn relabel(peer: &str, message: Message) -> Message {
     let mut parts = message.parts;
     if let Some(Part {
-        content: mesh_core::model::PartContent::Text(text),
+        content: PartContent::Text(text),
         ..
     }) = parts.first_mut()
     {

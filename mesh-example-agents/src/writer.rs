@@ -6,7 +6,7 @@
 //! milliseconds before each chunk (at most ten seconds), for a stream a person can watch.
 
 use mesh_agent::model::Part;
-use mesh_agent::{Agent, Outcome, TaskContext, handler_fn, new_artifact};
+use mesh_agent::{Agent, Outcome, TaskContext, handler_fn};
 
 /// The most chunks one request may ask for.
 const MAX_CHUNKS: usize = 100_000;
@@ -33,7 +33,7 @@ pub fn agent() -> Agent {
                 .trim();
             ctx.working(format!("writing {chunks} paragraphs about {topic:?}"))
                 .await?;
-            let artifact_id = uuid::Uuid::now_v7().to_string();
+            let mut draft = ctx.artifact_writer("draft.txt");
             for index in 0..chunks {
                 if let Some(pace) = pace {
                     tokio::select! {
@@ -44,13 +44,12 @@ pub fn agent() -> Agent {
                 if ctx.is_cancelled() {
                     break;
                 }
-                let mut chunk = new_artifact(
-                    Some("draft.txt".into()),
-                    vec![Part::text(paragraph(topic, index))],
-                );
-                chunk.artifact_id.clone_from(&artifact_id);
-                ctx.artifact_chunk(chunk, index > 0, index + 1 == chunks)
-                    .await?;
+                let parts = vec![Part::text(paragraph(topic, index))];
+                if index + 1 == chunks {
+                    draft.finish(parts).await?;
+                    break;
+                }
+                draft.append(parts).await?;
             }
             Ok(Outcome::completed_with(format!(
                 "wrote {chunks} paragraphs"
