@@ -29,6 +29,12 @@
 //!   the tests of what a client does when the broker refuses a message.
 //! - [`both_brokers!`]: one scenario as two tests, one per broker.
 //!
+//! ## Waits and clients
+//!
+//! - [`within`]: awaits a future for at most [`WAIT`], failing the test with what it waited
+//!   for (no test hangs).
+//! - [`TestBroker::bus_config`]: a bus configuration for the broker, with a short keep-alive.
+//!
 //! ## Databases
 //!
 //! - [`TestDatabase`]: a fresh PostgreSQL database per test (on `MESH_TEST_POSTGRES`, by
@@ -58,6 +64,17 @@ pub use postgres::TestDatabase;
 
 /// How long a broker may take to accept connections after it is started.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bound on a test's single wait: [`within`] fails the test after it.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Awaits `fut`, failing the test with `what` if it takes longer than [`WAIT`].
+pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(WAIT, fut).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out after {WAIT:?} waiting for {what}"),
+    }
+}
 
 /// A unique namespace for one test: `t` followed by a simple UUID (a safe topic segment).
 pub fn fresh_namespace() -> String {
@@ -96,6 +113,15 @@ enum Kind {
 }
 
 impl TestBroker {
+    /// A bus configuration for this broker, with a keep-alive of 2 s (a dead connection is
+    /// noticed within seconds).
+    pub fn bus_config(&self) -> mesh_core::bus::BusConfig {
+        let mut config =
+            mesh_core::bus::BusConfig::new(&self.url()).expect("a test broker's URL is valid");
+        config.keep_alive = Duration::from_secs(2);
+        config
+    }
+
     /// Starts a Mosquitto process on a free port and waits until it accepts connections.
     ///
     /// # Panics

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 mesh_testkit::both_brokers!(a_newcomer_sees_every_live_agent_at_once_from_retained_messages);
 async fn a_newcomer_sees_every_live_agent_at_once_from_retained_messages(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let mut running = Vec::new();
     for name in ["echo", "writer", "files"] {
         running.push(mesh.run(mesh_example_agents::by_name(name).unwrap()).await);
@@ -24,7 +24,7 @@ async fn a_newcomer_sees_every_live_agent_at_once_from_retained_messages(broker:
     // A registry that starts now knows all three as soon as the retained state arrived,
     // without waiting for a heartbeat.
     let started = Instant::now();
-    let bus = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+    let bus = Bus::connect(mesh.broker.bus_config()).await.unwrap();
     let newcomer = Registry::start(&bus, &mesh.topics, "gateway")
         .await
         .unwrap();
@@ -50,7 +50,7 @@ async fn a_newcomer_has_every_card_once_it_says_loaded(broker: TestBroker) {
     // Enough retained cards and presences that a registry saying "loaded" too early, on
     // the marker it publishes to itself, would miss some.
     const AGENTS: usize = 300;
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let mut card = mesh_example_agents::echo::agent().agent_card().clone();
     let mut retained = Vec::new();
     for i in 0..AGENTS {
@@ -87,7 +87,7 @@ async fn a_newcomer_has_every_card_once_it_says_loaded(broker: TestBroker) {
     .await
     .expect("the test's registry sees every card");
 
-    let bus = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+    let bus = Bus::connect(mesh.broker.bus_config()).await.unwrap();
     let newcomer = Registry::start(&bus, &mesh.topics, "gateway")
         .await
         .unwrap();
@@ -111,7 +111,7 @@ async fn a_newcomer_has_every_card_once_it_says_loaded(broker: TestBroker) {
 
 mesh_testkit::both_brokers!(a_changed_card_reaches_the_registry);
 async fn a_changed_card_reaches_the_registry(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     let mut events = mesh.registry.subscribe();
     let mut card = mesh.registry.agent("echo").unwrap().card.unwrap();
@@ -144,7 +144,7 @@ async fn a_changed_card_reaches_the_registry(broker: TestBroker) {
 // lingers) expires after three heartbeats.
 mesh_testkit::both_brokers!(an_instance_whose_heartbeat_stops_expires);
 async fn an_instance_whose_heartbeat_stops_expires(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let topic = mesh.topics.presence("hung", "instance-1").unwrap();
     let presence =
         br#"{"status":"online","agent":"hung","instance":"instance-1","heartbeatMs":100}"#;
@@ -165,7 +165,7 @@ async fn an_instance_whose_heartbeat_stops_expires(broker: TestBroker) {
 
 mesh_testkit::both_brokers!(concurrent_tasks_are_bounded_and_the_rest_wait);
 async fn concurrent_tasks_are_bounded_and_the_rest_wait(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let now = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));
     let (now2, peak2) = (now.clone(), peak.clone());
@@ -345,7 +345,7 @@ async fn on_a_broker_that_drops_shared_subscriptions_the_probe_fails_loudly() {
 
 mesh_testkit::both_brokers!(a_crashed_instances_retained_will_is_cleared_by_the_next_registry);
 async fn a_crashed_instances_retained_will_is_cleared_by_the_next_registry(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let crashing = mesh.run(mesh_example_agents::echo::agent()).await;
     let presence_topic = mesh
         .topics
@@ -355,7 +355,7 @@ async fn a_crashed_instances_retained_will_is_cleared_by_the_next_registry(broke
     assert!(mesh.registry.wait_offline("echo", WAIT).await);
 
     // A registry that starts now receives the retained will and clears it.
-    let bus = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+    let bus = Bus::connect(mesh.broker.bus_config()).await.unwrap();
     let newcomer = Registry::start(&bus, &mesh.topics, "gateway")
         .await
         .unwrap();
@@ -364,7 +364,7 @@ async fn a_crashed_instances_retained_will_is_cleared_by_the_next_registry(broke
 
     // Afterwards the broker holds no retained presence for that instance: a fresh subscriber
     // gets nothing on the topic (the marker published after subscribing arrives first).
-    let watcher = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+    let watcher = Bus::connect(mesh.broker.bus_config()).await.unwrap();
     let deadline = Instant::now() + WAIT;
     loop {
         let mut retained = watcher

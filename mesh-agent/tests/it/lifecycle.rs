@@ -38,7 +38,7 @@ fn replies(deliveries: Vec<mesh_core::requester::Delivery>) -> Vec<Reply> {
 
 mesh_testkit::both_brokers!(a_stream_is_task_then_working_then_artifact_then_final);
 async fn a_stream_is_task_then_working_then_artifact_then_final(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     let (task_id, stream) = mesh
         .send("echo", "hello", Method::SendStreamingMessage)
@@ -62,7 +62,7 @@ async fn a_stream_is_task_then_working_then_artifact_then_final(broker: TestBrok
 
 mesh_testkit::both_brokers!(a_blocking_send_gets_only_the_finished_task);
 async fn a_blocking_send_gets_only_the_finished_task(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     let (task_id, stream) = mesh.send("echo", "hi", Method::SendMessage).await;
     let events = replies(collect(stream).await);
@@ -79,7 +79,7 @@ async fn a_blocking_send_gets_only_the_finished_task(broker: TestBroker) {
 
 mesh_testkit::both_brokers!(a_handler_may_answer_with_a_direct_message_and_no_task);
 async fn a_handler_may_answer_with_a_direct_message_and_no_task(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let agent = Agent::new(
         "direct",
         handler_fn(|ctx: TaskContext| async move {
@@ -105,7 +105,7 @@ mesh_testkit::both_brokers!(
 async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses_more(
     broker: TestBroker,
 ) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let booker = mesh.run(mesh_example_agents::flight_booker::agent()).await;
 
     let (task_id, stream) = mesh
@@ -164,7 +164,7 @@ async fn a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses
 
 mesh_testkit::both_brokers!(a_message_for_an_unknown_task_is_task_not_found);
 async fn a_message_for_an_unknown_task_is_task_not_found(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     // No snapshot, no assigned id, a taskId the agent cannot know: -32001.
     let reply_topic = mesh
@@ -218,7 +218,7 @@ async fn a_message_for_an_unknown_task_is_task_not_found(broker: TestBroker) {
 
 mesh_testkit::both_brokers!(a_method_agents_do_not_serve_is_answered_on_its_reply_topic);
 async fn a_method_agents_do_not_serve_is_answered_on_its_reply_topic(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     // tasks/get on an agent's request topic (the gateway answers it, not agents): the
     // agent says so on the reply topic of the request's envelope.
@@ -257,7 +257,7 @@ async fn a_method_agents_do_not_serve_is_answered_on_its_reply_topic(broker: Tes
 
 mesh_testkit::both_brokers!(cancel_reaches_the_handler_and_the_task_ends_canceled);
 async fn cancel_reaches_the_handler_and_the_task_ends_canceled(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let (saw_cancel_tx, saw_cancel_rx) = tokio::sync::oneshot::channel::<()>();
     let saw_cancel_tx = Arc::new(std::sync::Mutex::new(Some(saw_cancel_tx)));
     let agent = Agent::new(
@@ -326,7 +326,7 @@ async fn a_handler_that_returns_on_cancel_is_not_polled_again(broker: TestBroker
     // handed to the grace period (which would poll it again) as an unfinished one would.
     count_polls_after_completion();
     let before = POLLED_AFTER_COMPLETION.load(Ordering::SeqCst);
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let agent = Agent::new(
         "polite",
         handler_fn(|ctx: TaskContext| async move {
@@ -356,7 +356,7 @@ async fn a_canceled_handler_may_clean_up_then_is_aborted(broker: TestBroker) {
             let _ = self.0.send("aborted");
         }
     }
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let agent = Agent::new(
         "stubborn",
@@ -389,7 +389,7 @@ async fn a_canceled_handler_may_clean_up_then_is_aborted(broker: TestBroker) {
 
 mesh_testkit::both_brokers!(a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so);
 async fn a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let agent = Agent::new(
         "sleepy",
         handler_fn(|_ctx: TaskContext| async move {
@@ -418,7 +418,7 @@ async fn a_handler_past_its_deadline_is_canceled_and_its_task_fails_saying_so(br
 
 mesh_testkit::both_brokers!(a_panicking_handler_fails_its_task_and_the_agent_keeps_serving);
 async fn a_panicking_handler_fails_its_task_and_the_agent_keeps_serving(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let agent = Agent::new(
         "fragile",
         handler_fn(|ctx: TaskContext| async move {
@@ -466,7 +466,7 @@ fn counting_agent(name: &str, runs: Arc<AtomicUsize>) -> Agent {
 
 mesh_testkit::both_brokers!(a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice);
 async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let running = mesh.run(counting_agent("counter", runs.clone())).await;
 
@@ -533,7 +533,7 @@ async fn a_duplicate_publish_runs_once_and_a_reused_message_id_runs_twice(broker
 
 mesh_testkit::both_brokers!(a_thousand_streamed_chunks_arrive_in_order);
 async fn a_thousand_streamed_chunks_arrive_in_order(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let writer = mesh.run(mesh_example_agents::writer::agent()).await;
     let (_, stream) = mesh
         .send("writer", "chunks: 1000", Method::SendStreamingMessage)
@@ -568,7 +568,7 @@ async fn a_thousand_streamed_chunks_arrive_in_order(broker: TestBroker) {
 
 mesh_testkit::both_brokers!(hostile_names_are_refused_and_hostile_task_ids_are_mapped);
 async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     for bad in ["a/b", "+", "#", "$sys", "with space", "dot.ted", ""] {
         let result = mesh_example_agents::echo::agent()
             .card(mesh_example_agents::echo::agent().agent_card().clone())
@@ -579,7 +579,7 @@ async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped(broker: TestB
         )
         .config(mesh.config());
         drop(result);
-        let error = renamed.start(bus_config(&mesh.broker)).await.err();
+        let error = renamed.start(mesh.broker.bus_config()).await.err();
         assert!(
             matches!(error, Some(AgentError::Topic(_))),
             "{bad:?}: {error:?}"
@@ -627,7 +627,7 @@ trait SendErr {
     async fn send_message_err(&self, agent: &str) -> bool;
 }
 
-impl SendErr for Mesh {
+impl SendErr for BusMesh {
     async fn send_message_err(&self, agent: &str) -> bool {
         self.requester
             .send(
@@ -660,7 +660,7 @@ fn _task_is_used(_: Task) {}
 // ---- instance and the requester carry on).
 
 /// Publishes a raw JSON request to `agent`'s request topic.
-async fn publish_raw(mesh: &Mesh, agent: &str, request: &serde_json::Value) {
+async fn publish_raw(mesh: &BusMesh, agent: &str, request: &serde_json::Value) {
     mesh.bus
         .publish(
             &mesh.topics.agent_request(agent, "t").unwrap(),
@@ -689,7 +689,7 @@ mesh_testkit::both_brokers!(
 async fn agents_answer_only_on_response_topics_and_refuse_out_of_range_envelopes(
     broker: TestBroker,
 ) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let counter = mesh.run(counting_agent("counter", runs.clone())).await;
     let other_ns = Topics::new(mesh_testkit::fresh_namespace()).unwrap();
@@ -771,10 +771,10 @@ mesh_testkit::both_brokers!(
 async fn an_answer_too_large_for_the_bus_fails_its_task_and_the_instance_serves_on(
     broker: TestBroker,
 ) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     // The agent's bus carries at most 64 KiB: a 40 KB echo fits as a request, and its answer
     // (the history and the artifact, 80 KB) does not.
-    let mut small = bus_config(&mesh.broker);
+    let mut small = mesh.broker.bus_config();
     small.max_packet_size = 64 * 1024;
     let big_artifact = Agent::new(
         "big",
@@ -833,7 +833,7 @@ async fn an_answer_too_large_for_the_bus_fails_its_task_and_the_instance_serves_
 
 mesh_testkit::both_brokers!(forged_events_are_dropped_and_never_hide_the_agents_own);
 async fn forged_events_are_dropped_and_never_hide_the_agents_own(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let gate = Arc::new(tokio::sync::Notify::new());
     let opened = gate.clone();
     let slow = mesh

@@ -10,7 +10,7 @@ use mesh_core::registry::{Presence, PresenceStatus};
 use serde_json::{Value, json};
 
 /// An echo instance signing with `key` (unsigned without one).
-async fn echo(mesh: &Mesh, key: Option<&SigningKey>) -> RunningAgent {
+async fn echo(mesh: &BusMesh, key: Option<&SigningKey>) -> RunningAgent {
     let config = AgentConfig {
         signing_key: key.cloned(),
         ..mesh.config()
@@ -42,11 +42,11 @@ async fn until_card(subscription: &mut Subscription, check: impl Fn(&Value) -> b
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_or_erased_card_is_put_back_signed() {
-    let mesh = Mesh::start().await;
+    let mesh = BusMesh::start().await;
     let key = SigningKey::generate().unwrap();
     let own_key = TrustedKeys::of(&[&key]);
     let agent = echo(&mesh, Some(&key)).await;
-    let forger = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+    let forger = Bus::connect(mesh.broker.bus_config()).await.unwrap();
     let topic = mesh.topics.agent_card("echo").unwrap();
     let mut cards = forger.subscribe(&topic, QoS::AtLeastOnce).await.unwrap();
     let signed = |card: &Value| card_signing::verify_card(&own_key, card).is_ok();
@@ -88,9 +88,9 @@ async fn a_forged_or_erased_card_is_put_back_signed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forged_offline_or_erased_presence_is_put_back() {
-    let mesh = Mesh::start().await;
+    let mesh = BusMesh::start().await;
     let agent = echo(&mesh, None).await;
-    let forger = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+    let forger = Bus::connect(mesh.broker.bus_config()).await.unwrap();
     let topic = mesh.topics.presence("echo", agent.instance_id()).unwrap();
     let mut presence = forger.subscribe(&topic, QoS::AtLeastOnce).await.unwrap();
     let offline = json!({"status": "offline", "agent": "echo", "instance": agent.instance_id(),
@@ -130,10 +130,10 @@ async fn a_forged_offline_or_erased_presence_is_put_back() {
 async fn instances_of_one_agent_do_not_set_each_other_off() {
     let key = SigningKey::generate().unwrap();
     for signing in [Some(&key), None] {
-        let mesh = Mesh::start().await;
+        let mesh = BusMesh::start().await;
         let first = echo(&mesh, signing).await;
         let second = echo(&mesh, signing).await;
-        let watcher = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+        let watcher = Bus::connect(mesh.broker.bus_config()).await.unwrap();
         let card_topic = mesh.topics.agent_card("echo").unwrap();
         let heartbeat_topic = mesh.topics.presence("echo", first.instance_id()).unwrap();
         let mut cards = watcher

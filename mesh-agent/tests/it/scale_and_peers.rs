@@ -28,7 +28,7 @@ fn slow_echo(name: &str, delay: Duration) -> Agent {
 
 mesh_testkit::both_brokers!(two_instances_share_the_load_each_request_handled_once);
 async fn two_instances_share_the_load_each_request_handled_once(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let a = mesh.run(slow_echo("pair", Duration::ZERO)).await;
     let b = mesh.run(slow_echo("pair", Duration::ZERO)).await;
     assert!(
@@ -70,7 +70,7 @@ async fn two_instances_share_the_load_each_request_handled_once(broker: TestBrok
 
 mesh_testkit::both_brokers!(a_crashed_instance_fails_its_task_at_once_and_the_survivor_serves);
 async fn a_crashed_instance_fails_its_task_at_once_and_the_survivor_serves(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let first = mesh.run(slow_echo("crashy", Duration::from_secs(30))).await;
     let second = mesh.run(slow_echo("crashy", Duration::from_secs(30))).await;
     assert!(mesh.registry.wait_for_instances("crashy", 2, WAIT).await);
@@ -127,7 +127,7 @@ mesh_testkit::both_brokers!(
 async fn the_last_instance_crashing_takes_the_agent_offline_within_the_keep_alive(
     broker: TestBroker,
 ) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let only = mesh.run(slow_echo("lonely", Duration::ZERO)).await;
     assert!(mesh.registry.is_online("lonely"));
     let killed_at = Instant::now();
@@ -148,7 +148,7 @@ async fn the_last_instance_crashing_takes_the_agent_offline_within_the_keep_aliv
 
 mesh_testkit::both_brokers!(a_graceful_shutdown_announces_offline_and_clears_presence);
 async fn a_graceful_shutdown_announces_offline_and_clears_presence(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let agent = mesh.run(slow_echo("polite", Duration::ZERO)).await;
     agent.shutdown().await;
     assert!(mesh.registry.wait_offline("polite", WAIT).await);
@@ -158,7 +158,7 @@ async fn a_graceful_shutdown_announces_offline_and_clears_presence(broker: TestB
 // A parent that delegates to `child` and waits; the child records that it saw the cancel.
 mesh_testkit::both_brokers!(canceling_a_parent_cancels_the_child_it_called);
 async fn canceling_a_parent_cancels_the_child_it_called(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let (child_canceled_tx, child_canceled_rx) = tokio::sync::oneshot::channel::<()>();
     let child_canceled_tx = Arc::new(Mutex::new(Some(child_canceled_tx)));
     let child = Agent::new(
@@ -225,7 +225,7 @@ mesh_testkit::both_brokers!(
 async fn a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth_limit(
     broker: TestBroker,
 ) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let caller = Agent::new(
         "caller",
         handler_fn(|ctx: TaskContext| async move {
@@ -283,7 +283,7 @@ async fn a_peer_that_is_not_online_is_an_immediate_error_and_loops_hit_the_depth
 
 mesh_testkit::both_brokers!(the_orchestrator_streams_a_peers_progress_and_result);
 async fn the_orchestrator_streams_a_peers_progress_and_result(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let writer = mesh.run(mesh_example_agents::writer::agent()).await;
     let orchestrator = mesh.run(mesh_example_agents::orchestrator::agent()).await;
     let (_, stream) = mesh
@@ -335,7 +335,7 @@ async fn the_orchestrator_streams_a_peers_progress_and_result(broker: TestBroker
 }
 
 /// Leaves no retained card behind.
-async fn clear_retained(mesh: &Mesh, agent: &str) {
+async fn clear_retained(mesh: &BusMesh, agent: &str) {
     let topic = mesh.topics.agent_card(agent).unwrap();
     mesh.bus
         .publish(&topic, Vec::new(), mesh_core::bus::QoS::AtLeastOnce, true)
@@ -364,7 +364,7 @@ fn silent_until_canceled(name: &str, tag: u8, started: tokio::sync::mpsc::Sender
 // other instance serves on.
 mesh_testkit::both_brokers!(a_request_lost_with_a_dying_instance_fails_within_the_pickup_grace);
 async fn a_request_lost_with_a_dying_instance_fails_within_the_pickup_grace(broker: TestBroker) {
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let (started, mut which) = tokio::sync::mpsc::channel(4);
     let mut instances = vec![
         Some(
@@ -417,7 +417,7 @@ mesh_testkit::both_brokers!(a_peer_stream_is_a_stream_of_the_models_events);
 async fn a_peer_stream_is_a_stream_of_the_models_events(broker: TestBroker) {
     use futures_util::StreamExt;
     use mesh_agent::model::StreamResponse;
-    let mesh = Mesh::on(broker).await;
+    let mesh = BusMesh::on(broker).await;
     let writer = mesh.run(mesh_example_agents::writer::agent()).await;
     let reader = Agent::new(
         "reader",

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use mesh_agent::{Agent, AgentConfig, RunningAgent};
-use mesh_core::bus::{Bus, BusConfig};
+use mesh_core::bus::Bus;
 use mesh_core::dialect::Method;
 use mesh_core::model::{Message, Part, Role, Task, send_params};
 use mesh_core::registry::Registry;
@@ -16,8 +16,9 @@ use std::time::Duration;
 /// Every wait in these tests is bounded by this.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// A broker, a namespace, and a requester playing the gateway.
-pub struct Mesh {
+/// A mesh seen from the bus: a broker, a namespace, and a requester and a registry playing
+/// the gateway (no gateway runs).
+pub struct BusMesh {
     pub broker: TestBroker,
     pub namespace: String,
     pub bus: Bus,
@@ -26,15 +27,15 @@ pub struct Mesh {
     pub registry: Registry,
 }
 
-impl Mesh {
-    pub async fn start() -> Mesh {
+impl BusMesh {
+    pub async fn start() -> BusMesh {
         Self::on(TestBroker::mosquitto().await).await
     }
 
-    pub async fn on(broker: TestBroker) -> Mesh {
+    pub async fn on(broker: TestBroker) -> BusMesh {
         let namespace = fresh_namespace();
         let topics = Topics::new(namespace.clone()).unwrap();
-        let bus = Bus::connect(self::bus_config(&broker)).await.unwrap();
+        let bus = Bus::connect(broker.bus_config()).await.unwrap();
         let registry = Registry::start(&bus, &topics, "gw").await.unwrap();
         assert!(registry.wait_loaded(WAIT).await);
         let requester = Requester::start(
@@ -47,7 +48,7 @@ impl Mesh {
         .await
         .unwrap();
         requester.watch_registry(&registry);
-        Mesh {
+        BusMesh {
             broker,
             namespace,
             bus,
@@ -74,7 +75,7 @@ impl Mesh {
     pub async fn run_with(&self, agent: Agent, config: AgentConfig) -> RunningAgent {
         let running = agent
             .config(config)
-            .start(bus_config(&self.broker))
+            .start(self.broker.bus_config())
             .await
             .expect("agent starts");
         let name = running.name().to_owned();
@@ -139,12 +140,6 @@ impl Mesh {
             .expect("request published");
         (task_id, stream)
     }
-}
-
-pub fn bus_config(broker: &TestBroker) -> BusConfig {
-    let mut config = BusConfig::new(&broker.url()).unwrap();
-    config.keep_alive = Duration::from_secs(2);
-    config
 }
 
 /// A user message with one text part.

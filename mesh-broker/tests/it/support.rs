@@ -3,7 +3,6 @@
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -17,15 +16,7 @@ use rumqttc::{
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-/// How long any single awaited event may take before a test fails.
-pub const STEP: Duration = Duration::from_secs(10);
-
-/// Awaits `fut`, failing the test with `what` if it takes longer than [`STEP`].
-pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(STEP, fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
+pub use mesh_testkit::within;
 
 /// A broker on an ephemeral loopback port.
 pub async fn broker() -> Broker {

@@ -2,21 +2,11 @@
 
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::time::Duration;
 
 use mesh_core::bus::{Bus, BusConfig, BusMessage, ConnectionState, Subscription};
 
-/// The bound on every wait of these tests.
-pub const WAIT: Duration = Duration::from_secs(10);
-
-/// Awaits `f`, failing the test if it takes longer than [`WAIT`].
-pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(WAIT, f).await {
-        Ok(v) => v,
-        Err(_) => panic!("timed out after {WAIT:?}: {what}"),
-    }
-}
+pub use mesh_testkit::{WAIT, within};
 
 /// A config for `url` with a short request timeout.
 pub fn config(url: &str) -> BusConfig {

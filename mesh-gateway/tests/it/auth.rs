@@ -34,7 +34,7 @@ const BOB: (&str, &str) = ("x-api-key", "bob-secret");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_keys_guard_everything_but_cards_and_health() {
-    let mut mesh = Mesh::start_with(keys).await;
+    let mut mesh = GatewayMesh::start_with(keys).await;
     mesh.run(whoami()).await;
 
     // No key, a wrong key, garbage: 401 with a JSON-RPC body and WWW-Authenticate.
@@ -216,7 +216,7 @@ async fn api_keys_guard_everything_but_cards_and_health() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cors_preflight_and_headers() {
-    let mut mesh = Mesh::start_with(keys).await;
+    let mut mesh = GatewayMesh::start_with(keys).await;
     mesh.run(whoami()).await;
     let preflight = mesh
         .http
@@ -284,7 +284,7 @@ async fn cors_preflight_and_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_origin_and_no_auth_by_default() {
-    let mut mesh = Mesh::start_with(|c| c.cors_origins = vec!["*".into()]).await;
+    let mut mesh = GatewayMesh::start_with(|c| c.cors_origins = vec!["*".into()]).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let preflight = mesh
         .http
@@ -319,7 +319,7 @@ fn metric(text: &str, line_start: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_tasks_streams_and_webhooks() {
     let mut hook = Hook::start(1).await;
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         c.allow_private_webhooks = true;
         c.webhook_backoff = std::time::Duration::from_millis(10);
     })
@@ -396,10 +396,10 @@ async fn metrics_count_requests_tasks_streams_and_webhooks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bus_reconnects_and_open_streams_are_counted() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
-    let scrape = |mesh: &Mesh| {
+    let scrape = |mesh: &GatewayMesh| {
         let http = mesh.http.clone();
         let url = mesh.url("/metrics");
         async move { http.get(url).send().await.unwrap().text().await.unwrap() }
@@ -440,7 +440,7 @@ async fn bus_reconnects_and_open_streams_are_counted() {
 }
 
 /// The head of the answer to `request`, sent as it is over a fresh HTTP/1.1 connection.
-async fn raw_head(mesh: &Mesh, request: String) -> String {
+async fn raw_head(mesh: &GatewayMesh, request: String) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(mesh.gateway.local_addr())
         .await
@@ -459,7 +459,7 @@ async fn raw_head(mesh: &Mesh, request: String) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_refused_before_its_body_is_read_says_connection_close() {
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         keys(c);
         c.body_limit = 1024;
     })

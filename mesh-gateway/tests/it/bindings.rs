@@ -26,7 +26,7 @@ async fn every_binding_answers_the_sdk_scenarios_alike() {
         return;
     };
     let hook = Hook::start(0).await;
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         c.push_notifications = true;
         c.allow_private_webhooks = true;
     })

@@ -2,7 +2,7 @@
 //! (public, embedded, kept to their origin), the live feed of the agents, the tasks across
 //! agents and one task's timeline, with and without API keys.
 
-use crate::support::{Mesh, WAIT, msg03, read_sse, rpc};
+use crate::support::{GatewayMesh, WAIT, msg03, read_sse, rpc};
 use futures_util::StreamExt;
 use mesh_gateway::ApiKey;
 use serde_json::{Value, json};
@@ -21,7 +21,7 @@ fn message(text: &str) -> Value {
 }
 
 /// Sends a message through the HTTP+JSON binding and waits for its answer; the task.
-async fn send(mesh: &Mesh, agent: &str, body: Value, headers: &[(&str, &str)]) -> Value {
+async fn send(mesh: &GatewayMesh, agent: &str, body: Value, headers: &[(&str, &str)]) -> Value {
     let mut request = mesh
         .http
         .post(mesh.url(&format!("/agents/{agent}/message:send")))
@@ -36,7 +36,7 @@ async fn send(mesh: &Mesh, agent: &str, body: Value, headers: &[(&str, &str)]) -
 }
 
 /// Streams a message through the HTTP+JSON binding to the stream's end; its events.
-async fn stream(mesh: &Mesh, agent: &str, body: Value) -> Vec<Value> {
+async fn stream(mesh: &GatewayMesh, agent: &str, body: Value) -> Vec<Value> {
     let response = mesh
         .http
         .post(mesh.url(&format!("/agents/{agent}/message:stream")))
@@ -49,7 +49,7 @@ async fn stream(mesh: &Mesh, agent: &str, body: Value) -> Vec<Value> {
     read_sse(response).await
 }
 
-async fn get(mesh: &Mesh, path: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+async fn get(mesh: &GatewayMesh, path: &str, headers: &[(&str, &str)]) -> (u16, Value) {
     let mut request = mesh.http.get(mesh.url(path));
     for (name, value) in headers {
         request = request.header(*name, *value);
@@ -61,7 +61,7 @@ async fn get(mesh: &Mesh, path: &str, headers: &[(&str, &str)]) -> (u16, Value) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_root_leads_to_the_console_and_post_root_stays_json_rpc() {
-    let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
+    let mut mesh = GatewayMesh::start_with(|c| c.default_agent = Some("echo".into())).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let client = no_redirects();
     for path in ["/", "/ui"] {
@@ -76,7 +76,7 @@ async fn get_root_leads_to_the_console_and_post_root_stays_json_rpc() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_and_its_assets_are_embedded_and_kept_to_their_origin() {
-    let mesh = Mesh::start().await;
+    let mesh = GatewayMesh::start().await;
     for (path, content_type, needle) in [
         (
             "/ui/",
@@ -173,7 +173,7 @@ impl Events {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agents_feed_says_when_an_agent_comes_and_goes() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let response = mesh
         .http
@@ -219,7 +219,7 @@ async fn the_agents_feed_says_when_an_agent_comes_and_goes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tasks_list_spans_agents_filters_and_pages() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let mut echoed = Vec::new();
@@ -300,7 +300,7 @@ async fn a_tasks_timeline_is_its_logged_events_in_order_with_their_times() {
         "mesh-gateway-console-{}",
         uuid::Uuid::new_v4().simple()
     ));
-    let mut mesh = Mesh::start_with(|c| c.data_dir = Some(dir.clone())).await;
+    let mut mesh = GatewayMesh::start_with(|c| c.data_dir = Some(dir.clone())).await;
     mesh.run(mesh_example_agents::flight_booker::agent()).await;
     // As the console chats: streamed, the question answered in the same task.
     let asked = stream(&mesh, "flight-booker", message("a flight")).await;
@@ -373,7 +373,7 @@ async fn a_tasks_timeline_is_its_logged_events_in_order_with_their_times() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_the_memory_store_a_finished_tasks_timeline_says_its_events_are_gone() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let task = send(&mesh, "echo", message("hello"), &[]).await;
     let id = task["id"].as_str().unwrap();
@@ -386,7 +386,7 @@ async fn on_the_memory_store_a_finished_tasks_timeline_says_its_events_are_gone(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_api_keys_the_page_is_public_and_its_feeds_are_each_principals() {
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         c.api_keys = vec![
             ApiKey::parse("alice=alice-secret", 1).unwrap(),
             ApiKey::parse("bob=bob-secret", 2).unwrap(),
@@ -443,7 +443,7 @@ async fn with_api_keys_the_page_is_public_and_its_feeds_are_each_principals() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bus_view_shows_the_namespaces_traffic_to_a_few_readers_without_api_keys() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let open = || async { mesh.http.get(mesh.url("/ui/api/bus")).send().await.unwrap() };
     let response = open().await;
@@ -498,7 +498,7 @@ async fn the_bus_view_shows_the_namespaces_traffic_to_a_few_readers_without_api_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_api_keys_only_a_console_admin_watches_the_bus() {
-    let mesh = Mesh::start_with(|c| {
+    let mesh = GatewayMesh::start_with(|c| {
         c.api_keys = vec![
             ApiKey::parse("alice=alice-secret", 1).unwrap(),
             ApiKey::parse("root=root-secret", 2).unwrap(),

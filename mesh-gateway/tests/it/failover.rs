@@ -31,7 +31,7 @@ async fn reconnected(bus: &Bus, lost: u64, who: &str) {
 async fn when_its_broker_node_dies_the_mesh_moves_to_the_next_one() {
     let second = TestBroker::from_env().await;
     let next = BrokerUrl::parse(&second.url()).unwrap();
-    let mut mesh = Mesh::start_on(
+    let mut mesh = GatewayMesh::start_on(
         TestBroker::from_env().await,
         |bus| bus.failover = vec![next.clone()],
         |_| {},
@@ -55,7 +55,7 @@ async fn when_its_broker_node_dies_the_mesh_moves_to_the_next_one() {
 
     // The agent announced itself on the second node: a gateway that only knows that one
     // sees it online.
-    let watcher = Bus::connect(bus_config(&second)).await.unwrap();
+    let watcher = Bus::connect(second.bus_config()).await.unwrap();
     let registry = mesh_core::registry::Registry::start_with(
         &watcher,
         &mesh_core::topic::Topics::new(mesh.namespace.clone()).unwrap(),

@@ -17,7 +17,7 @@ fn message(body: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_json_rpc_errors() {
-    let mut mesh = Mesh::start_with(|c| c.body_limit = 2048).await;
+    let mut mesh = GatewayMesh::start_with(|c| c.body_limit = 2048).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
 
     // Not JSON: -32700 with id null.
@@ -181,7 +181,7 @@ async fn malformed_requests_get_json_rpc_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a2a_version_is_checked() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     for ok in ["0.3", "0.3.0", "1.0", "1.0.0"] {
         let (_, body) = mesh
@@ -216,7 +216,7 @@ async fn a2a_version_is_checked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_offline_and_default_agents() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
 
     let (_, body) = mesh
@@ -256,7 +256,7 @@ async fn unknown_offline_and_default_agents() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_agent_answers_on_root() {
-    let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
+    let mut mesh = GatewayMesh::start_with(|c| c.default_agent = Some("echo".into())).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let (_, body) = mesh.post("/", &rpc("message/send", msg03("root"))).await;
     assert_eq!(
@@ -267,7 +267,7 @@ async fn the_default_agent_answers_on_root() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_send_that_outlasts_the_wait_returns_the_task_as_it_stands() {
-    let mut mesh = Mesh::start_with(|c| c.blocking_wait = Duration::from_millis(300)).await;
+    let mut mesh = GatewayMesh::start_with(|c| c.blocking_wait = Duration::from_millis(300)).await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
     let body = mesh.call("slow", "message/send", msg03("long job")).await;
@@ -294,7 +294,7 @@ async fn a_blocking_send_that_outlasts_the_wait_returns_the_task_as_it_stands() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_silent_past_the_deadline_fails_the_task() {
-    let mut mesh = Mesh::start_with(|c| c.task_timeout = Duration::from_millis(500)).await;
+    let mut mesh = GatewayMesh::start_with(|c| c.task_timeout = Duration::from_millis(500)).await;
     mesh.run(Agent::new(
         "mute",
         handler_fn(|ctx: TaskContext| async move {
@@ -321,7 +321,7 @@ async fn an_agent_silent_past_the_deadline_fails_the_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_to_an_agent_that_does_not_stream_is_refused() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent().streaming(false))
         .await;
     let (status, body) = mesh
@@ -339,7 +339,7 @@ async fn streaming_to_an_agent_that_does_not_stream_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bus_down_is_not_ready_and_fails_fast_then_recovers() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let ready = mesh.http.get(mesh.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200);
@@ -361,7 +361,7 @@ async fn bus_down_is_not_ready_and_fails_fast_then_recovers() {
 
 /// Once the broker is back: echo comes back online (its own reconnect) and answers again
 /// (polled, bounded).
-async fn echo_answers_again(mesh: &Mesh) {
+async fn echo_answers_again(mesh: &GatewayMesh) {
     assert!(mesh.gateway.registry().wait_online("echo", WAIT).await);
     let mut answered = false;
     for _ in 0..50 {
@@ -378,7 +378,7 @@ async fn echo_answers_again(mesh: &Mesh) {
 }
 
 /// Polls `/readyz` (bounded) until it answers `status`.
-async fn wait_ready(mesh: &Mesh, status: u16) -> bool {
+async fn wait_ready(mesh: &GatewayMesh, status: u16) -> bool {
     for _ in 0..100 {
         if let Ok(r) = mesh.http.get(mesh.url("/readyz")).send().await
             && r.status().as_u16() == status
@@ -395,7 +395,7 @@ async fn wait_ready(mesh: &Mesh, status: u16) -> bool {
 /// only one on the bus.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_cannot_forge_the_bus_envelope() {
-    let mesh = Mesh::start().await;
+    let mesh = GatewayMesh::start().await;
     mesh.start_agent(Agent::new(
         "witness",
         handler_fn(|ctx: TaskContext| async move {
@@ -442,7 +442,7 @@ async fn a_client_cannot_forge_the_bus_envelope() {
 /// it, which fails what was in flight), the bus gives the message up instead of looping, and
 /// every other request is served.
 async fn a_message_the_broker_refuses_fails_alone(broker: TestBroker) {
-    let mut mesh = Mesh::start_on(broker, |_| {}, |_| {}).await;
+    let mut mesh = GatewayMesh::start_on(broker, |_| {}, |_| {}).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let big = rpc("message/send", msg03(&"x".repeat(300 * 1024)));
     let (status, body) = mesh.post("/agents/echo", &big).await;
@@ -498,7 +498,7 @@ async fn a_message_the_embedded_broker_refuses_fails_alone() {
 // -32600; the task stays as it was and takes a smaller answer.
 mesh_testkit::both_brokers!(limits_are_consistent_from_the_body_to_the_bus);
 async fn limits_are_consistent_from_the_body_to_the_bus(broker: TestBroker) {
-    let mut mesh = Mesh::start_on(
+    let mut mesh = GatewayMesh::start_on(
         broker,
         |bus| bus.max_packet_size = 1024 * 1024,
         |config| config.body_limit = 8 * 1024 * 1024,
@@ -542,7 +542,7 @@ async fn limits_are_consistent_from_the_body_to_the_bus(broker: TestBroker) {
 // A batch over the cap is refused whole with one error; an empty task id is refused.
 mesh_testkit::both_brokers!(batches_are_capped_and_empty_task_ids_refused);
 async fn batches_are_capped_and_empty_task_ids_refused(broker: TestBroker) {
-    let mut mesh = Mesh::start_on(broker, |_| {}, |config| config.max_batch = 3).await;
+    let mut mesh = GatewayMesh::start_on(broker, |_| {}, |config| config.max_batch = 3).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let batch = |n: usize| {
         Value::Array(
@@ -575,7 +575,8 @@ async fn batches_are_capped_and_empty_task_ids_refused(broker: TestBroker) {
 mesh_testkit::both_brokers!(work_in_flight_when_the_broker_dies_ends_promptly);
 async fn work_in_flight_when_the_broker_dies_ends_promptly(broker: TestBroker) {
     // A short cancel wait: the gateway's cancels of the tasks it failed are retried sooner.
-    let mut mesh = Mesh::start_on(broker, |_| {}, |c| c.cancel_wait = Duration::from_secs(1)).await;
+    let mut mesh =
+        GatewayMesh::start_on(broker, |_| {}, |c| c.cancel_wait = Duration::from_secs(1)).await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
     mesh.run(mesh_example_agents::echo::agent()).await;

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_cards_for_both_generations_with_caching_headers() {
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         c.default_agent = Some("echo".into());
         c.public_url = Some("https://a2a.example.test/mesh/".into());
     })
@@ -91,7 +91,7 @@ async fn agent_cards_for_both_generations_with_caching_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn card_urls_default_to_the_bound_address_and_no_default_agent_is_404() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let card: Value = mesh
         .http
@@ -116,7 +116,7 @@ async fn card_urls_default_to_the_bound_address_and_no_default_agent_is_404() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_and_health() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let second = mesh.start_agent(mesh_example_agents::echo::agent()).await;
     mesh.agents.push(second);
@@ -162,12 +162,12 @@ async fn agents_and_health() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_ends_open_streams_and_returns() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
     let stream = mesh.open_sse("slow", "message/stream", msg03("wait")).await;
     assert_eq!(stream.status(), 200);
-    let Mesh { gateway, .. } = mesh;
+    let GatewayMesh { gateway, .. } = mesh;
     tokio::time::timeout(WAIT, gateway.shutdown())
         .await
         .expect("shutdown returns");
@@ -178,7 +178,7 @@ async fn shutdown_ends_open_streams_and_returns() {
     gate.open();
 }
 
-async fn wait_instances(mesh: &Mesh, n: usize) -> bool {
+async fn wait_instances(mesh: &GatewayMesh, n: usize) -> bool {
     let mut events = mesh.gateway.registry().subscribe();
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
@@ -205,7 +205,7 @@ fn chrono_like(s: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_1_0_client_gets_the_1_0_card_and_others_the_combined_one() {
-    let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
+    let mut mesh = GatewayMesh::start_with(|c| c.default_agent = Some("echo".into())).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     // The members the 1.0 AgentCard has (a2a.proto, in JSON's camelCase): its schema allows
     // no other.

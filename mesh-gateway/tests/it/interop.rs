@@ -13,7 +13,7 @@ async fn the_python_a2a_sdk_drives_the_gateway_in_1_0_and_0_3() {
         );
         return;
     };
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     mesh.run(mesh_example_agents::writer::agent()).await;
     mesh.run(mesh_example_agents::flight_booker::agent()).await;

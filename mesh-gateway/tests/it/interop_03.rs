@@ -17,7 +17,7 @@ async fn the_python_a2a_sdk_0_3_reads_cards_sends_streams_and_gets_task_not_foun
         );
         return;
     };
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     mesh.run(mesh_example_agents::writer::agent()).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/a2a_sdk_03.py");

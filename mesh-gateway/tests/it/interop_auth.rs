@@ -15,7 +15,7 @@ async fn the_python_a2a_sdk_authenticates_with_a_bearer_or_api_key_over_every_bi
         eprintln!("SKIPPED: MESH_INTEROP_PYTHON is unset");
         return;
     };
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         c.api_keys = vec![ApiKey::parse("carol=carol-key-1", 1).unwrap()];
     })
     .await;

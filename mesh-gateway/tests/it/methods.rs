@@ -14,7 +14,7 @@ fn state(task: &Value) -> &str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v03_send_get_list_and_history_length() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
 
     let body = mesh.call("echo", "message/send", msg03("hello")).await;
@@ -97,7 +97,7 @@ async fn v03_send_get_list_and_history_length() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v03_stream_is_in_order_task_first_and_closes_after_final() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::writer::agent()).await;
     let request = rpc("message/stream", msg03("rust, chunks: 20"));
     let response = mesh
@@ -146,7 +146,7 @@ async fn v03_stream_is_in_order_task_first_and_closes_after_final() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v03_multi_turn_follow_up_carries_the_task() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let first = mesh
         .call("flight-booker", "message/send", msg03("book me a flight"))
@@ -183,7 +183,7 @@ async fn v03_multi_turn_follow_up_carries_the_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v03_non_blocking_send_then_cancel_and_cancel_again() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
     let mut params = msg03("take your time");
@@ -213,7 +213,7 @@ async fn v03_non_blocking_send_then_cancel_and_cancel_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_of_an_interrupted_task_is_done_by_the_gateway() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let first = mesh
         .call("flight-booker", "SendMessage", msg10("a flight please"))
@@ -233,7 +233,7 @@ async fn cancel_of_an_interrupted_task_is_done_by_the_gateway() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_subscribers_each_get_every_event_and_leaving_does_not_cancel() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
 
@@ -282,7 +282,7 @@ async fn two_subscribers_each_get_every_event_and_leaving_does_not_cancel() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_client_that_goes_away_does_not_cancel_the_task() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
     let mut params = msg03("go");
@@ -311,7 +311,7 @@ async fn a_stream_client_that_goes_away_does_not_cancel_the_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v10_send_stream_get_list_cancel_subscribe() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
@@ -388,7 +388,7 @@ async fn v10_send_stream_get_list_cancel_subscribe() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v10_follow_up_and_snake_case_and_untagged_variants() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::flight_booker::agent()).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     // snake_case 1.0-ish payload
@@ -435,7 +435,7 @@ async fn v10_follow_up_and_snake_case_and_untagged_variants() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v01_send_with_own_id_get_in_0_1_and_stream_of_updates_only() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     mesh.run(mesh_example_agents::flight_booker::agent()).await;
 
@@ -507,7 +507,7 @@ async fn v01_send_with_own_id_get_in_0_1_and_stream_of_updates_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v01_resubscribe_answers_in_0_1() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
     let started = mesh
@@ -547,7 +547,7 @@ fn replier() -> mesh_agent::Agent {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_only_answer_is_a_message_in_every_dialect() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(replier()).await;
 
     let body = mesh.call("replier", "message/send", msg03("hi")).await;
@@ -592,7 +592,7 @@ async fn a_message_only_answer_is_a_message_in_every_dialect() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_streams_get_keep_alive_comments() {
     let mut mesh =
-        Mesh::start_with(|c| c.sse_keep_alive = std::time::Duration::from_millis(50)).await;
+        GatewayMesh::start_with(|c| c.sse_keep_alive = std::time::Duration::from_millis(50)).await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
     let mut params = msg03("quiet");
@@ -634,7 +634,7 @@ async fn idle_streams_get_keep_alive_comments() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_shapes_tasks_send_without_id_and_mixed_parts() {
-    let mut mesh = Mesh::start_with(|c| c.default_agent = Some("echo".into())).await;
+    let mut mesh = GatewayMesh::start_with(|c| c.default_agent = Some("echo".into())).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     // Seed 002: tasks/send to the root, message only, parts with both text and kind.
     let (status, body) = mesh
@@ -657,7 +657,7 @@ async fn seed_shapes_tasks_send_without_id_and_mixed_parts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_requests_all_complete() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let mesh = std::sync::Arc::new(mesh);
     let calls = (0..200).map(|i| {
@@ -687,7 +687,7 @@ async fn many_concurrent_requests_all_complete() {
 /// still reaches an SSE client event by event, in order: nothing collapsed, nothing lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_ten_thousand_chunks_reaches_the_sse_client_event_by_event() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::writer::agent()).await;
     let request = rpc("message/stream", msg03("bursts, chunks: 10000"));
     let response = mesh
@@ -724,7 +724,7 @@ async fn a_burst_of_ten_thousand_chunks_reaches_the_sse_client_event_by_event() 
 /// ends in the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_send_whose_client_goes_away_still_ends_its_task() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     let gate = Gate::default();
     mesh.run(slow_agent("slow", gate.clone())).await;
 
@@ -766,7 +766,7 @@ async fn a_blocking_send_whose_client_goes_away_still_ends_its_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_method_that_fails_first_answers_an_event_stream_of_its_error() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     // 0.3 `tasks/resubscribe` and 1.0 `SubscribeToTask` of a task that does not exist, and a
     // stream to an agent that is not there: each answer is an event stream whose one event is
@@ -826,7 +826,7 @@ async fn a_streaming_method_that_fails_first_answers_an_event_stream_of_its_erro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_to_an_interrupted_task_follows_it_to_its_end() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let first = mesh
         .call("flight-booker", "message/send", msg03("book me a flight"))
@@ -886,7 +886,7 @@ async fn a_subscription_to_an_interrupted_task_follows_it_to_its_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_waiting_on_an_interrupted_task_are_bounded() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let first = mesh
         .call("flight-booker", "message/send", msg03("book me a flight"))

@@ -27,7 +27,7 @@ fn rank(state: &str) -> usize {
 async fn v03_webhook_retries_keeps_order_and_sends_the_token() {
     let mut hook = Hook::start(2).await;
     let gate = Gate::default();
-    let mut mesh = Mesh::start_with(allow_loopback).await;
+    let mut mesh = GatewayMesh::start_with(allow_loopback).await;
     mesh.run(slow_agent("slow", gate.clone())).await;
 
     let mut params = msg03("go");
@@ -100,7 +100,7 @@ async fn v03_webhook_retries_keeps_order_and_sends_the_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v10_send_with_config_posts_the_task_with_authorization() {
     let mut hook = Hook::start(0).await;
-    let mut mesh = Mesh::start_with(allow_loopback).await;
+    let mut mesh = GatewayMesh::start_with(allow_loopback).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
 
     let mut params = msg10("push me");
@@ -213,7 +213,7 @@ async fn v10_send_with_config_posts_the_task_with_authorization() {
 async fn v03_and_v01_config_methods() {
     let mut hook = Hook::start(0).await;
     let gate = Gate::default();
-    let mut mesh = Mesh::start_with(allow_loopback).await;
+    let mut mesh = GatewayMesh::start_with(allow_loopback).await;
     mesh.run(slow_agent("slow", gate.clone())).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
 
@@ -294,7 +294,7 @@ async fn v03_and_v01_config_methods() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_webhooks_and_garbage_are_refused_naming_the_field() {
     // Private webhooks are not allowed here (the default).
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     let body = mesh.call("echo", "message/send", msg03("x")).await;
     let task_id = result(&body)["id"].as_str().unwrap().to_owned();
@@ -394,7 +394,7 @@ async fn bad_webhooks_and_garbage_are_refused_naming_the_field() {
 async fn a_dead_webhook_does_not_slow_the_task_and_push_shows_on_the_card() {
     // A receiver that never answers 2xx, and a short timeout.
     let hook = Hook::start(usize::MAX).await;
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         allow_loopback(c);
         c.webhook_attempts = 3;
     })
@@ -419,7 +419,7 @@ async fn a_dead_webhook_does_not_slow_the_task_and_push_shows_on_the_card() {
 async fn a_full_delivery_queue_drops_and_counts_without_slowing_sends() {
     // One delivery may wait; the receiver never accepts, so it stays queued (retrying).
     let mut hook = Hook::start(usize::MAX).await;
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         c.allow_private_webhooks = true;
         c.webhook_queue = 1;
         c.webhook_attempts = 100;
@@ -455,7 +455,7 @@ async fn https_webhook_with_a_trusted_private_ca_gets_the_task_and_its_token() {
     let certs = certificates();
     let mut hook = Hook::start_tls(1, &certs).await;
     assert!(hook.url.starts_with("https://localhost:"), "{}", hook.url);
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         allow_loopback(c);
         c.webhook_ca_file = Some(certs.join("ca.pem"));
     })
@@ -493,7 +493,7 @@ async fn https_webhook_with_an_untrusted_certificate_gets_nothing_and_is_counted
     let certs = certificates();
     let mut hook = Hook::start_tls(0, &certs).await;
     // The gateway trusts the system's roots only: the throwaway CA is not one of them.
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         allow_loopback(c);
         c.webhook_attempts = 2;
     })
@@ -536,7 +536,7 @@ async fn a_webhook_ca_file_that_cannot_be_read_stops_the_start() {
         webhook_ca_file: Some("/nonexistent/webhook-ca.pem".into()),
         ..mesh_gateway::GatewayConfig::default()
     };
-    let bus = mesh_core::bus::Bus::connect(bus_config(&broker))
+    let bus = mesh_core::bus::Bus::connect(broker.bus_config())
         .await
         .unwrap();
     let Err(error) = mesh_gateway::Gateway::start(config, bus.clone()).await else {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 /// Gateway "a" (the mesh's) and gateway "b", one store, one broker, one namespace.
 struct Replicas {
-    mesh: Mesh,
+    mesh: GatewayMesh,
     b: RunningGateway,
     b_base: String,
     _db: TestDatabase,
@@ -37,7 +37,7 @@ impl Replicas {
     async fn start_with(configure_b: impl FnOnce(&mut GatewayConfig)) -> Replicas {
         let db = TestDatabase::create().await;
         let url = db.url().to_owned();
-        let mesh = Mesh::start_with(|c| shared(c, &url, "a")).await;
+        let mesh = GatewayMesh::start_with(|c| shared(c, &url, "a")).await;
         let mut config = GatewayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             namespace: mesh.namespace.clone(),
@@ -47,7 +47,7 @@ impl Replicas {
         };
         shared(&mut config, &url, "b");
         configure_b(&mut config);
-        let bus = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+        let bus = Bus::connect(mesh.broker.bus_config()).await.unwrap();
         let b = Gateway::start(config, bus).await.unwrap();
         let b_base = format!("http://{}", b.local_addr());
         Replicas {

@@ -11,7 +11,7 @@ fn message(text: &str) -> Value {
 
 /// Sends a request; the status, the content type and the body as JSON (Null when empty).
 async fn call(
-    mesh: &Mesh,
+    mesh: &GatewayMesh,
     method: reqwest::Method,
     path: &str,
     body: Option<&Value>,
@@ -62,7 +62,7 @@ fn reason(body: &Value) -> (&str, &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_operation_answers_under_the_agent_at_the_root_and_with_a_tenant() {
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         c.default_agent = Some("echo".into());
         c.push_notifications = false;
     })
@@ -209,7 +209,7 @@ async fn every_operation_answers_under_the_agent_at_the_root_and_with_a_tenant()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_are_google_rpc_statuses_with_the_status_of_the_error_table() {
-    let mut mesh = Mesh::start_with(|c| c.body_limit = 4096).await;
+    let mut mesh = GatewayMesh::start_with(|c| c.body_limit = 4096).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     use reqwest::Method as M;
 
@@ -311,7 +311,7 @@ async fn refusals_are_google_rpc_statuses_with_the_status_of_the_error_table() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_is_server_sent_stream_responses_to_the_final_status() {
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(mesh_example_agents::writer::agent()).await;
     let response = mesh
         .http
@@ -345,7 +345,7 @@ async fn a_stream_is_server_sent_stream_responses_to_the_final_status() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_keys_guard_the_binding_and_its_refusal_is_a_status() {
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         c.api_keys = vec![mesh_gateway::ApiKey::parse("alice=alice-secret", 1).unwrap()];
     })
     .await;

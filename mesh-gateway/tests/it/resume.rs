@@ -5,7 +5,7 @@
 use crate::support::*;
 use serde_json::json;
 
-async fn resubscribe(mesh: &Mesh, task: &str, last: Option<u64>) -> reqwest::Response {
+async fn resubscribe(mesh: &GatewayMesh, task: &str, last: Option<u64>) -> reqwest::Response {
     let mut request = mesh
         .http
         .post(mesh.url("/agents/paced"))
@@ -25,7 +25,7 @@ async fn a_lost_stream_resumes_after_its_last_event_id_with_every_event_once() {
         uuid::Uuid::new_v4().simple()
     ));
     let gate = Gate::default();
-    let mut mesh = Mesh::start_with(|c| c.data_dir = Some(dir.clone())).await;
+    let mut mesh = GatewayMesh::start_with(|c| c.data_dir = Some(dir.clone())).await;
     mesh.run(paced(gate.clone())).await;
 
     // The stream: the task, "working", three chunks (then the agent waits).
@@ -125,7 +125,7 @@ async fn a_lost_stream_resumes_after_its_last_event_id_with_every_event_once() {
 async fn a_finished_task_whose_log_is_gone_resumes_with_the_task_as_it_ended() {
     // The memory store drops a task's log when the task finishes.
     let gate = Gate::default();
-    let mut mesh = Mesh::start().await;
+    let mut mesh = GatewayMesh::start().await;
     mesh.run(paced(gate.clone())).await;
     let mut stream = mesh
         .open_sse(

@@ -26,7 +26,7 @@ fn tagged_echo() -> Agent {
     agent.card(card)
 }
 
-async fn signed_agent(mesh: &Mesh, agent: Agent, key: &SigningKey) -> RunningAgent {
+async fn signed_agent(mesh: &GatewayMesh, agent: Agent, key: &SigningKey) -> RunningAgent {
     let config = AgentConfig {
         signing_key: Some(key.clone()),
         ..mesh.agent_config()
@@ -59,7 +59,7 @@ fn refused(registry: &Registry, reason: &str) -> u64 {
 }
 
 /// The gateway's key set, as a trust store.
-async fn served_keys(mesh: &Mesh) -> TrustedKeys {
+async fn served_keys(mesh: &GatewayMesh) -> TrustedKeys {
     let (status, jwks) = mesh.get_json("/.well-known/jwks.json").await;
     assert_eq!(status, 200, "{jwks}");
     TrustedKeys::from_jwks(&jwks.to_string()).unwrap()
@@ -76,7 +76,7 @@ async fn a_trusted_card_is_served_signed_by_the_gateway() {
         SigningKey::generate().unwrap(),
         SigningKey::generate().unwrap(),
     );
-    let mesh = Mesh::start_with(|c| {
+    let mesh = GatewayMesh::start_with(|c| {
         c.trusted_keys = Some(TrustedKeys::of(&[&agent_key]));
         c.signing_key = Some(gateway_key.clone());
     })
@@ -144,7 +144,7 @@ async fn a_trusted_card_is_served_signed_by_the_gateway() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_served_card_carries_the_gateways_signature() {
     let gateway_key = SigningKey::generate().unwrap();
-    let mut mesh = Mesh::start_with(|c| {
+    let mut mesh = GatewayMesh::start_with(|c| {
         c.api_keys = vec![ApiKey::parse("alice=alice-secret", 1).unwrap()];
         c.signing_key = Some(gateway_key.clone());
         c.default_agent = Some("echo".into());
@@ -197,7 +197,7 @@ async fn every_served_card_carries_the_gateways_signature() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_cards_are_refused_and_the_agent_puts_its_own_back() {
     let agent_key = SigningKey::generate().unwrap();
-    let mesh = Mesh::start_with(|c| {
+    let mesh = GatewayMesh::start_with(|c| {
         c.trusted_keys = Some(TrustedKeys::of(&[&agent_key]));
         c.signing_key = Some(SigningKey::generate().unwrap());
     })
@@ -207,7 +207,7 @@ async fn forged_cards_are_refused_and_the_agent_puts_its_own_back() {
     let verified = || matches!(trust(registry, "echo"), CardTrust::Verified { ref kid } if kid == agent_key.kid());
     until(registry, "echo's card verified", verified).await;
     let topics = Topics::new(&mesh.namespace).unwrap();
-    let forger = Bus::connect(bus_config(&mesh.broker)).await.unwrap();
+    let forger = Bus::connect(mesh.broker.bus_config()).await.unwrap();
     let (_, served) = mesh
         .get_json("/agents/echo/.well-known/agent-card.json")
         .await;

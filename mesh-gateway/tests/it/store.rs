@@ -67,7 +67,7 @@ async fn gateway_with(
         ..GatewayConfig::default()
     };
     configure(&mut config);
-    let bus = Bus::connect(bus_config(broker)).await.unwrap();
+    let bus = Bus::connect(broker.bus_config()).await.unwrap();
     Gateway::start(config, bus).await.unwrap()
 }
 
@@ -100,12 +100,12 @@ async fn echo_and_booker(
     let agent_config = agent_config(namespace);
     let echo = mesh_example_agents::echo::agent()
         .config(agent_config.clone())
-        .start(bus_config(broker))
+        .start(broker.bus_config())
         .await
         .unwrap();
     let booker = mesh_example_agents::flight_booker::agent()
         .config(agent_config)
-        .start(bus_config(broker))
+        .start(broker.bus_config())
         .await
         .unwrap();
     (echo, booker)
@@ -121,7 +121,7 @@ async fn tasks_survive_a_restart_on_the_same_data_dir() {
     let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
 
     // Which gateway id the agents answer to: the response topics' gateway segment.
-    let spy = Bus::connect(bus_config(&broker)).await.unwrap();
+    let spy = Bus::connect(broker.bus_config()).await.unwrap();
     let topics = mesh_core::topic::Topics::new(namespace.clone()).unwrap();
     let mut answers = spy
         .subscribe(
@@ -226,7 +226,7 @@ async fn webhooks_pending_at_a_shutdown_are_delivered_by_the_next_gateway() {
     let dir = temp_dir();
     let echo = mesh_example_agents::echo::agent()
         .config(agent_config(&namespace))
-        .start(bus_config(&broker))
+        .start(broker.bus_config())
         .await
         .unwrap();
     mesh_core::tls::install_crypto_provider();
@@ -307,7 +307,7 @@ async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
     let dir = temp_dir();
     let writer = mesh_example_agents::writer::agent()
         .config(agent_config(&namespace))
-        .start(bus_config(&broker))
+        .start(broker.bus_config())
         .await
         .unwrap();
     mesh_core::tls::install_crypto_provider();
@@ -328,7 +328,7 @@ async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
     // 20,000 events at full speed through a debug build queue ahead of the broker's PINGRESP:
     // the tests' 2 s keep-alive would call that a dead connection, which is not what this
     // test measures (the default is 30 s).
-    let mut bus_config = bus_config(&broker);
+    let mut bus_config = broker.bus_config();
     bus_config.keep_alive = Duration::from_secs(30);
     let bus = Bus::connect(bus_config).await.unwrap();
     let gw = Gateway::start_with_store(config, bus, store.clone())
@@ -396,7 +396,7 @@ mesh_testkit::both_brokers!(
 async fn at_the_task_cap_a_task_waiting_for_input_is_kept_and_new_work_is_refused(
     broker: TestBroker,
 ) {
-    let mut mesh = Mesh::start_on(broker, |_| {}, |c| c.retention_count = 4).await;
+    let mut mesh = GatewayMesh::start_on(broker, |_| {}, |c| c.retention_count = 4).await;
     mesh.run(mesh_example_agents::echo::agent()).await;
     mesh.run(mesh_example_agents::flight_booker::agent()).await;
     let body = mesh
@@ -537,7 +537,8 @@ async fn over_the_byte_budget_finished_tasks_go_then_new_work_is_refused(broker:
 
 mesh_testkit::both_brokers!(a_task_past_the_per_task_limit_is_failed);
 async fn a_task_past_the_per_task_limit_is_failed(broker: TestBroker) {
-    let mut mesh = Mesh::start_on(broker, |_| {}, |c| c.store_max_task_bytes = 64 * 1024).await;
+    let mut mesh =
+        GatewayMesh::start_on(broker, |_| {}, |c| c.store_max_task_bytes = 64 * 1024).await;
     mesh.run(mesh_example_agents::writer::agent()).await;
     let events = mesh
         .stream("writer", "message/stream", msg03("limits chunks: 5000"))
@@ -582,7 +583,7 @@ async fn store_cost() {
                 namespace: namespace.clone(),
                 ..AgentConfig::default()
             })
-            .start(bus_config(&broker))
+            .start(broker.bus_config())
             .await
             .unwrap();
         let config = GatewayConfig {
@@ -591,7 +592,7 @@ async fn store_cost() {
             data_dir: durable.then(|| dir.clone()),
             ..GatewayConfig::default()
         };
-        let gw = Gateway::start(config, Bus::connect(bus_config(&broker)).await.unwrap())
+        let gw = Gateway::start(config, Bus::connect(broker.bus_config()).await.unwrap())
             .await
             .unwrap();
         assert!(gw.registry().wait_online("echo", WAIT).await);

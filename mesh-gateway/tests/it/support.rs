@@ -17,7 +17,9 @@ use tokio::sync::Notify;
 /// Every wait in these tests is bounded by this.
 pub const WAIT: Duration = Duration::from_secs(15);
 
-pub struct Mesh {
+/// A mesh behind a gateway: a broker, a namespace, a gateway on its own bus, the agents
+/// started on it, and an HTTP client for the gateway.
+pub struct GatewayMesh {
     pub broker: TestBroker,
     pub namespace: String,
     pub gateway: RunningGateway,
@@ -27,19 +29,13 @@ pub struct Mesh {
     pub agents: Vec<RunningAgent>,
 }
 
-pub fn bus_config(broker: &TestBroker) -> BusConfig {
-    let mut config = BusConfig::new(&broker.url()).unwrap();
-    config.keep_alive = Duration::from_secs(2);
-    config
-}
-
-impl Mesh {
-    pub async fn start() -> Mesh {
-        Mesh::start_with(|_| {}).await
+impl GatewayMesh {
+    pub async fn start() -> GatewayMesh {
+        GatewayMesh::start_with(|_| {}).await
     }
 
-    pub async fn start_with(configure: impl FnOnce(&mut GatewayConfig)) -> Mesh {
-        Mesh::start_on(TestBroker::from_env().await, |_| {}, configure).await
+    pub async fn start_with(configure: impl FnOnce(&mut GatewayConfig)) -> GatewayMesh {
+        GatewayMesh::start_on(TestBroker::from_env().await, |_| {}, configure).await
     }
 
     /// A gateway on `broker`, its bus and its settings changed by the two closures.
@@ -47,7 +43,7 @@ impl Mesh {
         broker: TestBroker,
         configure_bus: impl FnOnce(&mut BusConfig),
         configure: impl FnOnce(&mut GatewayConfig),
-    ) -> Mesh {
+    ) -> GatewayMesh {
         let namespace = fresh_namespace();
         let mut config = GatewayConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -58,14 +54,14 @@ impl Mesh {
             ..GatewayConfig::default()
         };
         configure(&mut config);
-        let mut gateway_bus_config = bus_config(&broker);
+        let mut gateway_bus_config = broker.bus_config();
         configure_bus(&mut gateway_bus_config);
         let gateway_bus = Bus::connect(gateway_bus_config).await.unwrap();
         let gateway = Gateway::start(config, gateway_bus.clone()).await.unwrap();
         let base = format!("http://{}", gateway.local_addr());
         mesh_core::tls::install_crypto_provider();
         let http = reqwest::Client::builder().timeout(WAIT).build().unwrap();
-        Mesh {
+        GatewayMesh {
             broker,
             namespace,
             gateway,
@@ -99,7 +95,7 @@ impl Mesh {
     pub async fn start_agent_with(&self, agent: Agent, config: AgentConfig) -> RunningAgent {
         let running = agent
             .config(config)
-            .start(bus_config(&self.broker))
+            .start(self.broker.bus_config())
             .await
             .expect("agent starts");
         let name = running.name().to_owned();
@@ -539,7 +535,7 @@ pub fn certificates() -> std::path::PathBuf {
 }
 
 /// A counter or gauge from `/metrics` (0 when it is not there).
-pub async fn metric(mesh: &Mesh, line_start: &str) -> f64 {
+pub async fn metric(mesh: &GatewayMesh, line_start: &str) -> f64 {
     let text = mesh
         .http
         .get(mesh.url("/metrics"))
@@ -557,7 +553,7 @@ pub async fn metric(mesh: &Mesh, line_start: &str) -> f64 {
 }
 
 /// Polls `/metrics` until `line_start`'s value is at least `least` (bounded by [`WAIT`]).
-pub async fn wait_metric(mesh: &Mesh, line_start: &str, least: f64) -> f64 {
+pub async fn wait_metric(mesh: &GatewayMesh, line_start: &str, least: f64) -> f64 {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let value = metric(mesh, line_start).await;

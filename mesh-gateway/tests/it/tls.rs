@@ -39,8 +39,8 @@ fn https_client(certs: &TestCertificates, http1_only: bool) -> reqwest::Client {
 
 /// A gateway serving HTTPS with the test certificate, its client trusting the test CA and
 /// its base URL `https://localhost:<port>` (the certificate's name).
-async fn tls_mesh(certs: &TestCertificates) -> Mesh {
-    let mut mesh = Mesh::start_with(|c| {
+async fn tls_mesh(certs: &TestCertificates) -> GatewayMesh {
+    let mut mesh = GatewayMesh::start_with(|c| {
         c.tls = Some(files(certs));
         c.default_agent = Some("echo".into());
     })
@@ -195,7 +195,7 @@ async fn failed_handshakes_close_only_their_own_connection() {
 /// A gateway start with `tls`; the error it fails with.
 async fn start_error(tls: TlsFiles) -> String {
     let broker = TestBroker::from_env().await;
-    let bus = Bus::connect(bus_config(&broker)).await.unwrap();
+    let bus = Bus::connect(broker.bus_config()).await.unwrap();
     let config = GatewayConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         namespace: fresh_namespace(),
