@@ -15,7 +15,8 @@ mod tail;
 use clap::{CommandFactory, Parser, Subcommand};
 use exit::Failure;
 use options::{
-    AgentOptions, BrokerOptions, BusOptions, ClientOptions, GatewayGroups, Global, PacketOptions,
+    AgentOptions, BrokerOptions, BusOptions, ClientOptions, GatewayGroups, Global, McpOptions,
+    PacketOptions,
 };
 use settings::{Common, LogFormat, Serve, Settings};
 use std::path::PathBuf;
@@ -110,14 +111,20 @@ enum Command {
         #[command(flatten)]
         gateway: GatewayGroups,
     },
-    /// One example agent, connected to --broker-url.
+    /// One agent, connected to --broker-url: an example agent, or `mcp`, an MCP server's
+    /// tools served as an agent (`mesh agent mcp --name clock -- mcp-server-time`).
     Agent {
-        /// echo, writer, flight-booker, files or orchestrator.
-        name: String,
+        /// echo, writer, flight-booker, files, orchestrator; or mcp.
+        kind: String,
         #[command(flatten)]
         bus: BusClient,
         #[command(flatten)]
         agent: AgentOptions,
+        #[command(flatten)]
+        mcp: McpOptions,
+        /// `mcp`: the MCP server's command line, run as a child process (MCP over stdio).
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
     },
     /// The live list of agents.
     Agents {
@@ -290,7 +297,16 @@ fn main() {
             Command::Completions { .. } => Ok(()),
             Command::Broker { .. } => serve::broker(&settings).await,
             Command::Gateway { .. } => serve::gateway(&settings).await,
-            Command::Agent { name, .. } => serve::agent(&settings, &name).await,
+            Command::Agent {
+                kind, mcp, command, ..
+            } => match kind.as_str() {
+                "mcp" => serve::mcp_agent(&settings, &mcp, command).await,
+                _ if mcp.given() || !command.is_empty() => Err(Failure::Usage(format!(
+                    "--name, --url, --bearer-env, --description and a command after `--` are \
+                     for `mesh agent mcp`, not for the example agent {kind:?}"
+                ))),
+                _ => serve::agent(&settings, &kind).await,
+            },
             Command::Agents { .. } => client::agents(&settings).await,
             Command::Card { agent, .. } => client::card(&settings, &agent).await,
             Command::Send {

@@ -384,6 +384,35 @@ impl AgentOptions {
     }
 }
 
+/// `mesh agent mcp`: which MCP server, and the agent it becomes.
+#[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "MCP server (mesh agent mcp)")]
+pub struct McpOptions {
+    /// The agent's name on the mesh (a topic segment: letters, digits, `-`, `_`, `.`).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Reach an MCP server over Streamable HTTP at this URL instead of running a command.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// The environment variable that holds a bearer token for --url (the token itself never
+    /// goes on the command line).
+    #[arg(long, value_name = "VAR")]
+    pub bearer_env: Option<String>,
+    /// What the agent does [default: the server's name and its tools].
+    #[arg(long, value_name = "TEXT")]
+    pub description: Option<String>,
+}
+
+impl McpOptions {
+    /// Whether any of these was given.
+    pub fn given(&self) -> bool {
+        self.name.is_some()
+            || self.url.is_some()
+            || self.bearer_env.is_some()
+            || self.description.is_some()
+    }
+}
+
 /// The commands that talk to a mesh: which gateway, and as which deployment on the bus.
 #[derive(Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Client")]

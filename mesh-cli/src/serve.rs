@@ -5,6 +5,7 @@
 //! Every broker URL they print goes through [`redact_url`]: no password reaches the output.
 
 use crate::exit::{Failure, Outcome};
+use crate::options::McpOptions;
 use crate::secure::{self, Profile, ProfileSpec, example_agents};
 use crate::settings::Settings;
 use mesh_agent::{AgentConfig, AgentError, RunningAgent};
@@ -12,6 +13,7 @@ use mesh_broker::{Access, Broker, BrokerConfig, BrokerError};
 use mesh_core::bus::{BusConfig, BusError, redact_url};
 use mesh_core::card_signing::{SigningKey, TrustedKeys};
 use mesh_gateway::{Gateway, GatewayConfig, GatewayError, RunningGateway};
+use mesh_mcp::{McpAgent, McpAgentError, McpServer};
 use std::path::Path;
 use std::time::Instant;
 
@@ -155,6 +157,59 @@ pub async fn agent(settings: &Settings, name: &str) -> Outcome {
     );
     wait_for_stop().await;
     agent.shutdown().await;
+    Ok(())
+}
+
+/// `mesh agent mcp --name NAME -- COMMAND…` (or `--url URL`): an MCP server's tools served as
+/// the agent NAME, on --broker-url.
+pub async fn mcp_agent(settings: &Settings, options: &McpOptions, command: Vec<String>) -> Outcome {
+    let Some(name) = options.name.clone() else {
+        return Err(Failure::Usage(
+            "say the agent's name: mesh agent mcp --name NAME -- COMMAND… (or --url URL)".into(),
+        ));
+    };
+    let bearer = match &options.bearer_env {
+        None => None,
+        Some(var) => Some(std::env::var(var).map_err(|_| {
+            Failure::Usage(format!("--bearer-env {var}: the environment has no {var}"))
+        })?),
+    };
+    let server = McpServer::from_parts(command, options.url.clone(), bearer)
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let url = settings.broker_url_or_default();
+    let config = AgentConfig {
+        namespace: settings.namespace.clone(),
+        signing_key: signing_key(settings.signing_key.as_deref(), "--signing-key")?,
+        ..AgentConfig::default()
+    };
+    let mut agent = McpAgent::new(name.clone(), server).config(config);
+    if let Some(description) = &options.description {
+        agent = agent.description(description.clone());
+    }
+    let running = agent
+        .start(bus_config(settings, &url)?)
+        .await
+        .map_err(|e| match e {
+            McpAgentError::Server { .. } => Failure::Unreachable(e.to_string()),
+            McpAgentError::Agent(AgentError::Bus(bus)) => unreachable_broker(&url, bus),
+            McpAgentError::Agent(AgentError::Topic(topic)) => {
+                Failure::Usage(format!("{topic} (--name)"))
+            }
+            McpAgentError::Agent(other) => Failure::Other(other.to_string()),
+        })?;
+    let tools: Vec<String> = running
+        .connection()
+        .live()
+        .map(|live| live.tools.iter().map(|t| t.name.to_string()).collect())
+        .unwrap_or_default();
+    println!(
+        "agent {name} online (instance {}, broker {}): tools {}",
+        running.agent().instance_id(),
+        redact_url(&url),
+        tools.join(", ")
+    );
+    wait_for_stop().await;
+    running.shutdown().await;
     Ok(())
 }
 

@@ -1,11 +1,10 @@
 //! Optional authentication: API keys or bearer tokens, each naming a principal.
 //!
-//! With no keys configured every route is open (as before). With keys, every route but the
-//! agent cards, the key set of their signatures, `/healthz` and `/readyz`, the web console's
-//! page and assets (`GET /`, `/ui/`, `/ui/app.js`, `/ui/style.css`: its `/ui/api/` feeds
-//! need a key) (and CORS
-//! preflights, answered before this layer)
-//! needs `Authorization: Bearer <key>` or `X-API-Key: <key>`; anything else gets `401` with
+//! With no keys configured every route is open. With keys, every route needs
+//! `Authorization: Bearer <key>` or `X-API-Key: <key>` but these: the agent cards, the key set
+//! of their signatures, `/healthz` and `/readyz`, the web console's page and assets (`GET /`,
+//! `/ui/`, `/ui/app.js`, `/ui/style.css`; its `/ui/api/` feeds need a key), and CORS
+//! preflights (answered before this layer). Anything else gets `401` with
 //! `WWW-Authenticate: Bearer` and a JSON-RPC error body SDK clients can read. The caller's
 //! principal rides along in the request's extensions ([`Authenticated`]), is forwarded to agents
 //! as `_mesh.caller.principal`, and owns the tasks it creates: another principal gets "task

@@ -34,14 +34,13 @@
 //! - [`within`]: awaits a future for at most [`WAIT`], failing the test with what it waited
 //!   for (no test hangs).
 //! - [`TestBroker::bus_config`]: a bus configuration for the broker, with a short keep-alive.
+//! - [`bus_mesh::BusMesh`]: a mesh seen from the bus (a requester and a registry playing the
+//!   gateway) to run agents on and send them messages.
 //!
 //! ## Databases
 //!
 //! - [`TestDatabase`]: a fresh PostgreSQL database per test (on `MESH_TEST_POSTGRES`, by
 //!   default the machine's server at 127.0.0.1:5432), dropped with the value.
-//!
-//! ## Server-sent events
-//!
 //!
 //! ## Certificates
 //!
@@ -57,8 +56,10 @@ use std::time::{Duration, Instant};
 
 use tokio::process::{Child, Command};
 
+pub mod bus_mesh;
 mod certs;
 mod postgres;
+
 pub use certs::TestCertificates;
 pub use postgres::TestDatabase;
 

@@ -3,10 +3,9 @@
 //! Member names are literals written as they are (they need no escaping); strings are
 //! escaped exactly as `serde_json` escapes them, eight bytes at a time where nothing needs
 //! escaping; JSON values (metadata, data parts) and RFC 3339 timestamps are written the same
-//! way; numbers and a2a-lf's enums go through `serde_json` into the same buffer. Compared
-//! with driving `serde_json`'s `Serializer` through `SerializeMap`, this skips escaping
-//! every member name and the map state machine, which was most of the cost of writing a
-//! task.
+//! way; numbers and a2a-lf's enums go through `serde_json` into the same buffer. Driving
+//! `serde_json`'s `Serializer` through `SerializeMap` instead would escape every member name
+//! and run the map's state machine: most of the cost of writing a task that way.
 
 use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 use serde::Serialize;
