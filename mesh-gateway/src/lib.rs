@@ -22,8 +22,8 @@
 //! ```
 //!
 //! Modules: [`config`] (settings), [`server`] (router, start, shutdown), `service` (the A2A
-//! operations, free of any transport), the bindings over it: `jsonrpc`, `rest` (HTTP+JSON)
-//! and `grpc`, with `answers` (the JSON both HTTP bindings write), `http`
+//! operations, free of any transport), the bindings over it: `jsonrpc`, `rest` (HTTP+JSON),
+//! `grpc` and `mcp` (the agents as MCP tools, at `/mcp`), with `answers` (the JSON both HTTP bindings write), `http`
 //! (what the HTTP bindings share: bounded bodies, version and content-type checks), `sse`
 //! (event streams), `bridge` (the pump from the bus to the store and the live subscribers),
 //! [`task_events`] (how an event changes a task, and its stored encoding), `console` (the web console under `/ui/`), `cards` (and
@@ -43,6 +43,7 @@ mod grpc;
 mod health;
 mod http;
 mod jsonrpc;
+mod mcp;
 pub mod metrics;
 pub mod push;
 mod rest;

@@ -410,7 +410,8 @@ impl Gateway {
             },
             config.body_limit,
         );
-        let mut app = router(state, grpc);
+        let mcp = crate::mcp::service(service.clone(), config.body_limit, shutdown.clone());
+        let mut app = router(state, grpc, mcp);
         if let Some(cors) = cors {
             app = app.layer(cors);
         }
@@ -522,6 +523,10 @@ impl RunningGateway {
 fn router(
     state: AppState,
     grpc: crate::grpc::proto::a2a_service_server::A2aServiceServer<crate::grpc::server::Grpc>,
+    mcp: rmcp::transport::streamable_http_server::StreamableHttpService<
+        crate::mcp::handler::McpTools,
+        rmcp::transport::streamable_http_server::session::never::NeverSessionManager,
+    >,
 ) -> Router {
     let router = Router::new()
         .route("/", post(jsonrpc::post_default).get(console::root))
@@ -567,6 +572,8 @@ fn router(
         .route("/ui/api/bus", get(console::bus))
         // The gRPC binding, on the same port (HTTP/2).
         .route_service("/lf.a2a.v1.A2AService/{*method}", grpc)
+        // The agents as MCP tools ([`crate::mcp`]).
+        .route_service("/mcp", mcp)
         // The HTTP+JSON binding of the default agent, and of `/{tenant}/…`.
         .fallback(root_fallback);
     // Without API keys nothing is checked: no middleware (it would box every request's

@@ -12,6 +12,7 @@ mod http;
 mod interop;
 mod interop_03;
 mod interop_auth;
+mod mcp;
 mod methods;
 mod push;
 mod replicas;
