@@ -11,15 +11,11 @@ use mesh_agent::{
     Agent, AgentConfig, AgentError, BusConfig, HandlerError, Outcome, RunningAgent, TaskContext,
     handler_fn, new_artifact,
 };
-use rmcp::ServiceError;
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest, ServerResult,
-};
-use rmcp::service::PeerRequestOptions;
 
 use crate::call::{self, Answer};
 use crate::card;
 use crate::connection::{McpConnection, Progress};
+use crate::invoke::CallEvent;
 use crate::restart::Backoff;
 use crate::server::McpServer;
 
@@ -189,65 +185,27 @@ async fn serve(ctx: TaskContext, connection: McpConnection) -> Result<Outcome, H
         Ok(call) => call,
         Err(why) => return Ok(Outcome::failed(why)),
     };
-    let mut params = CallToolRequestParams::new(call.tool.clone());
-    params.arguments = Some(call.arguments);
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-    let handle = match live
-        .peer
-        .send_cancellable_request(request, PeerRequestOptions::no_options())
-        .await
-    {
-        Ok(handle) => handle,
-        Err(error) => {
-            if unreachable(&error) {
-                live.report_broken();
-            }
-            return Ok(Outcome::failed(format!(
-                "the MCP server did not take the call of {}: {error}",
-                call.tool
-            )));
-        }
+    let mut invocation = match connection.invoke(&call.tool, call.arguments).await {
+        Ok(invocation) => invocation,
+        Err(why) => return Ok(Outcome::failed(why)),
     };
-    let mut progress = connection.follow_progress(handle.progress_token.clone());
-    let request_id = handle.id.clone();
-    let response = handle.await_response();
-    tokio::pin!(response);
     let result = loop {
         tokio::select! {
-            result = &mut response => break result,
-            Some(update) = progress.receiver.recv() => {
-                ctx.working(progress_text(&call.tool, &update)).await?;
-            }
-            () = ctx.cancelled() => {
-                let notice = CancelledNotificationParam::new(
-                    Some(request_id),
-                    Some("the A2A task was canceled".into()),
-                );
-                if let Err(error) = live.peer.notify_cancelled(notice).await {
-                    tracing::warn!(%error, "could not send the MCP cancellation");
+            event = invocation.next() => match event {
+                CallEvent::Progress(update) => {
+                    ctx.working(progress_text(&call.tool, &update)).await?;
                 }
+                CallEvent::Done(result) => break result,
+            },
+            () = ctx.cancelled() => {
+                invocation.cancel("the A2A task was canceled").await;
                 return Ok(Outcome::failed("canceled"));
             }
         }
     };
     let result = match result {
-        Ok(ServerResult::CallToolResult(result)) => result,
-        Ok(_) => {
-            return Ok(Outcome::failed(format!(
-                "the MCP server answered the call of {} with something other than a tool result \
-                 (a request for input or a task, which this agent does not serve)",
-                call.tool
-            )));
-        }
-        Err(error) => {
-            if unreachable(&error) {
-                live.report_broken();
-            }
-            return Ok(Outcome::failed(format!(
-                "the call of {} failed: {error}",
-                call.tool
-            )));
-        }
+        Ok(result) => result,
+        Err(why) => return Ok(Outcome::failed(why)),
     };
     match call::answer(result) {
         Answer::Failed(why) => Ok(Outcome::failed(why)),
@@ -256,15 +214,6 @@ async fn serve(ctx: TaskContext, connection: McpConnection) -> Result<Outcome, H
             Ok(Outcome::completed())
         }
     }
-}
-
-/// Whether `error` says the server could not be reached (rather than that it answered with
-/// an error).
-fn unreachable(error: &ServiceError) -> bool {
-    matches!(
-        error,
-        ServiceError::TransportSend(_) | ServiceError::TransportClosed
-    )
 }
 
 /// A progress notification as a status text: "get-sum: 3 of 10: adding".

@@ -115,7 +115,7 @@ impl Drop for StopOnDrop {
 }
 
 /// A route of progress notifications to one call, removed when dropped.
-pub struct ProgressRoute {
+pub(crate) struct ProgressRoute {
     routes: ProgressRoutes,
     token: ProgressToken,
     /// The call's notifications.
@@ -212,7 +212,7 @@ impl McpConnection {
 
     /// Routes the progress notifications of the request that carries `token` to the returned
     /// receiver, until it is dropped.
-    pub fn follow_progress(&self, token: ProgressToken) -> ProgressRoute {
+    pub(crate) fn follow_progress(&self, token: ProgressToken) -> ProgressRoute {
         let (sender, receiver) = mpsc::channel(PROGRESS_QUEUE);
         lock(&self.progress).insert(token.clone(), sender);
         ProgressRoute {

@@ -18,10 +18,12 @@ mod agent;
 pub mod call;
 pub mod card;
 mod connection;
+mod invoke;
 mod restart;
 mod server;
 
 pub use agent::{McpAgent, McpAgentError, RunningMcpAgent};
 pub use connection::{Live, McpConnection, Progress};
+pub use invoke::{CallEvent, Invocation};
 pub use restart::Backoff;
 pub use server::{McpServer, ServerSpecError};
