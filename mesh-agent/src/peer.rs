@@ -78,6 +78,16 @@ impl Peers {
         self.registry.is_online(agent)
     }
 
+    /// The agents online now, this one included, each with its card when it published one.
+    pub fn online(&self) -> Vec<(String, Option<mesh_core::model::AgentCard>)> {
+        self.registry
+            .agents()
+            .into_iter()
+            .filter(|agent| !agent.instances.is_empty())
+            .map(|agent| (agent.name, agent.card))
+            .collect()
+    }
+
     /// Sends `message` to `agent` and waits for its final answer.
     pub async fn send(&self, agent: &str, message: Message) -> Result<PeerAnswer, PeerError> {
         let mut stream = self.open(agent, message, Method::SendMessage).await?;

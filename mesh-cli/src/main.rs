@@ -111,10 +111,11 @@ enum Command {
         #[command(flatten)]
         gateway: GatewayGroups,
     },
-    /// One agent, connected to --broker-url: an example agent, or `mcp`, an MCP server's
-    /// tools served as an agent (`mesh agent mcp --name clock -- mcp-server-time`).
+    /// One agent, connected to --broker-url: an example agent; `mcp`, an MCP server's tools
+    /// served as an agent (`mesh agent mcp --name clock -- mcp-server-time`); or `llm`, an LLM
+    /// agent defined in a file (`mesh agent llm --config assistant.toml`).
     Agent {
-        /// echo, writer, flight-booker, files, orchestrator; or mcp.
+        /// echo, writer, flight-booker, files, orchestrator; mcp; or llm.
         kind: String,
         #[command(flatten)]
         bus: BusClient,
@@ -253,7 +254,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() {
     // Before any HTTP client is built (reqwest's rustls has no provider of its own).
     mesh_core::tls::install_crypto_provider();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    // `mesh agent llm --config FILE`: the file defines the agent (mesh's own settings then come
+    // from flags and the environment only).
+    let llm_config = match &cli.command {
+        Command::Agent { kind, .. } if kind == "llm" => cli.global.config.take(),
+        _ => None,
+    };
     if let Command::Completions { shell } = cli.command {
         let mut command = Cli::command();
         clap_complete::generate(shell, &mut command, "mesh", &mut std::io::stdout());
@@ -301,6 +308,10 @@ fn main() {
                 kind, mcp, command, ..
             } => match kind.as_str() {
                 "mcp" => serve::mcp_agent(&settings, &mcp, command).await,
+                "llm" if mcp.given() || !command.is_empty() => Err(Failure::Usage(
+                    "`mesh agent llm` takes its agent from --config FILE alone".into(),
+                )),
+                "llm" => serve::llm_agent(&settings, llm_config.as_deref()).await,
                 _ if mcp.given() || !command.is_empty() => Err(Failure::Usage(format!(
                     "--name, --url, --bearer-env, --description and a command after `--` are \
                      for `mesh agent mcp`, not for the example agent {kind:?}"

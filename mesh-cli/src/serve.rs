@@ -13,6 +13,7 @@ use mesh_broker::{Access, Broker, BrokerConfig, BrokerError};
 use mesh_core::bus::{BusConfig, BusError, redact_url};
 use mesh_core::card_signing::{SigningKey, TrustedKeys};
 use mesh_gateway::{Gateway, GatewayConfig, GatewayError, RunningGateway};
+use mesh_llm::{LlmAgent, LlmAgentError, LlmConfig};
 use mesh_mcp::{McpAgent, McpAgentError, McpServer};
 use std::path::Path;
 use std::time::Instant;
@@ -207,6 +208,44 @@ pub async fn mcp_agent(settings: &Settings, options: &McpOptions, command: Vec<S
         running.agent().instance_id(),
         redact_url(&url),
         tools.join(", ")
+    );
+    wait_for_stop().await;
+    running.shutdown().await;
+    Ok(())
+}
+
+/// `mesh agent llm --config FILE`: the LLM agent the file defines, on --broker-url.
+pub async fn llm_agent(settings: &Settings, file: Option<&Path>) -> Outcome {
+    let Some(file) = file else {
+        return Err(Failure::Usage(
+            "say the agent's file: mesh agent llm --config assistant.toml".into(),
+        ));
+    };
+    let config = LlmConfig::load(file, |var| std::env::var(var).ok())
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let name = config.name.clone();
+    let url = settings.broker_url_or_default();
+    let agent_config = AgentConfig {
+        namespace: settings.namespace.clone(),
+        signing_key: signing_key(settings.signing_key.as_deref(), "--signing-key")?,
+        ..AgentConfig::default()
+    };
+    let running = LlmAgent::new(config)
+        .config(agent_config)
+        .start(bus_config(settings, &url)?)
+        .await
+        .map_err(|e| match e {
+            LlmAgentError::Mcp { .. } => Failure::Unreachable(e.to_string()),
+            LlmAgentError::Agent(AgentError::Bus(bus)) => unreachable_broker(&url, bus),
+            LlmAgentError::Agent(AgentError::Topic(topic)) => {
+                Failure::Usage(format!("{topic} (the file's name)"))
+            }
+            LlmAgentError::Agent(other) => Failure::Other(other.to_string()),
+        })?;
+    println!(
+        "agent {name} online (instance {}, broker {})",
+        running.agent().instance_id(),
+        redact_url(&url)
     );
     wait_for_stop().await;
     running.shutdown().await;

@@ -136,6 +136,25 @@ pub fn answer(result: CallToolResult) -> Answer {
     Answer::Parts(parts)
 }
 
+/// The answer of `result` as text, for a reader of text (a language model): text as it is,
+/// structured content as JSON, files by name; a tool error as `error: <its text>`.
+pub fn answer_text(result: CallToolResult) -> String {
+    match answer(result) {
+        Answer::Failed(why) => format!("error: {why}"),
+        Answer::Parts(parts) => {
+            let texts: Vec<String> = parts
+                .iter()
+                .map(|p| match &p.content {
+                    PartContent::Text(t) => t.clone(),
+                    PartContent::Data(d) => d.to_string(),
+                    _ => format!("[file {}]", p.filename.as_deref().unwrap_or("unnamed")),
+                })
+                .collect();
+            texts.join("\n")
+        }
+    }
+}
+
 /// One content block as a part.
 fn content_part(content: ContentBlock) -> Part {
     match content {

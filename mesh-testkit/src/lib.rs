@@ -37,6 +37,8 @@
 //! - [`bus_mesh::BusMesh`]: a mesh seen from the bus (a requester and a registry playing the
 //!   gateway) to run agents on and send them messages.
 //!
+//! - [`model_server::ModelServer`]: llama.cpp's server with a model file, for the LLM agent.
+//!
 //! ## Databases
 //!
 //! - [`TestDatabase`]: a fresh PostgreSQL database per test (on `MESH_TEST_POSTGRES`, by
@@ -58,6 +60,7 @@ use tokio::process::{Child, Command};
 
 pub mod bus_mesh;
 mod certs;
+pub mod model_server;
 mod postgres;
 
 pub use certs::TestCertificates;

@@ -9,7 +9,7 @@ Its tools do what the reference servers cannot be made to do on demand:
 - `fail(reason)` raises a ToolError, which the SDK answers as a tool error (isError) carrying
   the reason.
 
-With `--one-tool` it serves `shout(text)` alone (a server whose one tool takes one string, which
+With `--one-tool` it serves `shout(text)` alone (with `--marks`, each call writes `shouted`) (a server whose one tool takes one string, which
 a message's text calls). Runs over stdio, or over Streamable HTTP with `--http PORT` (on
 127.0.0.1, at /mcp).
 """
@@ -67,6 +67,7 @@ def fail(reason: str) -> str:
 
 def shout(text: str) -> str:
     """Answers `text` in capitals."""
+    mark("shouted")
     return text.upper()
 
 

@@ -6,6 +6,7 @@
 mod cli;
 #[cfg(feature = "cluster")]
 mod cluster;
+mod llm;
 mod mcp;
 mod replicas;
 mod restart;

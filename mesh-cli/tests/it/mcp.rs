@@ -7,7 +7,7 @@ use crate::support::{WAIT, Watched, run};
 use serde_json::{Value, json};
 
 /// `mesh up` on free ports in `namespace`: the process and the gateway's and broker's URLs.
-async fn mesh_up(namespace: &str) -> (Watched, String, String) {
+pub async fn mesh_up(namespace: &str) -> (Watched, String, String) {
     let data_dir = std::env::temp_dir().join(format!("mesh-cli-mcp-{namespace}"));
     let mut up = Watched::spawn(
         &[
