@@ -15,8 +15,10 @@
 pub mod chaos;
 pub mod cluster;
 pub mod codecs;
+pub mod curves;
 pub mod discovery;
 pub mod e2e;
+pub mod fleet;
 pub mod follow;
 pub mod grpc_load;
 pub mod memory;
@@ -31,6 +33,7 @@ pub mod sse;
 pub mod stats;
 pub mod stores;
 pub mod suite;
+pub mod tools;
 
 /// A progress line on stderr (the table goes to stdout).
 pub fn log(line: &str) {

@@ -6,13 +6,14 @@
 //! ```text
 //! cargo build --release -p mesh-cli -p mesh-bench
 //! target/release/mesh-bench [--broker embedded|mosquitto|both] [--seconds N] [--quick]
-//!                           [--only stores|cluster] [--postgres URL]
+//!                           [--only stores|cluster|tools] [--postgres URL]
+//! target/release/mesh-bench --curves [--quick] [--charts DIR]
 //! ```
 
 use clap::{Parser, ValueEnum};
 use mesh_bench::procs::{self, BrokerKind};
 use mesh_bench::suite::{self, Plan};
-use mesh_bench::{cluster, codecs, e2e, log, report, stores};
+use mesh_bench::{cluster, codecs, curves, e2e, log, report, stores, tools};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -45,6 +46,13 @@ struct Args {
         default_value = "postgres://root@127.0.0.1:5432/postgres"
     )]
     postgres: String,
+    /// Run the cost curves instead (agents, tasks in flight, streams, payloads, fan-out):
+    /// tables on stdout, one SVG chart per curve into --charts.
+    #[arg(long)]
+    curves: bool,
+    /// Where --curves writes its charts.
+    #[arg(long, value_name = "DIR", default_value = "docs/curves")]
+    charts: PathBuf,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +63,8 @@ enum Only {
     /// The broker cluster's rows: one `mesh broker` against a three-node cluster (the `mesh`
     /// binary built with the `cluster` feature).
     Cluster,
+    /// The agent kinds' rows: the MCP bridge per tool call, and the LLM agent's first token.
+    Tools,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -106,6 +116,22 @@ fn main() {
         .build()
         .expect("a tokio runtime");
     let began = std::time::Instant::now();
+    if args.curves {
+        let curves = runtime.block_on(curves::run(&plan, args.quick, &args.charts));
+        println!(
+            "mesh-bench --curves: {} cores, {}; Mosquitto, a `mesh gateway`, agents in `mesh-fleet` processes\n",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model(),
+        );
+        for (curve, chart) in &curves {
+            println!("{}", curve.markdown(chart.as_deref()));
+        }
+        log(&format!(
+            "the run took {:.0} s",
+            began.elapsed().as_secs_f64()
+        ));
+        return;
+    }
     let mut all = Vec::new();
     if args.only.is_none() {
         for &kind in brokers {
@@ -114,9 +140,10 @@ fn main() {
     }
     // The stores' rows go through one broker: Mosquitto (the latest table's) when it is run.
     let stores_broker = *brokers.last().unwrap_or(&BrokerKind::Mosquitto);
-    let stores = (args.only != Some(Only::Cluster))
-        .then(|| runtime.block_on(stores::run(stores_broker, &plan)));
-    let cluster = (args.only != Some(Only::Stores)).then(|| runtime.block_on(cluster::run(&plan)));
+    let runs = |only: Only| args.only.is_none() || args.only == Some(only);
+    let stores = runs(Only::Stores).then(|| runtime.block_on(stores::run(stores_broker, &plan)));
+    let cluster = runs(Only::Cluster).then(|| runtime.block_on(cluster::run(&plan)));
+    let tools = runs(Only::Tools).then(|| runtime.block_on(tools::run(&plan)));
     let codec_costs = if args.only.is_none() {
         log("codecs");
         codecs::run(if args.quick {
@@ -150,6 +177,12 @@ fn main() {
     }
     if let Some(cluster) = &cluster {
         println!("{}", report::render_cluster(cluster, header.take()));
+    }
+    if let Some(tools) = &tools {
+        if let Some(header) = header.take() {
+            println!("{header}\n");
+        }
+        println!("{}", tools::table(tools));
     }
     log(&format!(
         "the run took {:.0} s",

@@ -125,10 +125,19 @@ impl Proc {
 
     /// Resident set size in KiB (`VmRSS` of `/proc/<pid>/status`).
     pub fn rss_kib(&self) -> Option<u64> {
+        self.status_kib("VmRSS:")
+    }
+
+    /// The largest resident set size so far, in KiB (`VmHWM`).
+    pub fn peak_rss_kib(&self) -> Option<u64> {
+        self.status_kib("VmHWM:")
+    }
+
+    fn status_kib(&self, field: &str) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
     }
 }

@@ -17,7 +17,8 @@ pub const PYTHON_SDK_PER_S: f64 = 400.0;
 pub const KEEP_ALIVE: Duration = Duration::from_secs(30);
 
 /// A figure as shown.
-fn dur(d: Duration) -> String {
+/// A duration as the tables print it.
+pub fn dur(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
     if us < 1.0 {
         format!("{:.0} ns", d.as_secs_f64() * 1e9)
