@@ -14,6 +14,7 @@
 //! signature (A2A §8.4). While it runs, an instance re-asserts its card and its presence
 //! when the retained ones are replaced by something else ([`guard`](crate::guard)).
 
+use crate::directory::PeerDirectory;
 use crate::guard::{self, Guarded, OwnCard, Watches};
 use crate::handler::Handler;
 use crate::runner::{self, Running, SendRequest};
@@ -243,9 +244,7 @@ impl Agent {
             retain: true,
         });
         let bus = Bus::connect(bus_config).await?;
-        let registry =
-            Registry::start_with(&bus, &topics, &name, self.config.trusted_keys.clone()).await?;
-        let watches = Watches::new(&registry, &card_topic, &presence_topic);
+        let watches = Watches::subscribe(&bus, &card_topic, &presence_topic).await?;
         let requester = Requester::start(
             bus.clone(),
             topics.clone(),
@@ -254,7 +253,14 @@ impl Agent {
             &instance,
         )
         .await?;
-        requester.watch_registry(&registry);
+        let directory = PeerDirectory::new(
+            bus.clone(),
+            topics.clone(),
+            &name,
+            self.config.trusted_keys.clone(),
+            requester.clone(),
+            self.config.probe_timeout,
+        );
 
         let mut requests = bus.subscribe(&request_filter, QoS::AtLeastOnce).await?;
         let mut cancels = bus.subscribe(&cancel_filter, QoS::AtLeastOnce).await?;
@@ -284,7 +290,7 @@ impl Agent {
             handler: self.handler,
             config: self.config.clone(),
             requester: requester.clone(),
-            registry,
+            directory,
             running: Mutex::default(),
             idle: tokio::sync::Notify::new(),
             dedup: Mutex::new(Dedup::default()),
@@ -458,7 +464,8 @@ pub(crate) struct InstanceState {
     pub(crate) handler: Arc<dyn Handler>,
     pub(crate) config: AgentConfig,
     pub(crate) requester: Requester,
-    pub(crate) registry: Registry,
+    /// The instance's view of its peers, started by the first handler that looks.
+    pub(crate) directory: PeerDirectory,
     pub(crate) running: Mutex<HashMap<String, Arc<Running>>>,
     /// Told when the last running task ends (see [`InstanceState::task_ended`]).
     idle: tokio::sync::Notify,
@@ -528,9 +535,10 @@ impl RunningAgent {
         &self.shared.instance
     }
 
-    /// The registry this instance keeps of the mesh.
-    pub fn registry(&self) -> &Registry {
-        &self.shared.registry
+    /// The registry this instance keeps of the mesh, started (and loaded) by the first
+    /// look at it, this one or a handler's at its peers.
+    pub async fn registry(&self) -> Result<&Registry, BusError> {
+        self.shared.directory.registry().await
     }
 
     /// How many tasks run on this instance now.

@@ -2,8 +2,9 @@
 //! them: when either is replaced by something else while the instance runs, it publishes its
 //! own again.
 //!
-//! The instance watches its card topic and its presence topic through its registry's
-//! subscription ([`Registry::watch_topic`]). What it sees is judged:
+//! The instance subscribes to its card topic and its own presence topic (those two alone: its
+//! registry of the mesh starts only when a handler looks at its peers). What it sees is
+//! judged:
 //!
 //! - **the card** is fine when it is the instance's own publish (byte for byte), or, for an
 //!   agent with a signing key, any card of the agent's name signed by that key (another
@@ -20,14 +21,13 @@
 //! Its own re-publish comes back fine, so an instance never reacts to itself, and two
 //! instances of one agent with the same card (or key) never trigger each other.
 
-use mesh_core::bus::{Bus, BusMessage, QoS};
+use mesh_core::bus::{Bus, BusError, QoS, Subscription};
 use mesh_core::card_signing::{self, SigningKey, TrustedKeys};
-use mesh_core::registry::{Presence, PresenceStatus, Registry};
+use mesh_core::registry::{Presence, PresenceStatus};
 use mesh_core::sync::MutexExt;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -68,16 +68,21 @@ pub(crate) struct Guarded {
 /// The watches, taken before the instance first publishes (so that every later message on
 /// its topics is seen).
 pub(crate) struct Watches {
-    card: watch::Receiver<Option<BusMessage>>,
-    presence: watch::Receiver<Option<BusMessage>>,
+    card: Subscription,
+    presence: Subscription,
 }
 
 impl Watches {
-    pub(crate) fn new(registry: &Registry, card_topic: &str, presence_topic: &str) -> Watches {
-        Watches {
-            card: registry.watch_topic(card_topic),
-            presence: registry.watch_topic(presence_topic),
-        }
+    /// Subscribes to the two topics (their retained messages come first).
+    pub(crate) async fn subscribe(
+        bus: &Bus,
+        card_topic: &str,
+        presence_topic: &str,
+    ) -> Result<Watches, BusError> {
+        Ok(Watches {
+            card: bus.subscribe(card_topic, QoS::AtLeastOnce).await?,
+            presence: bus.subscribe(presence_topic, QoS::AtLeastOnce).await?,
+        })
     }
 }
 
@@ -116,19 +121,13 @@ pub(crate) async fn run(guarded: Guarded, mut watches: Watches, bus: Bus, stop: 
             .flatten()
             .min();
         tokio::select! {
-            changed = watches.card.changed() => {
-                if changed.is_err() { return; }
-                let message = watches.card.borrow_and_update().clone();
-                if let Some(message) = message {
-                    card.observe(guarded.judge_card(&message.payload));
-                }
+            message = watches.card.recv() => {
+                let Some(message) = message else { return };
+                card.observe(guarded.judge_card(&message.payload));
             }
-            changed = watches.presence.changed() => {
-                if changed.is_err() { return; }
-                let message = watches.presence.borrow_and_update().clone();
-                if let Some(message) = message {
-                    presence.observe(guarded.judge_presence(&message.payload));
-                }
+            message = watches.presence.recv() => {
+                let Some(message) = message else { return };
+                presence.observe(guarded.judge_presence(&message.payload));
             }
             _ = sleep_until(next_due) => {}
             _ = stop.cancelled() => return,

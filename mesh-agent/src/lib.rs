@@ -33,6 +33,7 @@
 
 mod agent;
 mod context;
+mod directory;
 mod emitter;
 mod guard;
 mod handler;

@@ -11,7 +11,6 @@ use futures_core::Stream;
 use mesh_core::dialect::Method;
 use mesh_core::error::A2aError;
 use mesh_core::model::{Message, Role, StreamResponse, Task, send_params};
-use mesh_core::registry::Registry;
 use mesh_core::requester::{Delivery, ReplyStream, Requester, SendError, SendOptions};
 use mesh_core::rpc::Reply;
 use std::pin::Pin;
@@ -20,6 +19,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+
+use crate::directory::PeerDirectory;
 
 /// Why a call to a peer failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +56,7 @@ pub enum PeerError {
 #[derive(Clone)]
 pub struct Peers {
     pub(crate) requester: Requester,
-    pub(crate) registry: Registry,
+    pub(crate) directory: PeerDirectory,
     pub(crate) depth: u32,
     pub(crate) max_depth: u32,
     pub(crate) parent: CancellationToken,
@@ -73,19 +74,28 @@ pub enum PeerAnswer {
 }
 
 impl Peers {
-    /// True if the agent has an online instance.
-    pub fn is_online(&self, agent: &str) -> bool {
-        self.registry.is_online(agent)
+    /// True if the agent has an online instance. The instance's first look at its peers
+    /// subscribes to the mesh's cards and presence and waits until they are loaded.
+    pub async fn is_online(&self, agent: &str) -> Result<bool, PeerError> {
+        Ok(self
+            .directory
+            .registry()
+            .await
+            .map_err(SendError::from)?
+            .is_online(agent))
     }
 
     /// The agents online now, this one included, each with its card when it published one.
-    pub fn online(&self) -> Vec<(String, Option<mesh_core::model::AgentCard>)> {
-        self.registry
+    pub async fn online(
+        &self,
+    ) -> Result<Vec<(String, Option<mesh_core::model::AgentCard>)>, PeerError> {
+        let registry = self.directory.registry().await.map_err(SendError::from)?;
+        Ok(registry
             .agents()
             .into_iter()
             .filter(|agent| !agent.instances.is_empty())
             .map(|agent| (agent.name, agent.card))
-            .collect()
+            .collect())
     }
 
     /// Sends `message` to `agent` and waits for its final answer.
@@ -135,7 +145,7 @@ impl Peers {
                 limit: self.max_depth,
             });
         }
-        if !self.registry.is_online(agent) {
+        if !self.is_online(agent).await? {
             return Err(PeerError::NotOnline(agent.to_owned()));
         }
         // A fresh sub-task, in a fresh context: the peer's task is its own.

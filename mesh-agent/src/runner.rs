@@ -137,7 +137,7 @@ pub(crate) fn start(
         cancel: cancel.clone(),
         peers: Peers {
             requester: shared.requester.clone(),
-            registry: shared.registry.clone(),
+            directory: shared.directory.clone(),
             depth,
             max_depth: shared.config.max_call_depth,
             parent: cancel.clone(),

@@ -22,6 +22,7 @@ pub mod fleet;
 pub mod follow;
 pub mod grpc_load;
 pub mod memory;
+pub mod mesh_up;
 pub mod paired;
 pub mod payload;
 pub mod procs;

@@ -6,14 +6,14 @@
 //! ```text
 //! cargo build --release -p mesh-cli -p mesh-bench
 //! target/release/mesh-bench [--broker embedded|mosquitto|both] [--seconds N] [--quick]
-//!                           [--only stores|cluster|tools] [--postgres URL]
+//!                           [--only stores|cluster|tools|up] [--postgres URL]
 //! target/release/mesh-bench --curves [--quick] [--charts DIR]
 //! ```
 
 use clap::{Parser, ValueEnum};
 use mesh_bench::procs::{self, BrokerKind};
 use mesh_bench::suite::{self, Plan};
-use mesh_bench::{cluster, codecs, curves, e2e, log, report, stores, tools};
+use mesh_bench::{cluster, codecs, curves, e2e, log, mesh_up, report, stores, tools};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -65,6 +65,8 @@ enum Only {
     Cluster,
     /// The agent kinds' rows: the MCP bridge per tool call, and the LLM agent's first token.
     Tools,
+    /// The `mesh up` rows: raw MQTT through its embedded broker, then JSON-RPC.
+    Up,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -144,6 +146,7 @@ fn main() {
     let stores = runs(Only::Stores).then(|| runtime.block_on(stores::run(stores_broker, &plan)));
     let cluster = runs(Only::Cluster).then(|| runtime.block_on(cluster::run(&plan)));
     let tools = runs(Only::Tools).then(|| runtime.block_on(tools::run(&plan)));
+    let up = runs(Only::Up).then(|| runtime.block_on(mesh_up::run(&plan)));
     let codec_costs = if args.only.is_none() {
         log("codecs");
         codecs::run(if args.quick {
@@ -183,6 +186,12 @@ fn main() {
             println!("{header}\n");
         }
         println!("{}", tools::table(tools));
+    }
+    if let Some(up) = &up {
+        if let Some(header) = header.take() {
+            println!("{header}\n");
+        }
+        println!("{}", mesh_up::table(up));
     }
     log(&format!(
         "the run took {:.0} s",

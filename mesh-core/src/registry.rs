@@ -20,10 +20,6 @@
 //! version (the reason and the key id, never a key) and counted
 //! ([`Registry::cards_refused`]). Without a trust store every readable card is kept, signed
 //! or not ([`CardTrust::Unchecked`]).
-//!
-//! **Taps.** [`Registry::watch_topic`] hands the latest message of one discovery topic to
-//! whoever watches it (an agent instance watches its own card and presence, to re-assert
-//! them), without a second subscription on the connection.
 
 use crate::bus::{Bus, BusError, BusMessage, QoS};
 use crate::card_signing::{self, TrustedKeys, VerifyError};
@@ -177,12 +173,7 @@ struct RegistryState {
     trusted: Option<TrustedKeys>,
     /// Refused card versions, by [`CARD_REFUSALS`] index.
     refused: [AtomicU64; CARD_REFUSALS.len()],
-    /// The watched topics and their latest message ([`Registry::watch_topic`]).
-    taps: RwLock<Vec<(String, watch::Sender<Option<BusMessage>>)>>,
 }
-
-/// The most topics watched at once through [`Registry::watch_topic`].
-pub const MAX_TAPS: usize = 16;
 
 /// The live view of the agents of one namespace. Cheap to clone.
 #[derive(Clone)]
@@ -212,7 +203,6 @@ impl Registry {
             loaded: watch::channel(false).0,
             trusted,
             refused: Default::default(),
-            taps: RwLock::default(),
         });
         // One subscription for cards and presence: their retained messages and the load
         // marker then arrive on one channel in the broker's order, and a newcomer among
@@ -249,7 +239,6 @@ impl Registry {
                     worker.shared.loaded.send_replace(true);
                     return;
                 }
-                worker.tap(&message);
                 let stale = match topics.parse_own(&message.topic) {
                     Some(TopicKind::AgentCard { agent, .. }) => {
                         worker.on_card(agent, &message.payload);
@@ -340,32 +329,6 @@ impl Registry {
     /// How many card versions were refused, by reason ([`CARD_REFUSALS`]), since the start.
     pub fn cards_refused(&self) -> [(&'static str, u64); CARD_REFUSALS.len()] {
         std::array::from_fn(|i| (CARD_REFUSALS[i], self.shared.refused[i].load(Relaxed)))
-    }
-
-    /// The latest message on `topic` (a card or presence topic of the namespace), from now
-    /// on: `None` until one arrives. Messages are not queued: a watcher sees the latest. At
-    /// most [`MAX_TAPS`] topics are watched at once (watchers that are gone make room);
-    /// past it the receiver never sees a message.
-    pub fn watch_topic(&self, topic: &str) -> watch::Receiver<Option<BusMessage>> {
-        let (sender, receiver) = watch::channel(None);
-        let mut taps = self.shared.taps.write_locked();
-        taps.retain(|(_, sender)| !sender.is_closed());
-        if taps.len() < MAX_TAPS {
-            taps.push((topic.to_owned(), sender));
-        } else {
-            tracing::warn!(%topic, "too many watched discovery topics: this one is not watched");
-        }
-        receiver
-    }
-
-    /// Hands `message` to the watchers of its topic.
-    fn tap(&self, message: &BusMessage) {
-        let taps = self.shared.taps.read_locked();
-        for (topic, sender) in taps.iter() {
-            if *topic == message.topic {
-                sender.send_replace(Some(message.clone()));
-            }
-        }
     }
 
     /// Waits until the agent is online; false if `timeout` passes first.
@@ -663,7 +626,6 @@ mod tests {
                 loaded: watch::channel(true).0,
                 trusted: None,
                 refused: Default::default(),
-                taps: RwLock::default(),
             }),
         };
         let mut entry = AgentEntry::default();

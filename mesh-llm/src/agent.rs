@@ -190,7 +190,7 @@ impl Answer {
 
 async fn converse(ctx: &TaskContext, llm: &Llm) -> Result<Outcome, HandlerError> {
     let mut messages = conversation(&llm.config, ctx.task());
-    let offer = llm.toolbox.offer(ctx.peers());
+    let offer = llm.toolbox.offer(ctx.peers()).await;
     let mut answer = Answer {
         writer: None,
         held: None,

@@ -65,10 +65,19 @@ impl Toolbox {
 
     /// The tools on offer now: the peers online that the config names, the live MCP servers'
     /// tools, and `ask_user` when allowed.
-    pub fn offer(&self, peers: &Peers) -> Offer {
+    pub async fn offer(&self, peers: &Peers) -> Offer {
         let mut specs = Vec::new();
         let mut targets = HashMap::new();
-        for (agent, card) in peers.online() {
+        // An agent with no peer among its tools never subscribes to the mesh's cards.
+        let online = if self.config.all_agents || !self.config.agents.is_empty() {
+            peers.online().await.unwrap_or_else(|error| {
+                tracing::warn!(%error, "the mesh's agents are unknown: no peer on offer");
+                Vec::new()
+            })
+        } else {
+            Vec::new()
+        };
+        for (agent, card) in online {
             let named = self.config.all_agents || self.config.agents.contains(&agent);
             if agent == self.own || !named {
                 continue;

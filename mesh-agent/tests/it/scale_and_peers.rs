@@ -466,3 +466,53 @@ async fn a_peer_stream_is_a_stream_of_the_models_events(broker: TestBroker) {
     writer.shutdown().await;
     reader.shutdown().await;
 }
+
+mesh_testkit::both_brokers!(an_instance_hears_the_mesh_only_once_a_handler_looks_at_its_peers);
+async fn an_instance_hears_the_mesh_only_once_a_handler_looks_at_its_peers(broker: TestBroker) {
+    // A retained card larger than the instance's bus takes in: an instance subscribed to
+    // the mesh's cards has it delivered, reads it and counts it as dropped.
+    const LIMIT: usize = 64 * 1024;
+    let mesh = BusMesh::on(broker).await;
+    let bulky = mesh.topics.agent_card("bulky").unwrap();
+    mesh.bus
+        .publish(
+            &bulky,
+            vec![b' '; 2 * LIMIT],
+            mesh_core::bus::QoS::AtLeastOnce,
+            true,
+        )
+        .await
+        .unwrap();
+    let looker = Agent::new(
+        "looker",
+        handler_fn(|ctx: TaskContext| async move {
+            if ctx.text() == "look" {
+                ctx.peers().is_online("bulky").await?;
+            }
+            Ok(Outcome::completed())
+        }),
+    );
+    let mut bus = mesh.broker.bus_config();
+    bus.max_packet_size = LIMIT;
+    let running = looker.config(mesh.config()).start(bus).await.unwrap();
+    assert!(mesh.registry.wait_online("looker", WAIT).await);
+    let completed = |deliveries: Vec<mesh_core::requester::Delivery>| {
+        deliveries.into_iter().any(
+            |d| matches!(d.reply, Ok(Reply::Task(t)) if t.status.state == TaskState::Completed),
+        )
+    };
+
+    // Started and serving, it has subscribed to no other agent's card or presence.
+    let (_, stream) = mesh.send("looker", "work", Method::SendMessage).await;
+    assert!(completed(collect(stream).await));
+    assert_eq!(running.bus().stats().oversized_dropped, 0);
+
+    // Its first look at its peers loads them all (the call returns once they are loaded).
+    let (_, stream) = mesh.send("looker", "look", Method::SendMessage).await;
+    assert!(completed(collect(stream).await));
+    assert_eq!(running.bus().stats().oversized_dropped, 1);
+
+    running.shutdown().await;
+    clear_retained(&mesh, "bulky").await;
+    clear_retained(&mesh, "looker").await;
+}

@@ -85,7 +85,7 @@ impl Curve {
         out.push_str(&" ---: |".repeat(self.columns.len()));
         out.push('\n');
         for row in &self.rows {
-            out.push_str(&format!("| {} |", thousands(row.x)));
+            out.push_str(&format!("| {} |", crate::report::rate(row.x as f64)));
             for cell in &row.cells {
                 out.push_str(&format!(" {cell} |"));
             }
@@ -385,19 +385,6 @@ pub fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
-/// A count with thousands separators.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// Bytes per item of `grown` KiB over `count` items, as the tables show it.
 pub fn per_item(grown_kib: i64, count: u64) -> String {
     bytes(grown_kib as f64 * 1024.0 / count.max(1) as f64)
@@ -418,9 +405,6 @@ mod tests {
 
     #[test]
     fn counts_and_sizes_read_as_the_tables_print_them() {
-        assert_eq!(thousands(1), "1");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(10_000_000), "10,000,000");
         assert_eq!(per_item(4, 1), "4.0 KiB");
         assert_eq!(per_item(1, 4), "256 B");
         assert_eq!(Scale::Quick.points(&[1, 10, 100]), vec![1, 10]);
