@@ -52,7 +52,6 @@ pub async fn run(plan: &Plan) -> UpFigures {
     let args = [
         "up".to_owned(),
         format!("--broker-addr=127.0.0.1:{broker_port}"),
-        format!("--broker-url=mqtt://127.0.0.1:{broker_port}"),
         format!("--http-addr=127.0.0.1:{http_port}"),
         format!("--data-dir={}", data_dir.display()),
         "--memory-store".to_owned(),

@@ -43,6 +43,7 @@ mod grpc;
 mod health;
 mod http;
 mod jsonrpc;
+mod linger;
 mod mcp;
 pub mod metrics;
 pub mod push;

@@ -39,6 +39,7 @@ use crate::config::{ENVELOPE_ROOM, GATEWAY_ID_FILE, GatewayConfig};
 use crate::console::Console;
 use crate::health::Health;
 use crate::jsonrpc::JsonRpc;
+use crate::linger::LingeringListener;
 use crate::metrics::{Exposition, Metrics};
 use crate::push::{PushSettings, Pusher};
 use crate::rest::Rest;
@@ -417,11 +418,15 @@ impl Gateway {
         }
         let server = match tls {
             Some(acceptor) => tokio::spawn(serve(
-                TlsListener::new(accepting(listener), acceptor),
+                TlsListener::new(LingeringListener::new(accepting(listener)), acceptor),
                 app,
                 shutdown.clone(),
             )),
-            None => tokio::spawn(serve(accepting(listener), app, shutdown.clone())),
+            None => tokio::spawn(serve(
+                LingeringListener::new(accepting(listener)),
+                app,
+                shutdown.clone(),
+            )),
         };
         tracing::info!(
             addr = %local_addr,

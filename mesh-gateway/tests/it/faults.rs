@@ -15,6 +15,43 @@ fn message(body: &Value) -> String {
         .to_owned()
 }
 
+// A client still sending a body far past the limit reads the limit's error, not a broken
+// pipe or a reset: the gateway answers, then reads and drops what is still coming (bounded)
+// before it closes. The client is a blocking one: it writes the whole request before it
+// reads (Python's http.client does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_far_past_the_limit_is_answered_not_reset() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mesh = GatewayMesh::start_with(|c| c.body_limit = 2048).await;
+    let body = rpc("message/send", msg03(&"x".repeat(8 << 20))).to_string();
+    let request = format!(
+        "POST /agents/echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    for attempt in 0..3 {
+        let mut stream = tokio::net::TcpStream::connect(mesh.gateway.local_addr())
+            .await
+            .unwrap();
+        let exchange = async {
+            stream.write_all(request.as_bytes()).await?;
+            let mut answer = Vec::new();
+            stream.read_to_end(&mut answer).await?;
+            Ok::<_, std::io::Error>(answer)
+        };
+        let answer = mesh_testkit::within("the answer", exchange)
+            .await
+            .unwrap_or_else(|e| {
+                panic!("attempt {attempt}: the client got {e} instead of an answer")
+            });
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 413"),
+            "attempt {attempt}: {answer}"
+        );
+        assert!(answer.contains("-32600"), "attempt {attempt}: {answer}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_json_rpc_errors() {
     let mut mesh = GatewayMesh::start_with(|c| c.body_limit = 2048).await;
