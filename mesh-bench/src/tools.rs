@@ -334,8 +334,11 @@ pub fn table(rows: &ToolRows) -> String {
     let overhead = |through: &Figure<Latencies>, direct: &Figure<Latencies>| match (through, direct)
     {
         (Ok(t), Ok(d)) => {
-            let extra = t.percentile(50.0).saturating_sub(d.percentile(50.0));
-            format!("+{} at p50", crate::report::dur(extra))
+            let (through, direct) = (t.percentile(50.0), d.percentile(50.0));
+            match through.checked_sub(direct) {
+                Some(extra) => format!("+{} at p50", crate::report::dur(extra)),
+                None => format!("-{} at p50", crate::report::dur(direct - through)),
+            }
         }
         _ => String::new(),
     };

@@ -93,7 +93,8 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
     ];
     curve.notes.push(
         "The agents are echo agents on the agent runtime, all in one `mesh-fleet` process, each \
-         with its own MQTT connection, card, presence and registry; the broker is Mosquitto."
+         with its own MQTT connection, card, presence and heartbeat (and no registry: an echo \
+         agent never looks at its peers); the broker is Mosquitto."
             .to_owned(),
     );
     curve
