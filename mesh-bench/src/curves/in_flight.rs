@@ -95,12 +95,24 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
             points.iter().map(|p| (p.count as f64, f(p))).collect(),
         )
     };
+    // Per item, the first point is the allocator's noise (a page over one item): charted
+    // from ten on.
+    let per_item_line = |name: &str, f: &dyn Fn(&Point) -> f64| {
+        Line::new(
+            name,
+            points
+                .iter()
+                .filter(|p| p.count >= super::FIRST_CHARTED_PER_ITEM)
+                .map(|p| (p.count as f64, f(p)))
+                .collect(),
+        )
+    };
     curve.panels = vec![
         Panel::new(
             "KiB per task",
             vec![
-                line("gateway", &|p| p.gateway_per_task / 1024.0),
-                line("agent", &|p| p.agent_per_task / 1024.0),
+                per_item_line("gateway", &|p| p.gateway_per_task / 1024.0),
+                per_item_line("agent", &|p| p.agent_per_task / 1024.0),
             ],
         ),
         Panel::new(

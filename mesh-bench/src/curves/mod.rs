@@ -144,6 +144,9 @@ pub async fn run(plan: &Plan, quick: bool, charts: &Path) -> Vec<(Curve, Option<
         .collect()
 }
 
+/// The smallest count a per-item figure is charted at.
+pub const FIRST_CHARTED_PER_ITEM: u64 = 10;
+
 /// How far the curves go: `--quick` stops each a decade early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scale {
