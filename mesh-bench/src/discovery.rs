@@ -28,6 +28,18 @@ pub async fn wait_listed(
 
 /// Whether `GET /agents` lists `agent` online; `None` when the gateway does not answer.
 async fn is_online(http: &reqwest::Client, gateway: &str, agent: &str) -> Option<bool> {
+    let online = listed(http, gateway)
+        .await?
+        .any(|(name, online)| name == agent && online);
+    Some(online)
+}
+
+/// The agents `GET /agents` lists, each with whether it is online; `None` when the gateway
+/// does not answer (or not with a listing).
+pub async fn listed(
+    http: &reqwest::Client,
+    gateway: &str,
+) -> Option<impl Iterator<Item = (String, bool)>> {
     let body = http
         .get(format!("{gateway}/agents"))
         .send()
@@ -36,10 +48,12 @@ async fn is_online(http: &reqwest::Client, gateway: &str, agent: &str) -> Option
         .bytes()
         .await
         .ok()?;
-    let v: Value = serde_json::from_slice(&body).ok()?;
-    let online = v["agents"]
-        .as_array()?
-        .iter()
-        .any(|a| a["name"] == agent && a["online"] == true);
-    Some(online)
+    let mut listing: Value = serde_json::from_slice(&body).ok()?;
+    let Value::Array(agents) = listing["agents"].take() else {
+        return None;
+    };
+    Some(agents.into_iter().filter_map(|agent| {
+        let name = agent["name"].as_str()?.to_owned();
+        Some((name, agent["online"] == true))
+    }))
 }

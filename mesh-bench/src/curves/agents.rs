@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::chart::{Line, Panel};
+use super::chart::Panel;
 use super::{Curve, Row, Scale, Setup, echo_latencies, mib, ms, rss};
 use crate::fleet::{Kind, agent_name};
 use crate::report::dur;
@@ -67,27 +67,29 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
             ],
         });
     }
-    let line = |name: &str, f: &dyn Fn(&Point) -> f64| {
-        Line::new(
-            name,
-            points.iter().map(|p| (p.count as f64, f(p))).collect(),
-        )
-    };
     curve.panels = vec![
         Panel::new(
             "ms",
             vec![
-                line("listed after a gateway start", &|p| ms(p.listed)),
-                line("GET /agents", &|p| ms(p.list)),
-                line("message/send", &|p| ms(p.request)),
+                super::line("listed after a gateway start", &points, 1, |p| {
+                    (p.count, ms(p.listed))
+                }),
+                super::line("GET /agents", &points, 1, |p| (p.count, ms(p.list))),
+                super::line("message/send", &points, 1, |p| (p.count, ms(p.request))),
             ],
         ),
         Panel::new(
             "MiB",
             vec![
-                line("gateway RSS", &|p| p.gateway_kib as f64 / 1024.0),
-                line("broker RSS", &|p| p.broker_kib as f64 / 1024.0),
-                line("fleet RSS", &|p| p.fleet_kib as f64 / 1024.0),
+                super::line("gateway RSS", &points, 1, |p| {
+                    (p.count, p.gateway_kib as f64 / 1024.0)
+                }),
+                super::line("broker RSS", &points, 1, |p| {
+                    (p.count, p.broker_kib as f64 / 1024.0)
+                }),
+                super::line("fleet RSS", &points, 1, |p| {
+                    (p.count, p.fleet_kib as f64 / 1024.0)
+                }),
             ],
         ),
     ];

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use super::chart::{Line, Panel};
+use super::FIRST_CHARTED_PER_ITEM;
+use super::chart::Panel;
 use super::{Curve, Row, Scale, Setup, bytes, call, echo_latencies, ms, rss, send_body};
 use crate::fleet::Kind;
 use crate::report::dur;
@@ -89,38 +90,24 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
             ],
         });
     }
-    let line = |name: &str, f: &dyn Fn(&Point) -> f64| {
-        Line::new(
-            name,
-            points.iter().map(|p| (p.count as f64, f(p))).collect(),
-        )
-    };
-    // Per item, the first point is the allocator's noise (a page over one item): charted
-    // from ten on.
-    let per_item_line = |name: &str, f: &dyn Fn(&Point) -> f64| {
-        Line::new(
-            name,
-            points
-                .iter()
-                .filter(|p| p.count >= super::FIRST_CHARTED_PER_ITEM)
-                .map(|p| (p.count as f64, f(p)))
-                .collect(),
-        )
-    };
     curve.panels = vec![
         Panel::new(
             "KiB per task",
             vec![
-                per_item_line("gateway", &|p| p.gateway_per_task / 1024.0),
-                per_item_line("agent", &|p| p.agent_per_task / 1024.0),
+                super::line("gateway", &points, FIRST_CHARTED_PER_ITEM, |p| {
+                    (p.count, p.gateway_per_task / 1024.0)
+                }),
+                super::line("agent", &points, FIRST_CHARTED_PER_ITEM, |p| {
+                    (p.count, p.agent_per_task / 1024.0)
+                }),
             ],
         ),
         Panel::new(
             "ms",
             vec![
-                line("echo p50", &|p| ms(p.p50)),
-                line("echo p99", &|p| ms(p.p99)),
-                line("cancel all", &|p| ms(p.cancel_all)),
+                super::line("echo p50", &points, 1, |p| (p.count, ms(p.p50))),
+                super::line("echo p99", &points, 1, |p| (p.count, ms(p.p99))),
+                super::line("cancel all", &points, 1, |p| (p.count, ms(p.cancel_all))),
             ],
         ),
     ];

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use chart::Line;
+
 use crate::fleet::Kind;
 use crate::log;
 use crate::procs::{self, BrokerKind, BrokerProc, Proc, Store};
@@ -278,22 +280,24 @@ pub struct Mesh {
 
 /// How many agents whose names start with `prefix` `GET /agents` lists online.
 pub async fn listed_online(http: &reqwest::Client, base: &str, prefix: &str) -> Option<usize> {
-    let body = http
-        .get(format!("{base}/agents"))
-        .send()
-        .await
-        .ok()?
-        .bytes()
-        .await
-        .ok()?;
-    let listed: Value = serde_json::from_slice(&body).ok()?;
+    let listed = crate::discovery::listed(http, base).await?;
     Some(
-        listed["agents"]
-            .as_array()?
-            .iter()
-            .filter(|a| a["online"] == true)
-            .filter(|a| a["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+        listed
+            .filter(|(name, online)| *online && name.starts_with(prefix))
             .count(),
+    )
+}
+
+/// A chart line through `points` from the count `from` on, each drawn at `xy(point)`.
+pub fn line<P>(name: &str, points: &[P], from: u64, xy: impl Fn(&P) -> (u64, f64)) -> Line {
+    Line::new(
+        name,
+        points
+            .iter()
+            .map(xy)
+            .filter(|(count, _)| *count >= from)
+            .map(|(count, y)| (count as f64, y))
+            .collect(),
     )
 }
 
@@ -412,5 +416,9 @@ mod tests {
         assert_eq!(per_item(1, 4), "256 B");
         assert_eq!(Scale::Quick.points(&[1, 10, 100]), vec![1, 10]);
         assert_eq!(Scale::Full.points(&[1, 10]), vec![1, 10]);
+        let drawn = line("per item", &[1u64, 10, 100], FIRST_CHARTED_PER_ITEM, |&n| {
+            (n, n as f64 / 2.0)
+        });
+        assert_eq!(drawn.points, vec![(10.0, 5.0), (100.0, 50.0)]);
     }
 }

@@ -21,7 +21,8 @@ use mesh_core::sync::MutexExt;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
 
-use super::chart::{Line, Panel};
+use super::FIRST_CHARTED_PER_ITEM;
+use super::chart::Panel;
 use super::{Curve, Mesh, Row, Scale, Setup, bytes, call, ms, rss, send_body};
 use crate::fleet::{Kind, unix_micros};
 use crate::report::dur;
@@ -113,39 +114,25 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
             cells: row,
         });
     }
-    let line = |name: &str, points: &[Point], f: &dyn Fn(&Point) -> f64| {
-        Line::new(
-            name,
-            points.iter().map(|p| (p.count as f64, f(p))).collect(),
-        )
-    };
-    // Per item, the first point is the allocator's noise (a page over one item): charted
-    // from ten on.
-    let per_item_line = |name: &str, points: &[Point], f: &dyn Fn(&Point) -> f64| {
-        Line::new(
-            name,
-            points
-                .iter()
-                .filter(|p| p.count >= super::FIRST_CHARTED_PER_ITEM)
-                .map(|p| (p.count as f64, f(p)))
-                .collect(),
-        )
-    };
     curve.panels = vec![
         Panel::new(
             "KiB of gateway RSS per stream",
             vec![
-                per_item_line("one task", &one_task, &|p| p.per_stream / 1024.0),
-                per_item_line("spread", &spread, &|p| p.per_stream / 1024.0),
+                super::line("one task", &one_task, FIRST_CHARTED_PER_ITEM, |p| {
+                    (p.count, p.per_stream / 1024.0)
+                }),
+                super::line("spread", &spread, FIRST_CHARTED_PER_ITEM, |p| {
+                    (p.count, p.per_stream / 1024.0)
+                }),
             ],
         ),
         Panel::new(
             "delivery, ms",
             vec![
-                line("one task p50", &one_task, &|p| ms(p.p50)),
-                line("one task p99", &one_task, &|p| ms(p.p99)),
-                line("spread p50", &spread, &|p| ms(p.p50)),
-                line("spread p99", &spread, &|p| ms(p.p99)),
+                super::line("one task p50", &one_task, 1, |p| (p.count, ms(p.p50))),
+                super::line("one task p99", &one_task, 1, |p| (p.count, ms(p.p99))),
+                super::line("spread p50", &spread, 1, |p| (p.count, ms(p.p50))),
+                super::line("spread p99", &spread, 1, |p| (p.count, ms(p.p99))),
             ],
         ),
     ];
