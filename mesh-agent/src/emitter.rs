@@ -225,7 +225,7 @@ impl Emitter {
         }
         guard.closed = true;
         let payload = codec::encode_error(self.dialect, Some(&self.rpc_id), error);
-        self.send(&mut guard, vec![payload]).await
+        self.send_payloads(&mut guard, vec![payload], false).await
     }
 
     /// Announces the task (state submitted, then working) before its first event: the
@@ -307,13 +307,32 @@ impl Emitter {
     /// Publishes the payloads in order, holding the lock, so that events leave in the order
     /// they were made. An event too large for the bus ends the task instead: see
     /// [`Emitter::fail_too_large`].
+    ///
+    /// Every payload of `outbox` is numbered (the last ones made), unless `numbered` is false
+    /// (an error answer, which has no position): the failure then takes the position of the
+    /// event it replaces, and the unsent events after it give theirs back, so that the
+    /// requester sees no position missing before the end (which it would report as events
+    /// lost on the way).
     async fn send(&self, guard: &mut State, outbox: Outbox) -> Result<(), EmitError> {
-        for payload in outbox {
+        self.send_payloads(guard, outbox, true).await
+    }
+
+    async fn send_payloads(
+        &self,
+        guard: &mut State,
+        outbox: Outbox,
+        numbered: bool,
+    ) -> Result<(), EmitError> {
+        let first_seq = guard.next_seq.saturating_sub(outbox.len() as u64);
+        for (index, payload) in outbox.into_iter().enumerate() {
             let published = self
                 .bus
                 .publish(&self.reply_to, payload, QoS::AtLeastOnce, false)
                 .await;
             if let Err(BusError::PayloadTooLarge { size, max }) = published {
+                if numbered {
+                    guard.next_seq = first_seq + index as u64;
+                }
                 return self.fail_too_large(guard, size, max).await;
             }
             published?;

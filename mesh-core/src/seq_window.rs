@@ -1,20 +1,27 @@
 //! Which events of one reply stream a requester has seen, by their position `_mesh.seq`:
 //! pure state, no I/O, used by [`ReplyStream`](crate::requester::ReplyStream) to drop
-//! duplicate deliveries (QoS 1 may deliver twice) and events that cannot be the agent's.
+//! duplicate deliveries (QoS 1 may deliver twice) and events that cannot be the agent's, and
+//! to know when events were lost for good.
 //!
 //! The agent numbers a request's events 0, 1, 2, … and the broker delivers them in order, so
-//! a genuine event is either the next one or a little ahead of it (when some were lost on a
-//! QoS 0 subscription). The window remembers every position from the oldest one not yet seen
-//! ([`SPAN`] positions ahead of it): a position behind it or seen already is a duplicate, one
-//! beyond it is out of the window and dropped. So an event with a forged position far ahead
-//! (the bus is open to whoever can publish on the reply topic) is dropped, and a forged
-//! position inside the window never hides a genuine event with another position. When
-//! genuine events stream on past a lost one, the window fills up; once it is at least half
-//! full it slides forward and forgets the gap rather than stall. When more events were lost
-//! in a row than the window spans (a broker that dropped a backlog), nothing after the gap
-//! lands in the window: once [`RESYNC_RUN`] consecutive positions have come beyond it, the
-//! stream is taken to go on from there (the run's earlier events are lost with the gap)
-//! rather than wait for its deadline. Random forged positions never form such a run.
+//! a genuine event is either the next one or a little ahead of it (when the broker dropped
+//! some: a QoS 0 subscription, or a client's queue at the broker's limit). The window
+//! remembers every position from the oldest one not yet seen ([`SPAN`] positions ahead of
+//! it): a position behind it or seen already is a duplicate, one beyond it is out of the
+//! window and dropped. So an event with a forged position far ahead (the bus is open to
+//! whoever can publish on the reply topic) is dropped, and a forged position inside the
+//! window never hides a genuine event with another position. When genuine events stream on
+//! past a lost one, the window fills up; once it is at least half full it slides forward
+//! past the gap rather than stall. When more events were lost in a row than the window
+//! spans (a broker that dropped a backlog), nothing after the gap lands in the window: once
+//! [`RESYNC_RUN`] consecutive positions have come beyond it, the stream is taken to go on
+//! from there rather than wait for its deadline. Random forged positions never form such a
+//! run.
+//!
+//! Every position the window gives up unseen (sliding or resynchronising past it) is counted
+//! as lost ([`SeqWindow::lost`]), and so is every position before the final event that was
+//! never seen ([`SeqWindow::unseen_before`]): the stream's reader learns that the task's
+//! events are incomplete instead of showing a task with holes as whole.
 
 /// How many positions ahead of the oldest unseen one the window admits.
 pub const SPAN: u64 = 1024;
@@ -35,6 +42,8 @@ pub struct SeqWindow {
     /// row up to it.
     ahead_next: u64,
     ahead_run: u64,
+    /// Positions given up unseen so far.
+    lost: u64,
 }
 
 /// What [`SeqWindow::admit`] makes of a position.
@@ -55,6 +64,7 @@ impl Default for SeqWindow {
             seen: [0; WORDS],
             ahead_next: 0,
             ahead_run: 0,
+            lost: 0,
         }
     }
 }
@@ -87,6 +97,7 @@ impl SeqWindow {
                     return Admit::OutOfWindow;
                 }
                 // More was lost in a row than the window spans: go on from here.
+                self.lost += (seq - self.base) - u64::from(seen);
                 self.base = seq;
                 self.seen = [0; WORDS];
             } else {
@@ -114,16 +125,51 @@ impl SeqWindow {
         Admit::New
     }
 
-    /// Moves the base `by` positions forward.
+    /// How many positions the window gave up unseen so far (events lost on the way).
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    /// How many positions before `seq` (one just admitted: the final event's) were never
+    /// seen and are still in the window: events that will not come any more once `seq` is
+    /// the stream's last.
+    pub fn unseen_before(&self, seq: u64) -> u64 {
+        let Some(offset) = seq.checked_sub(self.base) else {
+            return 0;
+        };
+        let offset = offset.min(SPAN);
+        let (words, bits) = ((offset / 64) as usize, offset % 64);
+        let mut seen: u64 = self.seen[..words]
+            .iter()
+            .map(|w| u64::from(w.count_ones()))
+            .sum();
+        if bits > 0 {
+            seen += u64::from((self.seen[words] & ((1u64 << bits) - 1)).count_ones());
+        }
+        offset - seen
+    }
+
+    /// Moves the base `by` positions forward, counting the positions it passes unseen.
     fn shift(&mut self, by: u64) {
         if by == 0 {
             return;
         }
         self.base = self.base.saturating_add(by);
         if by >= SPAN {
+            let seen: u64 = self.seen.iter().map(|w| u64::from(w.count_ones())).sum();
+            self.lost += by - seen;
             self.seen = [0; WORDS];
             return;
         }
+        let (whole, rest) = ((by / 64) as usize, by % 64);
+        let mut passed: u64 = self.seen[..whole]
+            .iter()
+            .map(|w| u64::from(w.count_ones()))
+            .sum();
+        if rest > 0 {
+            passed += u64::from((self.seen[whole] & ((1u64 << rest) - 1)).count_ones());
+        }
+        self.lost += by - passed;
         let (words, bits) = ((by / 64) as usize, (by % 64) as u32);
         for i in 0..WORDS {
             let lo = self.seen.get(i + words).copied().unwrap_or(0);
@@ -190,6 +236,33 @@ mod tests {
         for seq in 2..10_000 {
             assert_eq!(w.admit(seq), Admit::New, "{seq}");
         }
+        assert_eq!(w.lost(), 1, "the window slid past position 1 unseen");
+    }
+
+    #[test]
+    fn nothing_is_lost_when_every_event_comes_even_twice() {
+        let mut w = SeqWindow::default();
+        for seq in 0..5000 {
+            assert_eq!(w.admit(seq), Admit::New, "{seq}");
+            assert_eq!(w.unseen_before(seq), 0, "{seq}");
+            w.admit(seq);
+        }
+        assert_eq!(w.lost(), 0);
+    }
+
+    #[test]
+    fn positions_missing_before_the_final_one_are_unseen() {
+        let mut w = SeqWindow::default();
+        for seq in [0, 1, 3, 4, 70, 71] {
+            assert_eq!(w.admit(seq), Admit::New, "{seq}");
+        }
+        // 2 and 5..70 never came.
+        assert_eq!(w.unseen_before(71), 1 + 65);
+        assert_eq!(w.unseen_before(4), 1);
+        assert_eq!(w.unseen_before(1), 0);
+        assert_eq!(w.lost(), 0, "nothing given up yet: they may still come");
+        assert_eq!(w.admit(2), Admit::New);
+        assert_eq!(w.unseen_before(71), 65);
     }
 
     #[test]
@@ -208,6 +281,9 @@ mod tests {
             assert_eq!(w.admit(seq), Admit::New, "{seq}");
         }
         assert_eq!(w.admit(resumed), Admit::Duplicate);
+        // Every position from 100 up to the resumed one: the 5,000 lost and the run's
+        // earlier ones dropped beyond the window.
+        assert_eq!(w.lost(), resumed - 100);
     }
 
     #[test]

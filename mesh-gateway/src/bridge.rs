@@ -425,11 +425,17 @@ impl Bridge {
             let Some(delivery) = delivery else { return };
             // A request the requester gave up on while it may still run at its agent (after
             // a reconnect; an instance announced offline when only its connection dropped,
-            // as when the broker restarts; one that took it late): the agent is asked to
-            // cancel it, so that a task the gateway failed does not go on unseen.
+            // as when the broker restarts; one that took it late; one whose events the broker
+            // dropped): the agent is asked to cancel it, so that a task the gateway failed
+            // does not go on unseen.
             if matches!(
                 delivery.ended,
-                Some(Ended::ConnectionLost | Ended::InstanceOffline | Ended::NotTakenUp)
+                Some(
+                    Ended::ConnectionLost
+                        | Ended::InstanceOffline
+                        | Ended::NotTakenUp
+                        | Ended::EventsLost
+                )
             ) && let Some(record) = self.store.get(id)
             {
                 self.cancel_at_agent(id, &record.agent);
@@ -446,7 +452,10 @@ impl Bridge {
                         return;
                     }
                 }
-                Err(error) if !started && delivery.ended != Some(Ended::Deadline) => {
+                Err(error)
+                    if !started
+                        && !matches!(delivery.ended, Some(Ended::Deadline | Ended::EventsLost)) =>
+                {
                     // The agent refused the message (bad params, a task it cannot resume, …):
                     // the task did not change, the request failed.
                     let _gate = live.gate.locked();

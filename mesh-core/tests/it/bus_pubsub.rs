@@ -586,3 +586,85 @@ async fn a_request_the_embedded_broker_refuses_ends_its_stream() {
     )
     .await
 }
+
+mesh_testkit::both_brokers!(a_stream_with_a_lost_event_ends_saying_so);
+
+/// The broker drops events of a stream (a QoS 0 subscription, a full queue): the requester
+/// delivers what came, and where a position is missing before the final event, it ends the
+/// stream with an error that says events were lost, in place of a final event that would
+/// pass an incomplete task off as whole. The "agent" here is a plain bus client that
+/// answers with positions 0, 2 and 3 (as if the broker had dropped 1).
+async fn a_stream_with_a_lost_event_ends_saying_so(broker: TestBroker) {
+    use mesh_core::dialect::Method;
+    use mesh_core::model::{Message, Part, Role, send_params};
+    use mesh_core::requester::{Ended, Requester, RequesterKind, SendOptions};
+    use serde_json::{Value, json};
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let bus = connect(&broker.url()).await;
+    let agent_bus = connect(&broker.url()).await;
+    let mut requests = agent_bus
+        .subscribe(
+            &topics.agent_request_filter("lossy").unwrap(),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    let requester = Requester::start(bus.clone(), topics, RequesterKind::Gateway, "gw", "i1")
+        .await
+        .unwrap();
+    let options = SendOptions {
+        method: Method::SendStreamingMessage,
+        task_id: "t".into(),
+        snapshot: None,
+        timeout: Duration::from_secs(60),
+        principal: None,
+        depth: 0,
+        traceparent: None,
+    };
+    let message = Message::new(Role::User, vec![Part::text("hello")]);
+    let mut stream = requester
+        .send("lossy", send_params(message), options)
+        .await
+        .unwrap();
+    let request: Value = serde_json::from_slice(&next(&mut requests).await.payload).unwrap();
+    let reply_to = request
+        .pointer("/params/metadata/_mesh/replyTo")
+        .and_then(Value::as_str)
+        .expect("replyTo")
+        .to_owned();
+    let event = |seq: u64, state: &str, last: bool| {
+        json!({"jsonrpc": "2.0", "id": request["id"], "result": {
+            "kind": "status-update", "taskId": "t", "contextId": "c", "final": last,
+            "status": {"state": state},
+            "metadata": {"_mesh": {"instance": "a1", "seq": seq}},
+        }})
+        .to_string()
+    };
+    for (seq, state, last) in [
+        (0, "working", false),
+        (2, "working", false),
+        (3, "completed", true),
+    ] {
+        agent_bus
+            .send(&reply_to, event(seq, state, last))
+            .await
+            .unwrap();
+    }
+    for seq in [0, 2] {
+        let delivery = within("an event", stream.next()).await.unwrap();
+        assert!(delivery.reply.is_ok(), "event {seq}: {delivery:?}");
+        assert_eq!(delivery.ended, None);
+    }
+    let end = within("the stream's end", stream.next()).await.unwrap();
+    assert_eq!(end.ended, Some(Ended::EventsLost), "{end:?}");
+    let error = end.reply.unwrap_err();
+    assert!(
+        error
+            .message
+            .starts_with("1 of the task's events were lost"),
+        "{error:?}"
+    );
+    assert!(within("after the end", stream.next()).await.is_none());
+    bus.disconnect().await.unwrap();
+    agent_bus.disconnect().await.unwrap();
+}
