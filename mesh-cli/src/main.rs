@@ -7,6 +7,7 @@
 mod client;
 mod exit;
 mod options;
+mod runtime;
 mod secure;
 mod serve;
 mod settings;
@@ -247,7 +248,9 @@ impl Command {
 /// mimalloc instead of glibc's allocator: `scripts/bench-instructions` counts 13 % fewer
 /// instructions per request in the gateway and 15 % in an agent (allocation was 16 to 19 % of
 /// both), for about the same idle memory as long as its arenas get no transparent huge pages
-/// (the `no_thp` feature, Cargo.toml): with them an idle agent grew from 11 to 23 MiB.
+/// (the `no_thp` feature, Cargo.toml): with them an idle agent grew from 11 to 23 MiB. Built
+/// without the `mimalloc` feature, the binary keeps the system allocator (for heap profilers).
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -280,21 +283,15 @@ fn main() {
             | Command::Agent { .. }
     );
     init_logging(settings.log_format, serving);
-    let carries_traffic_alone = matches!(
-        cli.command,
-        Command::Broker { .. } | Command::Gateway { .. } | Command::Agent { .. }
-    );
-    // One worker: the current-thread scheduler (see `Settings::runtime_threads`).
-    let mut builder = match settings.runtime_threads(carries_traffic_alone) {
-        0 => tokio::runtime::Builder::new_multi_thread(),
-        1 => tokio::runtime::Builder::new_current_thread(),
-        threads => {
-            let mut builder = tokio::runtime::Builder::new_multi_thread();
-            builder.worker_threads(threads);
-            builder
+    // `up` runs each part on a runtime of its own (`serve::up`): its main thread only waits.
+    let workers = match cli.command {
+        Command::Up { .. } => 1,
+        Command::Broker { .. } | Command::Gateway { .. } | Command::Agent { .. } => {
+            settings.runtime_threads(true)
         }
+        _ => settings.runtime_threads(false),
     };
-    let runtime = match builder.enable_all().build() {
+    let runtime = match runtime::build(workers) {
         Ok(runtime) => runtime,
         Err(e) => Failure::Other(format!("cannot start the async runtime: {e}")).exit(),
     };

@@ -23,7 +23,7 @@ pub struct Global {
     #[arg(long, env = "MESH_LOG_FORMAT", global = true, value_enum)]
     pub log_format: Option<LogFormat>,
     /// Worker threads of the async runtime; 0: one per core [default: 1 for `broker`,
-    /// `gateway` and `agent`, one per core for the other commands].
+    /// `gateway`, `agent` and each part of `up`, one per core for the other commands].
     #[arg(long, env = "MESH_WORKER_THREADS", global = true, value_name = "N")]
     pub worker_threads: Option<usize>,
 }

@@ -6,6 +6,7 @@
 
 use crate::exit::{Failure, Outcome};
 use crate::options::McpOptions;
+use crate::runtime::{self, OwnThread};
 use crate::secure::{self, Profile, ProfileSpec, example_agents};
 use crate::settings::Settings;
 use mesh_agent::{AgentConfig, AgentError, RunningAgent};
@@ -22,6 +23,12 @@ use std::time::Instant;
 /// gateway, with `echo` as the default agent. With `secure`, the secure profile in that
 /// directory (generated first when it has none): the broker authenticates and enforces the
 /// ACL, and each part connects with its own account.
+///
+/// The broker, the agents and the gateway each run on a thread and runtime of their own
+/// (`runtime::on_own_thread`), with the workers the separate commands have (one unless
+/// --worker-threads says otherwise): a request then crosses threads only where it crosses
+/// parts, as between the separate processes, instead of wherever two workers of one shared
+/// runtime happen to hand it over.
 pub async fn up(settings: &Settings, secure: Option<&Path>) -> Outcome {
     let started = Instant::now();
     let mut settings = settings.clone();
@@ -29,13 +36,27 @@ pub async fn up(settings: &Settings, secure: Option<&Path>) -> Outcome {
         Some(dir) => Some(secure_profile(&mut settings, dir)?),
         None => None,
     };
-    let settings = &settings;
+    let workers = settings.runtime_threads(true);
     let broker = match &settings.broker_url {
         Some(_) => None,
-        None => Some(start_broker(settings).await?),
+        None => {
+            let settings = settings.clone();
+            Some(
+                runtime::on_own_thread(
+                    "broker",
+                    workers,
+                    move || async move {
+                        let broker = start_broker(&settings).await?;
+                        Ok((broker.local_addr(), broker))
+                    },
+                    Broker::stop,
+                )
+                .await?,
+            )
+        }
     };
     let url = match &broker {
-        Some(broker) => format!("mqtt://{}", broker.local_addr()),
+        Some(broker) => format!("mqtt://{}", broker.info),
         None => settings.broker_url_or_default(),
     };
     // Each part's URL: with a profile, its own account on the broker of `url`.
@@ -55,53 +76,85 @@ pub async fn up(settings: &Settings, secure: Option<&Path>) -> Outcome {
         parts.push((*name, url_of(name)?, key_of(name)));
     }
     let gateway_url = url_of(&settings.gateway_name)?;
-    let starts = parts
-        .iter()
-        .map(|(name, url, key)| start_agent(settings, url, name, key.as_deref()));
-    let mut agents = Vec::new();
-    let mut failure = None;
-    for result in futures_util::future::join_all(starts).await {
-        match result {
-            Ok(agent) => agents.push(agent),
-            Err(e) => failure = Some(e),
+    let agents = {
+        let settings = settings.clone();
+        runtime::on_own_thread(
+            "agents",
+            workers,
+            move || async move {
+                let starts = parts
+                    .iter()
+                    .map(|(name, url, key)| start_agent(&settings, url, name, key.as_deref()));
+                let mut agents = Vec::new();
+                let mut failure = None;
+                for result in futures_util::future::join_all(starts).await {
+                    match result {
+                        Ok(agent) => agents.push(agent),
+                        Err(e) => failure = Some(e),
+                    }
+                }
+                if let Some(failure) = failure {
+                    stop_agents(agents).await;
+                    return Err(failure);
+                }
+                let names: Vec<String> = agents.iter().map(|a| a.name().to_owned()).collect();
+                Ok((names, agents))
+            },
+            stop_agents,
+        )
+        .await
+    };
+    let agents = match agents {
+        Ok(agents) => agents,
+        Err(failure) => {
+            stop_all(None, None, broker).await;
+            return Err(failure);
         }
-    }
-    if let Some(failure) = failure {
-        stop_all(agents, None, broker).await;
-        return Err(failure);
-    }
+    };
     let mut settings = settings.clone();
     settings.default_agent.get_or_insert_with(|| "echo".into());
-    let gateway = match start_gateway(&settings, &gateway_url).await {
+    let gateway = {
+        let settings = settings.clone();
+        runtime::on_own_thread(
+            "gateway",
+            workers,
+            move || async move {
+                let gateway = start_gateway(&settings, &gateway_url).await?;
+                Ok((gateway.url().to_owned(), gateway))
+            },
+            RunningGateway::shutdown,
+        )
+        .await
+    };
+    let gateway = match gateway {
         Ok(gateway) => gateway,
         Err(e) => {
-            stop_all(agents, None, broker).await;
+            stop_all(Some(agents), None, broker).await;
             return Err(e);
         }
     };
     let ready = started.elapsed();
-    let names: Vec<&str> = agents.iter().map(RunningAgent::name).collect();
     let broker_line = match (&broker, &profile) {
         (Some(_), Some(_)) => format!("{url} (embedded; authenticated, with ACLs)"),
         (Some(_), None) => format!("{url} (embedded)"),
         (None, _) => redact_url(&url),
     };
     println!("mesh is up in {:.0} ms", ready.as_secs_f64() * 1000.0);
-    println!("  gateway   {}", gateway.url());
+    println!("  gateway   {}", gateway.info);
     println!("  broker    {broker_line}");
     println!("  namespace {}", settings.namespace);
     println!("  tasks     {}", store_line(&settings));
-    println!("  agents    {}", names.join(", "));
+    println!("  agents    {}", agents.info.join(", "));
     println!();
     println!("try:  mesh send echo \"hello\"");
     println!(
         "      curl -s {}/ -H 'content-type: application/json' -d '{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"message/send\",\"params\":{{\"message\":{{\"role\":\"user\",\"messageId\":\"m1\",\"parts\":[{{\"kind\":\"text\",\"text\":\"hello\"}}]}}}}}}'",
-        gateway.url()
+        gateway.info
     );
     println!("Ctrl-C stops the mesh.");
     wait_for_stop().await;
     eprintln!("mesh: stopping");
-    stop_all(agents, Some(gateway), broker).await;
+    stop_all(Some(agents), Some(gateway), broker).await;
     Ok(())
 }
 
@@ -478,18 +531,26 @@ pub fn unreachable_broker(url: &str, error: BusError) -> Failure {
     ))
 }
 
+/// Stops `mesh up`'s parts: the agents first (they announce themselves offline), then the
+/// gateway, then the broker.
 async fn stop_all(
-    agents: Vec<RunningAgent>,
-    gateway: Option<RunningGateway>,
-    broker: Option<Broker>,
+    agents: Option<OwnThread<Vec<String>>>,
+    gateway: Option<OwnThread<String>>,
+    broker: Option<OwnThread<std::net::SocketAddr>>,
 ) {
-    futures_util::future::join_all(agents.into_iter().map(RunningAgent::shutdown)).await;
+    if let Some(agents) = agents {
+        agents.stop().await;
+    }
     if let Some(gateway) = gateway {
-        gateway.shutdown().await;
+        gateway.stop().await;
     }
     if let Some(broker) = broker {
         broker.stop().await;
     }
+}
+
+async fn stop_agents(agents: Vec<RunningAgent>) {
+    futures_util::future::join_all(agents.into_iter().map(RunningAgent::shutdown)).await;
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

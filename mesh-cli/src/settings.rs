@@ -37,7 +37,7 @@
 //! | where that cluster node listens for its peers (gRPC) | `--cluster-addr` | `MESH_CLUSTER_ADDR` | `127.0.0.1:5363` |
 //! | the cluster's other nodes, `id@host:port` | `--cluster-peer` (repeatable) | `MESH_CLUSTER_PEERS` (comma-separated) | none |
 //! | most requests in one JSON-RPC batch | `--max-batch` | `MESH_MAX_BATCH` | 100 |
-//! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker`, `gateway` and `agent`, one per core otherwise |
+//! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker`, `gateway`, `agent` and each part of `up`, one per core otherwise |
 //! | the gateway's TLS certificate chain and private key (PEM; both or neither) | `--tls-cert`, `--tls-key` | `MESH_TLS_CERT`, `MESH_TLS_KEY` | none: plain HTTP |
 //! | the gateway's trust store of agent-card keys (JWKS) | `--trusted-keys` | `MESH_TRUSTED_KEYS` | none: cards are not checked |
 //! | the key the gateway signs served cards with (PKCS#8 PEM) | `gateway --signing-key` | `MESH_GATEWAY_SIGNING_KEY` | none: unsigned |
@@ -318,8 +318,8 @@ const MAX_WORKER_THREADS: usize = 1024;
 
 impl Settings {
     /// The async runtime's worker threads (0: one per core): the setting when given, else 1
-    /// for the processes that carry the mesh's traffic alone (`broker`, `gateway`, `agent`)
-    /// and one per core for the others (`up` runs everything in one process).
+    /// for the parts that carry the mesh's traffic (`broker`, `gateway`, `agent`, and each of
+    /// `up`'s parts, which run on runtimes of their own) and one per core for the others.
     ///
     /// Why one: every request crosses tasks (the gateway's HTTP connection and its bus; the
     /// broker's client connections; an agent's bus and its handler), and with several workers
