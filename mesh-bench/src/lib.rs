@@ -15,6 +15,7 @@
 pub mod chaos;
 pub mod cluster;
 pub mod codecs;
+pub mod copies;
 pub mod curves;
 pub mod discovery;
 pub mod e2e;

@@ -50,6 +50,9 @@ struct Args {
     /// tables on stdout, one SVG chart per curve into --charts.
     #[arg(long)]
     curves: bool,
+    /// With --curves: only this curve (repeatable).
+    #[arg(long, value_enum, requires = "curves")]
+    curve: Vec<curves::Which>,
     /// Where --curves writes its charts.
     #[arg(long, value_name = "DIR", default_value = "docs/curves")]
     charts: PathBuf,
@@ -119,7 +122,7 @@ fn main() {
         .expect("a tokio runtime");
     let began = std::time::Instant::now();
     if args.curves {
-        let curves = runtime.block_on(curves::run(&plan, args.quick, &args.charts));
+        let curves = runtime.block_on(curves::run(&plan, args.quick, &args.curve, &args.charts));
         println!(
             "mesh-bench --curves: {} cores, {}; Mosquitto, a `mesh gateway`, agents in `mesh-fleet` processes\n",
             std::thread::available_parallelism().map_or(0, |n| n.get()),

@@ -247,8 +247,13 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
         "CPU linear in the chunks",
         &mut |f, n| {
             cell(&f.sse_durable, n, |d| {
+                let ended = match &d.sse.last_state {
+                    Some((state, _)) if state == "completed" => String::new(),
+                    Some((state, text)) => format!("; ended {state}: {text}"),
+                    None => "; no final state".to_owned(),
+                };
                 format!(
-                    "{:.2} s / {} ({} chunks, {} events)",
+                    "{:.2} s / {} ({} chunks, {} events{ended})",
                     d.gateway_cpu,
                     dur(d.wall),
                     rate(d.sse.chunks as f64),

@@ -22,6 +22,9 @@ pub struct SseResult {
     pub largest_gap: Duration,
     /// True when the stream ended on its own (the task finished) before the time bound.
     pub complete: bool,
+    /// The task's state in the last event (`completed`; `failed` when the gateway found
+    /// events lost on the way), and the message that came with it.
+    pub last_state: Option<(String, String)>,
 }
 
 /// Streams `chunks` chunks from the writer agent behind `gateway`, reading for at most
@@ -52,6 +55,7 @@ pub async fn run(
     let mut largest_gap = Duration::ZERO;
     let mut parser = SseParser::default();
     let mut complete = false;
+    let mut last_data = None;
     loop {
         let chunk = match tokio::time::timeout_at(deadline.into(), response.chunk()).await {
             Err(_) => break,
@@ -64,7 +68,11 @@ pub async fn run(
         };
         let now = Instant::now();
         parser.feed(&chunk);
-        let read = parser.take_events().len() as u64;
+        let read = parser.take_events();
+        if let Some(event) = read.last() {
+            last_data = Some(event.data.clone());
+        }
+        let read = read.len() as u64;
         events += read;
         if read > 0 {
             if first.is_some() {
@@ -87,5 +95,20 @@ pub async fn run(
         },
         largest_gap,
         complete,
+        last_state: last_data.as_deref().and_then(state_of),
     })
+}
+
+/// The task state and its message's text in an SSE event's JSON-RPC answer (a task or a
+/// status update, 0.3 shapes).
+fn state_of(data: &str) -> Option<(String, String)> {
+    let answer: serde_json::Value = serde_json::from_str(data).ok()?;
+    let status = answer.pointer("/result/status")?;
+    let state = status.get("state")?.as_str()?.to_owned();
+    let text = status
+        .pointer("/message/parts/0/text")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    Some((state, text))
 }

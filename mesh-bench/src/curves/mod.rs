@@ -103,8 +103,24 @@ impl Curve {
     }
 }
 
-/// Runs every curve, writing each chart into `charts` (created if missing).
-pub async fn run(plan: &Plan, quick: bool, charts: &Path) -> Vec<(Curve, Option<PathBuf>)> {
+/// The curves, by name (`--curve`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Which {
+    Agents,
+    Tasks,
+    Streams,
+    Payloads,
+    FanOut,
+}
+
+/// Runs the curves of `only` (every curve when empty), writing each chart into `charts`
+/// (created if missing).
+pub async fn run(
+    plan: &Plan,
+    quick: bool,
+    only: &[Which],
+    charts: &Path,
+) -> Vec<(Curve, Option<PathBuf>)> {
     let setup = match Setup::new(plan) {
         Ok(setup) => setup,
         Err(e) => {
@@ -112,17 +128,28 @@ pub async fn run(plan: &Plan, quick: bool, charts: &Path) -> Vec<(Curve, Option<
         }
     };
     let scale = if quick { Scale::Quick } else { Scale::Full };
+    let runs = |which: Which| only.is_empty() || only.contains(&which);
     let mut curves = Vec::new();
-    log("[curves] agents online");
-    curves.push(agents::run(&setup, scale).await);
-    log("[curves] tasks in flight");
-    curves.push(in_flight::run(&setup, scale).await);
-    log("[curves] open streams");
-    curves.push(streams::run(&setup, scale).await);
-    log("[curves] payloads");
-    curves.push(payloads::run(&setup, scale).await);
-    log("[curves] fan-out through peers");
-    curves.push(fan_out::run(&setup, scale).await);
+    if runs(Which::Agents) {
+        log("[curves] agents online");
+        curves.push(agents::run(&setup, scale).await);
+    }
+    if runs(Which::Tasks) {
+        log("[curves] tasks in flight");
+        curves.push(in_flight::run(&setup, scale).await);
+    }
+    if runs(Which::Streams) {
+        log("[curves] open streams");
+        curves.push(streams::run(&setup, scale).await);
+    }
+    if runs(Which::Payloads) {
+        log("[curves] payloads");
+        curves.push(payloads::run(&setup, scale).await);
+    }
+    if runs(Which::FanOut) {
+        log("[curves] fan-out through peers");
+        curves.push(fan_out::run(&setup, scale).await);
+    }
     if let Err(e) = std::fs::create_dir_all(charts) {
         log(&format!("cannot create {}: {e}", charts.display()));
     }
