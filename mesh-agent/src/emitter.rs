@@ -163,18 +163,25 @@ impl Emitter {
             return Err(EmitError::Closed);
         }
         let mut outbox = self.announce(&mut guard);
-        merge_artifact(&mut guard.task, &artifact, append);
-        if self.streaming {
-            let event = TaskArtifactUpdateEvent {
+        // The event is written first, then its artifact moves into the task: no copy.
+        let artifact = if self.streaming {
+            let mut event = Reply::ArtifactUpdate(TaskArtifactUpdateEvent {
                 task_id: guard.task.id.clone(),
                 context_id: guard.task.context_id.clone(),
                 artifact,
                 append: Some(append),
                 last_chunk: Some(last_chunk),
                 metadata: None,
-            };
-            outbox.push(self.encode(&mut guard, Reply::ArtifactUpdate(event)));
-        }
+            });
+            outbox.push(self.encode_in_place(&mut guard, &mut event));
+            match event {
+                Reply::ArtifactUpdate(event) => event.artifact,
+                _ => unreachable!("the event made above"),
+            }
+        } else {
+            artifact
+        };
+        merge_artifact(&mut guard.task, artifact, append);
         self.send(&mut guard, outbox).await
     }
 
@@ -274,15 +281,20 @@ impl Emitter {
 
     /// An event in the request's dialect, numbered.
     fn encode(&self, guard: &mut State, mut reply: Reply) -> Vec<u8> {
+        self.encode_in_place(guard, &mut reply)
+    }
+
+    /// [`Emitter::encode`] of a reply the caller keeps (its metadata then holds the `_mesh`).
+    fn encode_in_place(&self, guard: &mut State, reply: &mut Reply) -> Vec<u8> {
         let meta = self.next_meta(guard);
-        match &mut reply {
+        match reply {
             Reply::Task(task) => meta.put(&mut task.metadata),
             Reply::Message(message) => meta.put(&mut message.metadata),
             Reply::StatusUpdate(event) => meta.put(&mut event.metadata),
             Reply::ArtifactUpdate(event) => meta.put(&mut event.metadata),
             _ => {}
         }
-        codec::encode_reply(self.dialect, &self.rpc_id, &reply)
+        codec::encode_reply(self.dialect, &self.rpc_id, reply)
     }
 
     /// The task as it stands, as an event, written from the state without copying the task:
@@ -392,14 +404,14 @@ fn bind(task: &Task, mut message: Message) -> Message {
 }
 
 /// Folds an artifact event into the task: a new artifact, a replacement, or appended parts.
-pub(crate) fn merge_artifact(task: &mut Task, artifact: &Artifact, append: bool) {
+pub(crate) fn merge_artifact(task: &mut Task, artifact: Artifact, append: bool) {
     let artifacts = task.artifacts.get_or_insert_with(Vec::new);
     match artifacts
         .iter_mut()
         .find(|a| a.artifact_id == artifact.artifact_id)
     {
-        Some(existing) if append => existing.parts.extend(artifact.parts.iter().cloned()),
-        Some(existing) => *existing = artifact.clone(),
-        None => artifacts.push(artifact.clone()),
+        Some(existing) if append => existing.parts.extend(artifact.parts),
+        Some(existing) => *existing = artifact,
+        None => artifacts.push(artifact),
     }
 }

@@ -160,11 +160,24 @@ pub fn take_traces() -> Vec<(Part, usize, Vec<String>)> {
         .collect()
 }
 
-/// The frames of a backtrace worth reading: from the first outside the allocator and the
-/// standard library, at most eight, each as `function (file:line)`.
+/// The frames of a backtrace worth reading, each as `function (file:line)`: the first
+/// outside the allocator and the standard library (what grew or made the buffer), then those
+/// of the mesh's own crates, at most six in all.
 fn frames(trace: &Backtrace) -> Vec<String> {
+    const NOT_THE_CALLER: [&str; 9] = [
+        "std::",
+        "core::",
+        "alloc::",
+        "mesh_bench::copies",
+        "__rust",
+        "__rustc::",
+        "hashbrown::",
+        "bytes::bytes_mut::BytesMut::reserve",
+        "<unknown>",
+    ];
     let text = trace.to_string();
     let mut frames = Vec::new();
+    let mut first_found = false;
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         let Some((_, function)) = line.trim_start().split_once(": ") else {
@@ -179,24 +192,23 @@ fn frames(trace: &Backtrace) -> Vec<String> {
             }
             _ => String::new(),
         };
-        let skipped = [
-            "std::",
-            "core::",
-            "alloc::",
-            "mesh_bench::copies",
-            "__rust",
-            "<alloc::",
-        ];
-        if frames.is_empty() && skipped.iter().any(|s| function.starts_with(s)) {
+        let function = strip_hash(function);
+        let bare = function.trim_start_matches('<');
+        let ours = bare.starts_with("mesh_");
+        if !first_found {
+            if NOT_THE_CALLER.iter().any(|s| bare.starts_with(s)) {
+                continue;
+            }
+            first_found = true;
+        } else if !ours {
             continue;
         }
-        let function = strip_hash(function);
         frames.push(if at.is_empty() {
             function.to_owned()
         } else {
             format!("{function} ({at})")
         });
-        if frames.len() == 8 || function.contains("tokio::runtime") {
+        if frames.len() == 6 {
             break;
         }
     }

@@ -156,6 +156,9 @@ pub(crate) async fn read_body(
             None if rest.is_empty() => first = Some(chunk),
             _ => {
                 if let Some(first) = first.take() {
+                    // Room for the whole body at once when its length was declared (within
+                    // the limit, checked above): growing past a large body copies it again.
+                    rest.reserve(declared.unwrap_or(0).max(first.len() + chunk.len()));
                     rest.extend_from_slice(&first);
                 }
                 rest.extend_from_slice(&chunk);

@@ -114,21 +114,23 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request, RequestError> {
 /// Encodes a request in `req.dialect` (method name from
 /// [`crate::dialect::method_name`]; no `id` member for a notification).
 pub fn encode_request(req: &Request) -> Vec<u8> {
-    writer::to_vec(|out| writer::request(out, req))
+    writer::to_vec(writer::size_hint::request(req), |out| {
+        writer::request(out, req)
+    })
 }
 
 /// Encodes a success response (or SSE event payload) in `dialect`. In 1.0 a task or message
 /// is wrapped (`{"task": …}`), as SendMessage and stream events require; use
 /// [`encode_reply_to`] for GetTask/CancelTask, which answer a bare task in 1.0.
 pub fn encode_reply(dialect: Dialect, id: &JsonRpcId, reply: &Reply) -> Vec<u8> {
-    writer::to_vec(|out| {
+    writer::to_vec(writer::size_hint::reply(reply), |out| {
         writer::result(out, id, |out| writer::reply_for(out, None, dialect, reply))
     })
 }
 
 /// Encodes the answer to `method` in `dialect` (1.0 GetTask/CancelTask: bare task).
 pub fn encode_reply_to(method: Method, dialect: Dialect, id: &JsonRpcId, reply: &Reply) -> Vec<u8> {
-    writer::to_vec(|out| {
+    writer::to_vec(writer::size_hint::reply(reply), |out| {
         writer::result(out, id, |out| {
             writer::reply_for(out, Some(method), dialect, reply)
         })
@@ -144,7 +146,7 @@ pub fn encode_task(
     task: &Task,
     view: TaskView,
 ) -> Vec<u8> {
-    writer::to_vec(|out| {
+    writer::to_vec(writer::size_hint::task(task, view), |out| {
         writer::result(out, id, |out| {
             writer::task_answer(out, method, task, dialect, view)
         })
@@ -154,7 +156,9 @@ pub fn encode_task(
 /// The `result` of [`encode_task`] alone (no JSON-RPC envelope): the body of the
 /// HTTP+JSON binding's answer.
 pub fn write_task_json(method: Method, dialect: Dialect, task: &Task, view: TaskView) -> Vec<u8> {
-    writer::to_vec(|out| writer::task_answer(out, method, task, dialect, view))
+    writer::to_vec(writer::size_hint::task(task, view), |out| {
+        writer::task_answer(out, method, task, dialect, view)
+    })
 }
 
 /// A page of tasks as ListTasks answers it, borrowed from wherever the tasks are kept.
@@ -172,33 +176,47 @@ pub struct TaskPage<'a> {
     pub view: TaskView,
 }
 
+/// About the size of a page of tasks (see `writer::size_hint`).
+fn page_hint(page: &TaskPage<'_>) -> usize {
+    page.tasks
+        .iter()
+        .map(|task| writer::size_hint::task(task, page.view))
+        .sum()
+}
+
 /// Encodes a ListTasks answer in `dialect`.
 pub fn encode_task_page(dialect: Dialect, id: &JsonRpcId, page: &TaskPage<'_>) -> Vec<u8> {
-    writer::to_vec(|out| writer::result(out, id, |out| writer::task_page(out, page, dialect)))
+    writer::to_vec(page_hint(page), |out| {
+        writer::result(out, id, |out| writer::task_page(out, page, dialect))
+    })
 }
 
 /// The `result` of [`encode_task_page`] alone (the HTTP+JSON binding's body).
 pub fn write_task_page_json(dialect: Dialect, page: &TaskPage<'_>) -> Vec<u8> {
-    writer::to_vec(|out| writer::task_page(out, page, dialect))
+    writer::to_vec(page_hint(page), |out| writer::task_page(out, page, dialect))
 }
 
 /// A task as a stream event carries it, alone: `{"task": …}` in 1.0 (a `StreamResponse`), the
 /// bare task in 0.x. The body of a push notification.
 pub fn write_stream_task_json(task: &Task, dialect: Dialect) -> Vec<u8> {
-    writer::to_vec(|out| {
+    writer::to_vec(writer::size_hint::task(task, TaskView::WHOLE), |out| {
         writer::task_answer(out, Method::SendMessage, task, dialect, TaskView::WHOLE)
     })
 }
 
 /// The `result` of [`encode_reply_to`] alone (no JSON-RPC envelope).
 pub fn write_reply_to_json(method: Method, dialect: Dialect, reply: &Reply) -> Vec<u8> {
-    writer::to_vec(|out| writer::reply_for(out, Some(method), dialect, reply))
+    writer::to_vec(writer::size_hint::reply(reply), |out| {
+        writer::reply_for(out, Some(method), dialect, reply)
+    })
 }
 
 /// The `result` of [`encode_reply`] alone: the reply (a response's `result` or a stream event)
 /// as JSON in `d`.
 pub fn write_reply_json(d: Dialect, reply: &Reply) -> Vec<u8> {
-    writer::to_vec(|out| writer::reply_for(out, None, d, reply))
+    writer::to_vec(writer::size_hint::reply(reply), |out| {
+        writer::reply_for(out, None, d, reply)
+    })
 }
 
 /// Reads the params of `method` as `dialect` writes them: the JSON-RPC `params`, or what
@@ -212,7 +230,7 @@ pub fn read_params(method: Method, dialect: Dialect, params: Value) -> Result<Ca
 
 /// Encodes an error response in `dialect` (`id` null when unknown).
 pub fn encode_error(dialect: Dialect, id: Option<&JsonRpcId>, err: &A2aError) -> Vec<u8> {
-    writer::to_vec(|out| writer::error(out, id, &err.to_json(dialect)))
+    writer::to_vec(0, |out| writer::error(out, id, &err.to_json(dialect)))
 }
 
 /// Reads the bytes of a reply (a response's `result` or a stream event) written in `dialect`

@@ -106,25 +106,39 @@ fn present_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>,
 
 type Str<'a> = Cow<'a, str>;
 
+/// An optional string borrowed from the document when it has no escapes (serde borrows a
+/// `Cow` only where the field's whole type is spelled `Cow<'a, str>`: not inside an
+/// `Option`, nor behind an alias such as [`Str`]).
+fn borrowed<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Str<'a>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Borrowed<'a>(#[serde(borrow)] Cow<'a, str>);
+    Option::<Borrowed>::deserialize(d).map(|o| o.map(|Borrowed(s)| s))
+}
+
+/// Base64 text is borrowed from the document where it has no escapes (it never needs any):
+/// decoded from there, not copied into a string first.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct FFile {
+struct FFile<'a> {
     name: Option<String>,
     mime_type: Option<String>,
-    bytes: Option<String>,
+    #[serde(default, borrow, deserialize_with = "borrowed")]
+    bytes: Option<Str<'a>>,
     uri: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct FPart<'a> {
-    #[serde(borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed")]
     kind: Option<Str<'a>>,
     text: Option<String>,
-    file: Option<M<FFile>>,
+    #[serde(borrow)]
+    file: Option<M<FFile<'a>>>,
     #[serde(default, deserialize_with = "present")]
     data: Option<Value>,
-    raw: Option<String>,
+    #[serde(default, borrow, deserialize_with = "borrowed")]
+    raw: Option<Str<'a>>,
     url: Option<String>,
     filename: Option<String>,
     media_type: Option<String>,
@@ -231,13 +245,13 @@ fn state(s: &str) -> Option<TaskState> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct FMessage<'a> {
-    #[serde(borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed")]
     kind: Option<Str<'a>>,
     message_id: Option<String>,
     context_id: Option<String>,
     task_id: Option<String>,
     #[serde(borrow)]
-    role: Str<'a>,
+    role: Cow<'a, str>,
     #[serde(borrow)]
     parts: Vec<M<FPart<'a>>>,
     metadata: Option<Metadata>,
@@ -285,10 +299,10 @@ fn message(m: FMessage) -> Option<Message> {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct FStatus<'a> {
     #[serde(borrow)]
-    state: Str<'a>,
+    state: Cow<'a, str>,
     #[serde(borrow)]
     message: Option<M<FMessage<'a>>>,
-    #[serde(borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed")]
     timestamp: Option<Str<'a>>,
 }
 
@@ -340,7 +354,7 @@ fn artifact(a: FArtifact) -> Option<Artifact> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct FTask<'a> {
-    #[serde(borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed")]
     kind: Option<Str<'a>>,
     id: String,
     context_id: Option<String>,
@@ -384,7 +398,7 @@ fn task(t: FTask) -> Option<Task> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct FStatusEvent<'a> {
-    #[serde(borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed")]
     kind: Option<Str<'a>>,
     task_id: String,
     context_id: Option<String>,
@@ -427,7 +441,7 @@ fn status_event(e: FStatusEvent) -> Option<TaskStatusUpdateEvent> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct FArtifactEvent<'a> {
-    #[serde(borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed")]
     kind: Option<Str<'a>>,
     task_id: String,
     context_id: Option<String>,
@@ -470,7 +484,7 @@ fn artifact_event(e: FArtifactEvent) -> Option<TaskArtifactUpdateEvent> {
 #[derive(Deserialize)]
 struct FRequest<'a> {
     #[serde(borrow)]
-    jsonrpc: Str<'a>,
+    jsonrpc: Cow<'a, str>,
     #[serde(default)]
     id: MaybeId,
     method: &'a str,
@@ -792,7 +806,7 @@ pub(crate) fn decode_request(bytes: &[u8]) -> Option<Request> {
 #[derive(Deserialize)]
 struct FResponse<'a> {
     #[serde(borrow)]
-    jsonrpc: Str<'a>,
+    jsonrpc: Cow<'a, str>,
     #[serde(default)]
     id: MaybeId,
     #[serde(borrow, default, deserialize_with = "present_raw")]

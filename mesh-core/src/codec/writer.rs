@@ -12,12 +12,11 @@
 //! merge entries into `metadata._mesh` build a small map; the agent card is written by
 //! [`super::card`].
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 pub(crate) mod json;
+pub(crate) mod size_hint;
 
 use super::TaskPage;
 use crate::dialect::{Dialect, Method, method_name};
@@ -31,9 +30,10 @@ use crate::model::{
 use crate::rpc::{Call, Reply, Request};
 use json::{JsonOut, Obj};
 
-/// Writes one document with `write`.
-pub(crate) fn to_vec(write: impl FnOnce(&mut JsonOut)) -> Vec<u8> {
-    let mut out = JsonOut::new();
+/// Writes one document with `write`, into a buffer made for about `size_hint` bytes (see
+/// [`size_hint`]; 0 for the writer's usual first buffer).
+pub(crate) fn to_vec(size_hint: usize, write: impl FnOnce(&mut JsonOut)) -> Vec<u8> {
+    let mut out = JsonOut::with_capacity(size_hint);
     write(&mut out);
     out.into_bytes()
 }
@@ -151,7 +151,7 @@ fn file(out: &mut JsonOut, p: &Part) {
     opt_str(&mut o, "name", p.filename.as_ref());
     opt_str(&mut o, "mimeType", p.media_type.as_ref());
     match &p.content {
-        PartContent::Raw(bytes) => o.key("bytes").str(&STANDARD.encode(bytes)),
+        PartContent::Raw(bytes) => o.key("bytes").base64(bytes),
         PartContent::Url(u) => o.key("uri").str(u),
         _ => {}
     }
@@ -165,7 +165,7 @@ pub(crate) fn part(out: &mut JsonOut, p: &Part, d: Dialect) {
         // The flat ProtoJSON part, as a2a-lf writes it (empty metadata dropped).
         match &p.content {
             PartContent::Text(t) => o.key("text").str(t),
-            PartContent::Raw(r) => o.key("raw").str(&STANDARD.encode(r)),
+            PartContent::Raw(r) => o.key("raw").base64(r),
             PartContent::Url(u) => o.key("url").str(u),
             PartContent::Data(data) => o.key("data").value(data),
         }

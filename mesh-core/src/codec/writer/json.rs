@@ -18,9 +18,16 @@ pub(crate) struct JsonOut {
 
 impl JsonOut {
     /// An empty document with room for a typical task reply.
+    #[cfg(test)]
     pub(crate) fn new() -> JsonOut {
+        JsonOut::with_capacity(0)
+    }
+
+    /// An empty document with room for `size_hint` bytes of bulk and a typical envelope
+    /// (a JSON-RPC request's `_mesh`, a task's members) beside it.
+    pub(crate) fn with_capacity(size_hint: usize) -> JsonOut {
         JsonOut {
-            buf: Vec::with_capacity(1024),
+            buf: Vec::with_capacity(size_hint.saturating_add(1024)),
         }
     }
 
@@ -158,6 +165,22 @@ impl JsonOut {
         self.buf.push(b']');
     }
 
+    /// Writes `bytes` as a JSON string of their standard base64 (padded; nothing in it
+    /// needs escaping), encoded straight into the document rather than into a string first.
+    pub(crate) fn base64(&mut self, bytes: &[u8]) {
+        use base64::Engine;
+        let len = base64::encoded_len(bytes.len(), true).unwrap_or(0);
+        self.buf.reserve(len + 2);
+        self.buf.push(b'"');
+        let start = self.buf.len();
+        self.buf.resize(start + len, 0);
+        let written = base64::engine::general_purpose::STANDARD
+            .encode_slice(bytes, &mut self.buf[start..])
+            .unwrap_or(0);
+        self.buf.truncate(start + written);
+        self.buf.push(b'"');
+    }
+
     /// Writes `s` as a JSON string, escaped as `serde_json` escapes it: `"` and `\`, the
     /// short forms `\b \t \n \f \r`, other control characters as `\u00xx`; nothing else.
     pub(crate) fn str(&mut self, s: &str) {
@@ -288,6 +311,21 @@ mod tests {
         let mut out = JsonOut::new();
         out.str(s);
         out.into_bytes()
+    }
+
+    #[test]
+    fn base64_is_written_as_the_engine_encodes_it() {
+        use base64::Engine;
+        for len in [0, 1, 2, 3, 4, 1000, 1001] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 256) as u8).collect();
+            let mut out = JsonOut::new();
+            out.base64(&bytes);
+            let expected = format!(
+                "\"{}\"",
+                base64::engine::general_purpose::STANDARD.encode(&bytes)
+            );
+            assert_eq!(out.into_bytes(), expected.as_bytes(), "{len}");
+        }
     }
 
     #[test]
