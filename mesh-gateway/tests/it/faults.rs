@@ -693,3 +693,122 @@ async fn work_in_flight_when_the_broker_dies_ends_promptly(broker: TestBroker) {
     }
     gate.open();
 }
+
+/// An event of a stream lost on the bus (here the broker "drops" one: a shadow client sends
+/// the agent's next events with a position missing before the final one, as a broker at its
+/// queue limit leaves them): the client's stream ends with the task failed, saying events
+/// were lost, instead of a completed task with a hole, and the agent is asked to cancel it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_missing_an_event_fails_its_task_and_cancels_it_at_the_agent() {
+    use mesh_core::bus::{Bus, QoS};
+    use mesh_core::sse::SseParser;
+    use mesh_core::topic::Topics;
+    use mesh_testkit::within;
+    use std::sync::Arc;
+    use tokio::sync::Notify;
+    let mesh = GatewayMesh::start().await;
+    let (gate, canceled) = (Gate::default(), Arc::new(Notify::new()));
+    let (handler_gate, handler_canceled) = (gate.clone(), canceled.clone());
+    let lossy = Agent::new(
+        "lossy",
+        handler_fn(move |ctx: TaskContext| {
+            let (gate, canceled) = (handler_gate.clone(), handler_canceled.clone());
+            async move {
+                gate.wait().await;
+                ctx.working("thinking").await?;
+                ctx.cancelled().await;
+                canceled.notify_one();
+                std::future::pending::<()>().await;
+                Ok(Outcome::completed())
+            }
+        }),
+    );
+    let agent = mesh.start_agent(lossy).await;
+    let topics = Topics::new(&mesh.namespace).unwrap();
+    let shadow = Bus::connect(mesh.broker.bus_config()).await.unwrap();
+    let mut requests = shadow
+        .subscribe(
+            &topics.agent_request_filter("lossy").unwrap(),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    let mut response = mesh.open_sse("lossy", "message/stream", msg03("go")).await;
+    let request = within("the request", requests.recv()).await.unwrap();
+    let request: Value = serde_json::from_slice(&request.payload).unwrap();
+    let reply_to = request
+        .pointer("/params/metadata/_mesh/replyTo")
+        .and_then(Value::as_str)
+        .expect("a replyTo")
+        .to_owned();
+    let mut replies = shadow.subscribe(&reply_to, QoS::AtLeastOnce).await.unwrap();
+    gate.open();
+    // The agent's "thinking", as the gateway receives it: the shape and position to follow.
+    let thinking = loop {
+        let reply = within("the agent's event", replies.recv()).await.unwrap();
+        let reply: Value = serde_json::from_slice(&reply.payload).unwrap();
+        if reply.to_string().contains("thinking") {
+            break reply;
+        }
+    };
+    let seq = find_mesh(&thinking)
+        .and_then(|mesh| mesh["seq"].as_u64())
+        .expect("a position");
+    let next = |position: u64, last: bool| {
+        let mut event = thinking.clone();
+        let result = event.get_mut("result").expect("a result");
+        // 0.3 and 1.0 shapes alike: the status update is the result or under statusUpdate.
+        let update = if result.get("statusUpdate").is_some() {
+            result.get_mut("statusUpdate").unwrap()
+        } else {
+            result
+        };
+        update["status"] = if last {
+            json!({"state": if update.get("kind").is_some() { "completed" } else { "TASK_STATE_COMPLETED" }})
+        } else {
+            update["status"].clone()
+        };
+        if update.get("kind").is_some() {
+            update["final"] = json!(last);
+        }
+        update["metadata"]["_mesh"]["seq"] = json!(position);
+        event.to_string()
+    };
+    // Position seq + 1 never comes: the broker dropped it.
+    shadow.send(&reply_to, next(seq + 2, false)).await.unwrap();
+    shadow.send(&reply_to, next(seq + 3, true)).await.unwrap();
+    let mut parser = SseParser::default();
+    let mut events = Vec::new();
+    while let Some(chunk) = within("the stream", response.chunk()).await.unwrap() {
+        parser.feed(&chunk);
+        events.extend(parser.take_events());
+    }
+    let last: Value = serde_json::from_str(&events.last().expect("events").data).unwrap();
+    let status = &last["result"]["status"];
+    assert_eq!(status["state"], "failed", "{last}");
+    assert_eq!(last["result"]["final"], true, "{last}");
+    let said = status.to_string();
+    assert!(said.contains("1 of the task's events were lost"), "{said}");
+    within("the agent's cancel", canceled.notified()).await;
+    let task = mesh
+        .call(
+            "lossy",
+            "tasks/get",
+            json!({"id": last["result"]["taskId"].clone()}),
+        )
+        .await;
+    assert_eq!(task_state(result(&task)), "failed");
+    shadow.disconnect().await.unwrap();
+    agent.shutdown().await;
+}
+
+/// The `_mesh` object of a reply, wherever its shape puts it.
+fn find_mesh(value: &Value) -> Option<&Value> {
+    match value {
+        Value::Object(map) => map
+            .get("_mesh")
+            .or_else(|| map.values().find_map(find_mesh)),
+        Value::Array(items) => items.iter().find_map(find_mesh),
+        _ => None,
+    }
+}
