@@ -21,7 +21,7 @@ struct Args {
     #[arg(long)]
     broker_url: Option<String>,
     /// Payload sizes in bytes (a text's characters, a file's bytes before base64).
-    #[arg(long = "bytes", default_values_t = [262_144u64, 1_048_576], value_parser = clap::value_parser!(u64).range(65_536..=4_000_000))]
+    #[arg(long = "bytes", default_values_t = [262_144u64, 1_048_576], value_parser = clap::value_parser!(u64).range(4096..=4_000_000))]
     sizes: Vec<u64>,
     /// Requests counted per size and shape.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]

@@ -93,7 +93,30 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
          request bodies up to 4 MiB (and never more than its bus connection carries)."
             .to_owned(),
     );
+    curve.notes.push(match copies(setup, &mesh).await {
+        Ok(table) => table,
+        Err(e) => format!("copies: not counted: {e}"),
+    });
     curve
+}
+
+/// The copies of a payload through a gateway and the product's echo agent, counted by
+/// `mesh-copies` (next to this executable) on the curve's broker: its table as printed.
+async fn copies(setup: &Setup, mesh: &Mesh) -> Result<String, String> {
+    let program = setup.mesh.with_file_name("mesh-copies");
+    let run = tokio::process::Command::new(&program)
+        .args(["--broker-url", &mesh.broker.url()])
+        .args(["--bytes", "16384", "--bytes", "1048576", "--requests", "5"])
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .map_err(|_| "mesh-copies took over 120 s".to_owned())?
+        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).trim().to_owned());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
 }
 
 async fn point(setup: &Setup, mesh: &Mesh, shape: Shape, size: u64) -> Point {
