@@ -23,11 +23,18 @@ impl JsonOut {
         JsonOut::with_capacity(0)
     }
 
-    /// An empty document with room for `size_hint` bytes of bulk and a typical envelope
-    /// (a JSON-RPC request's `_mesh`, a task's members) beside it.
+    /// An empty document with room for a typical task reply, or when `size_hint` says more
+    /// for that much bulk and a typical envelope (a JSON-RPC request's `_mesh`, a task's
+    /// members) beside it.
     pub(crate) fn with_capacity(size_hint: usize) -> JsonOut {
+        const TYPICAL: usize = 1024;
+        let capacity = if size_hint < TYPICAL {
+            TYPICAL
+        } else {
+            size_hint.saturating_add(TYPICAL)
+        };
         JsonOut {
-            buf: Vec::with_capacity(size_hint.saturating_add(1024)),
+            buf: Vec::with_capacity(capacity),
         }
     }
 
