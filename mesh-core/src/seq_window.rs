@@ -138,7 +138,13 @@ impl SeqWindow {
             return 0;
         };
         let offset = offset.min(SPAN);
-        let (words, bits) = ((offset / 64) as usize, offset % 64);
+        offset - self.seen_in_first(offset)
+    }
+
+    /// How many of the window's first `n` positions (at most [`SPAN`]) were seen.
+    fn seen_in_first(&self, n: u64) -> u64 {
+        let n = n.min(SPAN);
+        let (words, bits) = ((n / 64) as usize, n % 64);
         let mut seen: u64 = self.seen[..words]
             .iter()
             .map(|w| u64::from(w.count_ones()))
@@ -146,7 +152,7 @@ impl SeqWindow {
         if bits > 0 {
             seen += u64::from((self.seen[words] & ((1u64 << bits) - 1)).count_ones());
         }
-        offset - seen
+        seen
     }
 
     /// Moves the base `by` positions forward, counting the positions it passes unseen.
@@ -155,21 +161,11 @@ impl SeqWindow {
             return;
         }
         self.base = self.base.saturating_add(by);
+        self.lost += by - self.seen_in_first(by);
         if by >= SPAN {
-            let seen: u64 = self.seen.iter().map(|w| u64::from(w.count_ones())).sum();
-            self.lost += by - seen;
             self.seen = [0; WORDS];
             return;
         }
-        let (whole, rest) = ((by / 64) as usize, by % 64);
-        let mut passed: u64 = self.seen[..whole]
-            .iter()
-            .map(|w| u64::from(w.count_ones()))
-            .sum();
-        if rest > 0 {
-            passed += u64::from((self.seen[whole] & ((1u64 << rest) - 1)).count_ones());
-        }
-        self.lost += by - passed;
         let (words, bits) = ((by / 64) as usize, (by % 64) as u32);
         for i in 0..WORDS {
             let lo = self.seen.get(i + words).copied().unwrap_or(0);
