@@ -35,8 +35,10 @@ async fn cluster() -> Vec<Node> {
     let grpc: Vec<u16> = (0..3).map(|_| closed_port()).collect();
     let mut nodes = Vec::new();
     for i in 0..3 {
-        let mqtt = closed_port();
-        let broker_addr = format!("127.0.0.1:{mqtt}");
+        // The MQTT port the node binds itself, read back from what it prints: a port chosen
+        // here and bound later can be taken meanwhile by an outgoing connection (the started
+        // nodes keep calling their peers), as it once was.
+        let broker_addr = "127.0.0.1:0".to_owned();
         let node_id = (i + 1).to_string();
         let cluster_addr = format!("127.0.0.1:{}", grpc[i]);
         let peers: Vec<String> = (0..3)
@@ -58,7 +60,13 @@ async fn cluster() -> Vec<Node> {
             ],
             &[],
         );
-        process.line_with("broker listening on").await;
+        let line = process.line_with("broker listening on").await;
+        let mqtt = line
+            .split("mqtt://127.0.0.1:")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {line:?}"));
         nodes.push(Node { mqtt, process });
     }
     nodes
