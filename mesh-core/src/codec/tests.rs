@@ -846,3 +846,67 @@ fn invalid_utf8_is_a_parse_error_on_both_paths() {
         assert_eq!(error.code(), -32700, "{error:?}");
     }
 }
+
+/// A task with large parts: a 256 KiB text in its history and the same bytes as a file in
+/// its artifact.
+fn bulky_task() -> Task {
+    let text = "x".repeat(256 * 1024);
+    let mut task = Task {
+        id: "t".into(),
+        context_id: "c".into(),
+        status: TaskStatus {
+            state: TaskState::Completed,
+            message: None,
+            timestamp: None,
+        },
+        artifacts: Some(vec![Artifact {
+            artifact_id: "a".into(),
+            name: None,
+            description: None,
+            parts: vec![Part::raw(text.clone().into_bytes())],
+            metadata: None,
+            extensions: None,
+        }]),
+        history: Some(vec![Message::new(Role::User, vec![Part::text(text)])]),
+        metadata: None,
+    };
+    task.history.as_mut().unwrap()[0].message_id = "m".into();
+    task
+}
+
+/// The writer makes its buffer once at about the document's size: a buffer grown past each
+/// large part ended with twice the document's size (and a copy of it per doubling).
+#[test]
+fn a_large_document_is_written_into_a_buffer_of_about_its_size() {
+    let reply = Reply::Task(bulky_task());
+    for dialect in [Dialect::V0_1, Dialect::V0_3, Dialect::V1_0] {
+        let bytes = super::encode_reply(dialect, &JsonRpcId::String("1".into()), &reply);
+        assert!(
+            bytes.capacity() < bytes.len() + bytes.len() / 8,
+            "{dialect:?}: {} bytes in a buffer of {}",
+            bytes.len(),
+            bytes.capacity()
+        );
+    }
+}
+
+/// Decoded lists are the model's in vectors of their own length: collecting in place kept
+/// serde's larger buffer for as long as the task lived.
+#[test]
+fn decoded_lists_hold_no_more_room_than_their_items() {
+    let bytes = super::encode_reply(
+        Dialect::V0_3,
+        &JsonRpcId::String("1".into()),
+        &Reply::Task(bulky_task()),
+    );
+    let (_, reply) = super::decode_reply(&bytes, Dialect::V0_3).unwrap();
+    let Ok(Reply::Task(task)) = reply else {
+        panic!("a task: {reply:?}")
+    };
+    let history = task.history.unwrap();
+    let artifacts = task.artifacts.unwrap();
+    assert_eq!(history.capacity(), history.len());
+    assert_eq!(history[0].parts.capacity(), history[0].parts.len());
+    assert_eq!(artifacts.capacity(), artifacts.len());
+    assert_eq!(artifacts[0].parts.capacity(), artifacts[0].parts.len());
+}

@@ -535,7 +535,7 @@ async fn a_publish_the_embedded_broker_refuses_is_given_up() {
 async fn a_request_the_bus_gives_up_ends_its_stream(broker: TestBroker) {
     use mesh_core::dialect::Method;
     use mesh_core::model::{Message, Part, Role, send_params};
-    use mesh_core::requester::{Ended, Requester, RequesterKind, SendOptions};
+    use mesh_core::requester::{Ended, Requester, RequesterKind};
     let topics = Topics::new(fresh_namespace()).unwrap();
     let mut persistent = config(&broker.url()).with_client_id(format!("gw-{}", fresh_namespace()));
     persistent.clean_session = false;
@@ -544,15 +544,7 @@ async fn a_request_the_bus_gives_up_ends_its_stream(broker: TestBroker) {
         .await
         .unwrap();
     let message = Message::new(Role::User, vec![Part::text("x".repeat(128 * 1024))]);
-    let options = SendOptions {
-        method: Method::SendMessage,
-        task_id: "t".into(),
-        snapshot: None,
-        timeout: Duration::from_secs(60),
-        principal: None,
-        depth: 0,
-        traceparent: None,
-    };
+    let options = send_options(Method::SendMessage);
     let mut stream = requester
         .send("echo", send_params(message), options)
         .await
@@ -597,7 +589,7 @@ mesh_testkit::both_brokers!(a_stream_with_a_lost_event_ends_saying_so);
 async fn a_stream_with_a_lost_event_ends_saying_so(broker: TestBroker) {
     use mesh_core::dialect::Method;
     use mesh_core::model::{Message, Part, Role, send_params};
-    use mesh_core::requester::{Ended, Requester, RequesterKind, SendOptions};
+    use mesh_core::requester::{Ended, Requester, RequesterKind};
     use serde_json::{Value, json};
     let topics = Topics::new(fresh_namespace()).unwrap();
     let bus = connect(&broker.url()).await;
@@ -612,15 +604,7 @@ async fn a_stream_with_a_lost_event_ends_saying_so(broker: TestBroker) {
     let requester = Requester::start(bus.clone(), topics, RequesterKind::Gateway, "gw", "i1")
         .await
         .unwrap();
-    let options = SendOptions {
-        method: Method::SendStreamingMessage,
-        task_id: "t".into(),
-        snapshot: None,
-        timeout: Duration::from_secs(60),
-        principal: None,
-        depth: 0,
-        traceparent: None,
-    };
+    let options = send_options(Method::SendStreamingMessage);
     let message = Message::new(Role::User, vec![Part::text("hello")]);
     let mut stream = requester
         .send("lossy", send_params(message), options)
@@ -667,4 +651,17 @@ async fn a_stream_with_a_lost_event_ends_saying_so(broker: TestBroker) {
     assert!(within("after the end", stream.next()).await.is_none());
     bus.disconnect().await.unwrap();
     agent_bus.disconnect().await.unwrap();
+}
+
+/// A request's options for task `t`, with a deadline no test reaches.
+fn send_options(method: mesh_core::dialect::Method) -> mesh_core::requester::SendOptions {
+    mesh_core::requester::SendOptions {
+        method,
+        task_id: "t".into(),
+        snapshot: None,
+        timeout: Duration::from_secs(60),
+        principal: None,
+        depth: 0,
+        traceparent: None,
+    }
 }
