@@ -42,7 +42,6 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// The error message of a stream whose deadline passed.
@@ -163,7 +162,7 @@ impl PendingEntry {
 type Routed = Box<Delivery>;
 
 struct PendingEntry {
-    tx: mpsc::Sender<Routed>,
+    tx: flume::Sender<Routed>,
     /// The instance that answered first: the one running the task. Its going offline fails
     /// the stream, and events from any other instance are dropped.
     instance: Option<String>,
@@ -473,7 +472,7 @@ impl Requester {
     }
 
     fn register(&self, rpc_id: String, agent: &str, timeout: Duration) -> ReplyStream {
-        let (tx, rx) = mpsc::channel(STREAM_CAPACITY);
+        let (tx, rx) = flume::bounded(STREAM_CAPACITY);
         let entry = PendingEntry {
             tx,
             instance: None,
@@ -495,7 +494,7 @@ impl Requester {
 
 /// The replies to one request, in the order the agent sent them.
 pub struct ReplyStream {
-    rx: mpsc::Receiver<Routed>,
+    rx: flume::Receiver<Routed>,
     rpc_id: String,
     pending: Pending,
     unexpected: Arc<AtomicU64>,
@@ -513,9 +512,10 @@ impl ReplyStream {
             return None;
         }
         loop {
-            let delivery = match tokio::time::timeout_at(self.deadline, self.rx.recv()).await {
-                Ok(Some(delivery)) => *delivery,
-                Ok(None) => {
+            let delivery = match tokio::time::timeout_at(self.deadline, self.rx.recv_async()).await
+            {
+                Ok(Ok(delivery)) => *delivery,
+                Ok(Err(flume::RecvError::Disconnected)) => {
                     self.finished = true;
                     return None;
                 }
@@ -680,7 +680,7 @@ async fn route(
     };
     // Awaiting room is the backpressure: a stream whose reader stalls holds the router.
     let _ = tx
-        .send(Box::new(Delivery {
+        .send_async(Box::new(Delivery {
             reply,
             instance,
             ended: None,

@@ -37,7 +37,7 @@ pub struct SeqWindow {
     /// The oldest position not seen yet: every one before it was seen (or given up).
     base: u64,
     /// Bit `i` set: position `base + i` was seen. Bit 0 is never set.
-    seen: [u64; WORDS],
+    seen: Bits,
     /// The position after the last one that came beyond the window, and how many came in a
     /// row up to it.
     ahead_next: u64,
@@ -61,7 +61,7 @@ impl Default for SeqWindow {
     fn default() -> SeqWindow {
         SeqWindow {
             base: 0,
-            seen: [0; WORDS],
+            seen: Bits(None),
             ahead_next: 0,
             ahead_run: 0,
             lost: 0,
@@ -85,7 +85,7 @@ impl SeqWindow {
             return Admit::Duplicate;
         }
         if seq - self.base >= SPAN {
-            let seen: u32 = self.seen.iter().map(|w| w.count_ones()).sum();
+            let seen: u32 = self.seen.words().iter().map(|w| w.count_ones()).sum();
             if u64::from(seen) < SPAN / 2 {
                 self.ahead_run = if seq == self.ahead_next && self.ahead_run > 0 {
                     self.ahead_run + 1
@@ -99,7 +99,7 @@ impl SeqWindow {
                 // More was lost in a row than the window spans: go on from here.
                 self.lost += (seq - self.base) - u64::from(seen);
                 self.base = seq;
-                self.seen = [0; WORDS];
+                self.seen.clear();
             } else {
                 // Genuine events stream on past a gap: forget it.
                 self.shift(seq - self.base - SPAN + 1);
@@ -107,14 +107,19 @@ impl SeqWindow {
         }
         self.ahead_run = 0;
         let offset = seq - self.base;
+        if offset == 0 && self.seen.is_clear() {
+            // The next position, nothing seen beyond it (events in order): no bits at all.
+            self.base += 1;
+            return Admit::New;
+        }
         let (word, bit) = ((offset / 64) as usize, offset % 64);
-        if self.seen[word] & (1 << bit) != 0 {
+        if self.seen.words()[word] & (1 << bit) != 0 {
             return Admit::Duplicate;
         }
-        self.seen[word] |= 1 << bit;
+        self.seen.words_mut()[word] |= 1 << bit;
         // Move the base past every position seen in a row.
         let mut run = 0u64;
-        for word in self.seen {
+        for &word in self.seen.words() {
             let ones = u64::from(word.trailing_ones());
             run += ones;
             if ones < 64 {
@@ -145,12 +150,10 @@ impl SeqWindow {
     fn seen_in_first(&self, n: u64) -> u64 {
         let n = n.min(SPAN);
         let (words, bits) = ((n / 64) as usize, n % 64);
-        let mut seen: u64 = self.seen[..words]
-            .iter()
-            .map(|w| u64::from(w.count_ones()))
-            .sum();
+        let all = self.seen.words();
+        let mut seen: u64 = all[..words].iter().map(|w| u64::from(w.count_ones())).sum();
         if bits > 0 {
-            seen += u64::from((self.seen[words] & ((1u64 << bits) - 1)).count_ones());
+            seen += u64::from((all[words] & ((1u64 << bits) - 1)).count_ones());
         }
         seen
     }
@@ -162,20 +165,50 @@ impl SeqWindow {
         }
         self.base = self.base.saturating_add(by);
         self.lost += by - self.seen_in_first(by);
-        if by >= SPAN {
-            self.seen = [0; WORDS];
+        let Some(seen) = self.seen.0.as_deref_mut().filter(|_| by < SPAN) else {
+            self.seen.clear();
             return;
-        }
+        };
         let (words, bits) = ((by / 64) as usize, (by % 64) as u32);
         for i in 0..WORDS {
-            let lo = self.seen.get(i + words).copied().unwrap_or(0);
-            let hi = self.seen.get(i + words + 1).copied().unwrap_or(0);
-            self.seen[i] = if bits == 0 {
+            let lo = seen.get(i + words).copied().unwrap_or(0);
+            let hi = seen.get(i + words + 1).copied().unwrap_or(0);
+            seen[i] = if bits == 0 {
                 lo
             } else {
                 (lo >> bits) | (hi << (64 - bits))
             };
         }
+        if self.seen.words().iter().all(|&w| w == 0) {
+            self.seen.clear();
+        }
+    }
+}
+
+/// The window's bits, allocated only while some position beyond the base was seen (events
+/// out of order, or a gap): a stream in order, the common case, holds none, so a request in
+/// flight carries 8 bytes here instead of the window's 128.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Bits(Option<Box<[u64; WORDS]>>);
+
+/// The bits of a window with none set.
+static NONE_SEEN: [u64; WORDS] = [0; WORDS];
+
+impl Bits {
+    fn words(&self) -> &[u64; WORDS] {
+        self.0.as_deref().unwrap_or(&NONE_SEEN)
+    }
+
+    fn words_mut(&mut self) -> &mut [u64; WORDS] {
+        self.0.get_or_insert_with(|| Box::new([0; WORDS]))
+    }
+
+    fn is_clear(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn clear(&mut self) {
+        self.0 = None;
     }
 }
 
@@ -202,6 +235,24 @@ mod tests {
             assert_eq!(w.admit(seq), Admit::Duplicate, "{seq}");
         }
         assert_eq!(w.admit(10), Admit::Duplicate);
+    }
+
+    #[test]
+    fn a_stream_in_order_holds_no_bits_and_a_gap_holds_them_only_until_filled() {
+        let mut w = SeqWindow::default();
+        for seq in 0..100 {
+            assert_eq!(w.admit(seq), Admit::New);
+            assert!(w.seen.is_clear(), "{seq}");
+        }
+        assert_eq!(w.admit(102), Admit::New);
+        assert_eq!(w.admit(101), Admit::New);
+        assert!(!w.seen.is_clear(), "position 100 is still missing");
+        assert_eq!(w.admit(102), Admit::Duplicate);
+        assert_eq!(w.admit(100), Admit::New);
+        assert!(w.seen.is_clear(), "the gap is filled");
+        assert_eq!(w.admit(101), Admit::Duplicate);
+        assert_eq!(w.admit(103), Admit::New);
+        assert_eq!(w.lost(), 0);
     }
 
     #[test]

@@ -23,6 +23,7 @@
 use crate::push::Pusher;
 use crate::store::{Origin, StoreError, TaskRecord, TaskStore};
 pub(crate) use crate::task_events::{ends_task, set_status, status_event};
+use flume::TrySendError;
 use foldhash::HashMap;
 use mesh_core::bus::ConnectionState;
 use mesh_core::error::A2aError;
@@ -35,8 +36,6 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 
 /// How many times the gateway asks an agent to cancel a task it failed, at most (each try
@@ -81,12 +80,27 @@ pub(crate) enum Live {
     Lagged,
 }
 
-/// A subscriber's end of a live task: every event after its snapshot; `None` once the pump
-/// ended.
-pub(crate) type Subscription = mpsc::Receiver<Live>;
+/// A subscriber's end of a live task: every event after its snapshot, then `None` once the
+/// pump ended. Its buffer takes room only for the events waiting in it: an idle subscriber
+/// costs a few hundred bytes (flume's channel; tokio's costs about 1.3 KiB before its first
+/// event), one per open SSE stream.
+pub(crate) struct Subscription(flume::Receiver<Live>);
+
+impl Subscription {
+    /// The next event; `None` once every sender went away and nothing is left.
+    pub(crate) async fn recv(&mut self) -> Option<Live> {
+        self.0.recv_async().await.ok()
+    }
+}
+
+/// A subscription's two ends, with room for `capacity` events waiting.
+pub(crate) fn subscription(capacity: usize) -> (flume::Sender<Live>, Subscription) {
+    let (tx, rx) = flume::bounded(capacity);
+    (tx, Subscription(rx))
+}
 
 struct Subscriber {
-    tx: mpsc::Sender<Live>,
+    tx: flume::Sender<Live>,
     /// Missed an event; is told so before its next one.
     lagged: bool,
     /// Follows the task to its terminal state (`SubscribeToTask`, `tasks/resubscribe`):
@@ -112,7 +126,7 @@ pub(crate) struct LiveTask {
 
 impl LiveTask {
     fn subscribe(&self, capacity: usize, until_terminal: bool) -> Subscription {
-        let (tx, rx) = mpsc::channel(capacity);
+        let (tx, rx) = subscription(capacity);
         self.subscribers.locked().push(Subscriber {
             tx,
             lagged: false,
@@ -129,7 +143,7 @@ impl LiveTask {
                 match subscriber.tx.try_send(Live::Lagged) {
                     Ok(()) => subscriber.lagged = false,
                     Err(TrySendError::Full(_)) => return true,
-                    Err(TrySendError::Closed(_)) => return false,
+                    Err(TrySendError::Disconnected(_)) => return false,
                 }
             }
             match subscriber.tx.try_send(Live::Event(seq, event.clone())) {
@@ -138,7 +152,7 @@ impl LiveTask {
                     subscriber.lagged = true;
                     true
                 }
-                Err(TrySendError::Closed(_)) => false,
+                Err(TrySendError::Disconnected(_)) => false,
             }
         });
     }
@@ -301,7 +315,7 @@ impl Bridge {
                 .subscribers
                 .locked()
                 .drain(..)
-                .filter(|s| s.until_terminal && !s.tx.is_closed())
+                .filter(|s| s.until_terminal && !s.tx.is_disconnected())
                 .collect();
             if !followers.is_empty() {
                 self.waiting
@@ -348,7 +362,7 @@ impl Bridge {
         // Subscribers that went away (and tasks left with none) are forgotten here: the map
         // holds open streams only.
         waiting.retain(|_, followers| {
-            followers.retain(|s| !s.tx.is_closed());
+            followers.retain(|s| !s.tx.is_disconnected());
             !followers.is_empty()
         });
         let total: usize = waiting.values().map(Vec::len).sum();
@@ -363,7 +377,7 @@ impl Bridge {
                 "task {id} has {MAX_WAITING_SUBSCRIBERS} subscribers waiting already: try later"
             )));
         }
-        let (tx, rx) = mpsc::channel(STREAM_CAPACITY);
+        let (tx, rx) = subscription(STREAM_CAPACITY);
         followers.push(Subscriber {
             tx,
             lagged: false,
@@ -408,13 +422,23 @@ impl Bridge {
     ) -> Pump {
         self.store.begin_turn(&id, stream.request_id(), turn_start);
         let bridge = self.clone();
+        // The future is boxed per task in flight and lives as long as the task: what it
+        // holds is held once (by reference in `run_pump`, whose arguments by value the
+        // future would keep a second copy of).
+        let mut stream = stream;
         Pump(Some(Box::pin(async move {
-            bridge.run_pump(&id, &live, stream, undo).await;
+            bridge.run_pump(&id, &live, &mut stream, &undo).await;
             bridge.end(&id, &live);
         })))
     }
 
-    async fn run_pump(&self, id: &str, live: &Arc<LiveTask>, mut stream: ReplyStream, undo: Undo) {
+    async fn run_pump(
+        &self,
+        id: &str,
+        live: &Arc<LiveTask>,
+        stream: &mut ReplyStream,
+        undo: &Undo,
+    ) {
         let mut started = false;
         loop {
             let delivery = tokio::select! {
@@ -459,7 +483,7 @@ impl Bridge {
                     // The agent refused the message (bad params, a task it cannot resume, …):
                     // the task did not change, the request failed.
                     let _gate = live.gate.locked();
-                    match &undo {
+                    match undo {
                         Undo::Remove => self.store.remove(id),
                         // Replacing a record the store holds is never refused for its bounds.
                         Undo::Restore(previous) => {

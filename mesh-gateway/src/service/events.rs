@@ -157,7 +157,6 @@ mod tests {
     use crate::store::{MemoryStore, StoreLimits, TaskRecord};
     use mesh_core::dialect::Dialect;
     use mesh_core::model::{Task, TaskState};
-    use tokio::sync::mpsc;
 
     fn task(state: TaskState) -> Task {
         crate::store::test_records::task("t1", "c1", state).task
@@ -176,7 +175,7 @@ mod tests {
 
     struct Setup {
         events: TaskEvents,
-        live: mpsc::Sender<Live>,
+        live: flume::Sender<Live>,
         store: Arc<MemoryStore>,
         shutdown: CancellationToken,
     }
@@ -186,7 +185,7 @@ mod tests {
         store
             .insert(TaskRecord::new(task(first.clone()), "agent", Dialect::V1_0))
             .expect("the store takes the task");
-        let (live, subscription) = mpsc::channel(16);
+        let (live, subscription) = crate::bridge::subscription(16);
         let shutdown = CancellationToken::new();
         let events = TaskEvents {
             first: VecDeque::from([(1, Ok(Arc::new(Reply::Task(task(first)))))]),
@@ -233,7 +232,7 @@ mod tests {
             TaskState::InputRequired,
             TaskState::Completed,
         ] {
-            s.live.send(status(state)).await.unwrap();
+            s.live.send_async(status(state)).await.unwrap();
         }
         assert_eq!(
             states(&mut s.events).await,
@@ -255,7 +254,7 @@ mod tests {
             TaskState::Completed,
             TaskState::Working,
         ] {
-            s.live.send(status(state)).await.unwrap();
+            s.live.send_async(status(state)).await.unwrap();
         }
         assert_eq!(
             states(&mut s.events).await,
@@ -279,7 +278,7 @@ mod tests {
                 Dialect::V1_0,
             ))
             .unwrap();
-        s.live.send(Live::Lagged).await.unwrap();
+        s.live.send_async(Live::Lagged).await.unwrap();
         assert_eq!(
             states(&mut s.events).await,
             [TaskState::Working, TaskState::Completed]
@@ -312,10 +311,13 @@ mod tests {
     async fn an_error_ends_the_stream_and_so_does_shutdown() {
         let mut s = setup(TaskState::Working, true);
         s.live
-            .send(Live::Event(0, Err(Arc::new(A2aError::internal("gone")))))
+            .send_async(Live::Event(0, Err(Arc::new(A2aError::internal("gone")))))
             .await
             .unwrap();
-        s.live.send(status(TaskState::Completed)).await.unwrap();
+        s.live
+            .send_async(status(TaskState::Completed))
+            .await
+            .unwrap();
         assert_eq!(
             states(&mut s.events).await,
             [TaskState::Working, TaskState::Unspecified]

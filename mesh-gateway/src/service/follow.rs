@@ -10,12 +10,12 @@
 //! [`POLL_EVERY`] later. A log that no longer holds the next event (the task was trimmed or
 //! evicted meanwhile) is replaced by the task as it stands.
 
-use crate::bridge::{Live, Seq, Subscription};
+use crate::bridge::{Live, Seq, Subscription, subscription};
 use crate::store::{ANY_TASK, StoreError, TaskRecord, TaskStore};
 use mesh_core::rpc::Reply;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 /// How many events a follower reads at once.
@@ -39,7 +39,7 @@ pub(crate) fn follow(
     resumed: bool,
     shutdown: CancellationToken,
 ) -> Subscription {
-    let (tx, rx) = mpsc::channel(CAPACITY);
+    let (tx, rx) = subscription(CAPACITY);
     tokio::spawn(async move {
         let follower = Follower {
             store,
@@ -58,7 +58,7 @@ struct Follower {
     store: Arc<dyn TaskStore>,
     changes: broadcast::Receiver<Arc<str>>,
     task_id: String,
-    tx: mpsc::Sender<Live>,
+    tx: flume::Sender<Live>,
     shutdown: CancellationToken,
     /// The position followed from is a client's, not yet matched by an event of the log.
     after_unlogged: bool,
@@ -116,7 +116,7 @@ impl Follower {
                 let ends = super::events::ends_for_good(reply.as_ref());
                 *after = event.seq;
                 let live = Live::Event(event.seq, reply.map(Arc::new).map_err(Arc::new));
-                if self.tx.send(live).await.is_err() || ends {
+                if self.tx.send_async(live).await.is_err() || ends {
                     return Read::Done;
                 }
             }
@@ -158,7 +158,7 @@ impl Follower {
         let ends = super::events::ends_for_good(Ok(&task));
         if self
             .tx
-            .send(Live::Event(record.seq, Ok(Arc::new(task))))
+            .send_async(Live::Event(record.seq, Ok(Arc::new(task))))
             .await
             .is_err()
             || ends
@@ -169,14 +169,17 @@ impl Follower {
     }
 
     /// Waits until the store says the task (or any task) changed, or [`POLL_EVERY`]; false
-    /// when the follower should stop.
+    /// when the follower should stop (the gateway shuts down, or its client went away: seen
+    /// here, so at most [`POLL_EVERY`] after it left).
     async fn wait_for_change(&mut self) -> bool {
+        if self.tx.is_disconnected() {
+            return false;
+        }
         let poll = tokio::time::sleep(POLL_EVERY);
         tokio::pin!(poll);
         loop {
             tokio::select! {
                 _ = self.shutdown.cancelled() => return false,
-                () = self.tx.closed() => return false,
                 () = &mut poll => return true,
                 change = self.changes.recv() => match change {
                     Ok(id) if *id == *self.task_id || &*id == ANY_TASK => return true,

@@ -12,7 +12,10 @@
 //! double what a long stream costs, for a log nothing reads after the stream ends; the durable
 //! store keeps the whole log on disk. The bytes of the events kept count against `max_bytes`
 //! (estimated, see the [`store`](super) module docs). An event is kept as it came (shared with
-//! the bridge's subscribers, not copied) and encoded only when the log is read.
+//! the bridge's subscribers, not copied) and encoded only when the log is read. A whole Task
+//! as the last event is the record itself: the log keeps it as a mark and makes the event of
+//! it only when the record is about to change (or the log is read), so that a task waiting
+//! in flight, announced by its agent's progress Task, holds its contents once, not twice.
 //!
 //! The same store holds the working set of the durable stores
 //! ([`working_set`](super::working_set)); there it keeps no event in memory but counts the
@@ -75,8 +78,11 @@ struct Entry {
     record_bytes: usize,
     /// The bytes of its event log (kept here or elsewhere).
     log_bytes: usize,
-    /// The last events ([`LogMode::Tail`]).
+    /// The last events ([`LogMode::Tail`]), but for the last when that is a whole Task.
     log: VecDeque<LoggedEvent>,
+    /// The last event, a whole Task, held as the record it made until the record changes
+    /// ([`LogMode::Tail`]; see the module docs).
+    last_is_record: Option<RecordMark>,
     /// `record_bytes` when the last snapshot was due.
     snapshot_bytes: usize,
     /// Queued in [`Inner::finished`].
@@ -90,6 +96,7 @@ impl Entry {
             record_bytes,
             log_bytes,
             log: VecDeque::new(),
+            last_is_record: None,
             snapshot_bytes: record_bytes,
             finished: false,
         }
@@ -97,6 +104,72 @@ impl Entry {
 
     fn bytes(&self) -> usize {
         self.record_bytes + self.log_bytes
+    }
+
+    /// Makes the event of the last one held as the record, before the record changes.
+    fn log_the_record(&mut self) {
+        if let Some(mark) = self.last_is_record.take() {
+            let event = mark.event(&self.record);
+            self.log.push_back(event);
+        }
+    }
+
+    /// The logged events after `after`, at most `limit` of them (the log must hold event
+    /// `after + 1`, or it is the record's own).
+    fn events_after(&self, after: u64, limit: usize) -> Vec<LoggedEvent> {
+        let first = self.log.front().map_or(u64::MAX, |e| e.seq);
+        let skip = usize::try_from((after + 1).saturating_sub(first)).unwrap_or(usize::MAX);
+        let mut events: Vec<LoggedEvent> =
+            self.log.iter().skip(skip).take(limit).cloned().collect();
+        if let Some(mark) = &self.last_is_record
+            && mark.seq > after
+            && events.len() < limit
+        {
+            events.push(mark.event(&self.record));
+        }
+        events
+    }
+
+    /// The oldest event the log holds.
+    fn first_logged(&self) -> Option<u64> {
+        self.log
+            .front()
+            .map(|e| e.seq)
+            .or(self.last_is_record.as_ref().map(|m| m.seq))
+    }
+}
+
+/// True when `event` makes any task terminal (its log is dropped with it).
+fn ends_for_good(event: &Reply) -> bool {
+    match event {
+        Reply::Task(task) => task.status.state.is_terminal(),
+        Reply::StatusUpdate(update) => update.status.state.is_terminal(),
+        // A direct answer completes the task the gateway opened for it.
+        Reply::Message(_) => true,
+        _ => false,
+    }
+}
+
+/// An event of the log held as the record it made (see the module docs): all but the event.
+#[derive(Debug, Clone, Copy)]
+struct RecordMark {
+    seq: u64,
+    time: SystemTime,
+    bytes: usize,
+    position: Option<u64>,
+}
+
+impl RecordMark {
+    /// The event itself: the task of `record`, which it made.
+    fn event(&self, record: &TaskRecord) -> LoggedEvent {
+        LoggedEvent {
+            seq: self.seq,
+            time: self.time,
+            event: Arc::new(Reply::Task(record.task.clone())),
+            bytes: self.bytes,
+            position: self.position,
+            _ack: None,
+        }
     }
 }
 
@@ -201,6 +274,7 @@ impl MemoryStore {
         let now = SystemTime::now();
         if let Some(entry) = inner.tasks.get_mut(&record.task.id) {
             let old = entry.record_bytes;
+            entry.log_the_record();
             entry.record = Arc::new(record);
             entry.record_bytes = bytes;
             entry.snapshot_bytes = bytes;
@@ -247,6 +321,11 @@ impl MemoryStore {
             });
         }
         let bytes_before = entry.bytes();
+        let whole_task = matches!(**event, Reply::Task(_));
+        // A log that ends with this event (the task's last) needs no event of the mark.
+        if self.log == LogMode::Tail && !ends_for_good(event) {
+            entry.log_the_record();
+        }
         // In place: no one else holds the record unless a reader is still looking at it.
         let record = Arc::make_mut(&mut entry.record);
         let before = state_of(&record.task.status.state);
@@ -278,10 +357,20 @@ impl MemoryStore {
             LogMode::Tail if terminal => {
                 entry.log_bytes = 0;
                 entry.log = VecDeque::new();
+                entry.last_is_record = None;
             }
             LogMode::Tail => {
                 entry.log_bytes += len;
-                entry.log.push_back(stored.clone());
+                if whole_task {
+                    entry.last_is_record = Some(RecordMark {
+                        seq,
+                        time: now,
+                        bytes: len,
+                        position: origin.position,
+                    });
+                } else {
+                    entry.log.push_back(stored.clone());
+                }
                 while entry.log.len() > EVENT_LOG_EVENTS || entry.log_bytes > EVENT_LOG_BYTES {
                     let Some(old) = entry.log.pop_front() else {
                         break;
@@ -321,6 +410,7 @@ impl MemoryStore {
     ) -> Option<Arc<TaskRecord>> {
         let mut inner = self.write();
         let entry = inner.tasks.get_mut(id)?;
+        entry.log_the_record();
         let record = Arc::make_mut(&mut entry.record);
         apply(record);
         let now = SystemTime::now();
@@ -475,7 +565,7 @@ impl MemoryStore {
                 .get(id)
                 .ok_or_else(|| StoreError::TaskNotFound(id.to_owned()))?;
             let last = entry.record.seq;
-            let first = entry.log.front().map_or(last + 1, |e| e.seq);
+            let first = entry.first_logged().unwrap_or(last + 1);
             if after >= last {
                 return Ok(Vec::new());
             }
@@ -485,8 +575,7 @@ impl MemoryStore {
                     first,
                 });
             }
-            let skip = usize::try_from(after + 1 - first).unwrap_or(usize::MAX);
-            entry.log.iter().skip(skip).take(limit).cloned().collect()
+            entry.events_after(after, limit)
         };
         Ok(events.iter().map(LoggedEvent::stored).collect())
     }
@@ -884,6 +973,67 @@ pub(crate) mod tests {
         assert!(store.bytes() < before);
         assert!(matches!(
             store.events_after("t", n - 3, 10),
+            Err(StoreError::EventsForgotten { .. })
+        ));
+    }
+
+    #[test]
+    fn a_whole_task_as_the_last_event_is_held_once_and_read_back_as_it_was() {
+        use mesh_core::model::{Message, Role};
+        let store = MemoryStore::new(limits(10));
+        store.insert(task("t", "c", TaskState::Submitted)).unwrap();
+        let mut working = task("t", "c", TaskState::Working).task;
+        working.history = Some(vec![Message::new(Role::User, vec![Part::text("hi")])]);
+        let event = Arc::new(Reply::Task(working.clone()));
+        store.append("t", &event, Origin::default()).unwrap();
+        assert_eq!(
+            Arc::strong_count(&event),
+            1,
+            "the log holds no second copy of a task the record holds"
+        );
+        let read = |after| store.events_after("t", after, 10).unwrap();
+        let first = read(0);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].seq, 1);
+        assert_eq!(first[0].reply().unwrap(), Reply::Task(working.clone()));
+        assert!(read(1).is_empty());
+        // The record changes: the event reads back as it came, then the next one.
+        store
+            .append("t", &chunk("t", "x"), Origin::default())
+            .unwrap();
+        store.update("t", &mut |record| {
+            record.task.metadata = Some(Default::default())
+        });
+        let both = read(0);
+        assert_eq!(both.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(both[0].reply().unwrap(), Reply::Task(working.clone()));
+        assert_eq!(both[1].reply().unwrap(), *chunk("t", "x"));
+        assert_eq!(read(1).len(), 1);
+        // A task that asks for input, then its next message: the same.
+        let mut asking = working.clone();
+        asking.status.state = TaskState::InputRequired;
+        store
+            .append(
+                "t",
+                &Arc::new(Reply::Task(asking.clone())),
+                Origin::default(),
+            )
+            .unwrap();
+        let mut next = TaskRecord::clone(&store.get("t").unwrap());
+        next.task.status.state = TaskState::Submitted;
+        store.insert(next).unwrap();
+        store.update("t", &mut |record| {
+            record.task.status.state = TaskState::Working
+        });
+        let all = read(0);
+        assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(all[2].reply().unwrap(), Reply::Task(asking));
+        // Its end drops the log.
+        store
+            .append("t", &status("t", TaskState::Completed), Origin::default())
+            .unwrap();
+        assert!(matches!(
+            store.events_after("t", 0, 10),
             Err(StoreError::EventsForgotten { .. })
         ));
     }
