@@ -57,6 +57,17 @@ pub fn set_status(task: &mut Task, status: TaskStatus) {
     task.status = status;
 }
 
+/// True for a reply after which the task never changes again: a terminal state, or a direct
+/// message (which completes the task the gateway opened for it).
+pub fn ends_for_good(reply: &Reply) -> bool {
+    match reply {
+        Reply::Task(task) => task.status.state.is_terminal(),
+        Reply::StatusUpdate(update) => update.status.state.is_terminal(),
+        Reply::ArtifactUpdate(_) => false,
+        _ => true,
+    }
+}
+
 /// Applies one event to a task. Costs what the event carries, never what the task holds
 /// already (an appended artifact chunk extends its artifact's parts in place).
 pub fn apply(task: &mut Task, reply: &Reply) {

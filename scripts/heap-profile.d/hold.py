@@ -50,11 +50,11 @@ async def tasks():
         return answer["result"]["id"]
 
     def batch(indices):
-        conn = http.client.HTTPConnection("127.0.0.1", PORT)
+        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
         return [start(conn, i) for i in indices]
 
     # The agent's card may be listed a moment before its presence says it is online.
-    conn = http.client.HTTPConnection("127.0.0.1", PORT)
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
     for _ in range(100):
         answer = call(conn, message(-1, "wait", "message/send", {"blocking": False}))
         if "result" in answer:
@@ -66,10 +66,13 @@ async def tasks():
     loop = asyncio.get_running_loop()
     parts = [range(k, N - 1, 32) for k in range(32)]
     ids = sum(await asyncio.gather(*[loop.run_in_executor(None, batch, p) for p in parts]), [])
-    conn = http.client.HTTPConnection("127.0.0.1", PORT)
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=60)
+    deadline = time.monotonic() + 120
     for task_id in [first] + ids:  # the agent takes them in order, but check every one
         while call(conn, {"jsonrpc": "2.0", "id": 0, "method": "tasks/get",
                           "params": {"id": task_id}})["result"]["status"]["state"] != "working":
+            if time.monotonic() > deadline:
+                raise SystemExit(f"task {task_id} is not working after 120 s")
             time.sleep(0.05)
 
 
@@ -128,13 +131,14 @@ async def streams_h2():
 
 
 async def main():
+    # Holding them takes seconds: a client that waits longer than this has hung.
     if WHAT == "tasks":
-        await tasks()
+        await asyncio.wait_for(tasks(), 300)
         kept = None
     elif HTTP == "h2":
-        kept = await streams_h2()
+        kept = await asyncio.wait_for(streams_h2(), 300)
     else:
-        kept = await streams_h1()
+        kept = await asyncio.wait_for(streams_h1(), 300)
     held()
     await asyncio.sleep(3600)
     return kept

@@ -141,10 +141,8 @@ impl TaskEvents {
 /// message, an error.
 pub(super) fn ends_for_good(event: Result<&Reply, &A2aError>) -> bool {
     match event {
-        Ok(Reply::Task(task)) => task.status.state.is_terminal(),
-        Ok(Reply::StatusUpdate(update)) => update.status.state.is_terminal(),
-        Ok(Reply::ArtifactUpdate(_)) => false,
-        _ => true,
+        Ok(reply) => crate::task_events::ends_for_good(reply),
+        Err(_) => true,
     }
 }
 

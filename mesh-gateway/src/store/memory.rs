@@ -139,17 +139,6 @@ impl Entry {
     }
 }
 
-/// True when `event` makes any task terminal (its log is dropped with it).
-fn ends_for_good(event: &Reply) -> bool {
-    match event {
-        Reply::Task(task) => task.status.state.is_terminal(),
-        Reply::StatusUpdate(update) => update.status.state.is_terminal(),
-        // A direct answer completes the task the gateway opened for it.
-        Reply::Message(_) => true,
-        _ => false,
-    }
-}
-
 /// An event of the log held as the record it made (see the module docs): all but the event.
 #[derive(Debug, Clone, Copy)]
 struct RecordMark {
@@ -323,7 +312,7 @@ impl MemoryStore {
         let bytes_before = entry.bytes();
         let whole_task = matches!(**event, Reply::Task(_));
         // A log that ends with this event (the task's last) needs no event of the mark.
-        if self.log == LogMode::Tail && !ends_for_good(event) {
+        if self.log == LogMode::Tail && !task_events::ends_for_good(event) {
             entry.log_the_record();
         }
         // In place: no one else holds the record unless a reader is still looking at it.
