@@ -273,6 +273,9 @@ pub fn data_dir(dir: &Path, base: &str) -> PathBuf {
     dir.join(format!("data-{port}"))
 }
 
+/// The gateways' `--max-connections`: more than any case opens (the open files are the limit).
+const BENCH_MAX_CONNECTIONS: usize = 100_000;
+
 /// Starts `mesh gateway` on a free port, connected to `broker_url`, and waits for
 /// `GET /readyz` to answer 200. Returns the process and its base URL.
 pub async fn start_gateway(
@@ -303,6 +306,8 @@ pub async fn start_gateway(
         format!("--broker-url={broker_url}"),
         format!("--http-addr=127.0.0.1:{port}"),
         format!("--namespace={namespace}"),
+        // The curves hold 10,000 streams on connections of their own, past the default.
+        format!("--max-connections={BENCH_MAX_CONNECTIONS}"),
     ];
     args.extend(store_args);
     let mut proc = Proc::spawn(dir, &format!("gateway-{namespace}-{port}"), mesh, &args)

@@ -161,6 +161,11 @@ pub struct GatewayOptions {
     /// 100].
     #[arg(long, env = "MESH_MAX_BATCH", value_name = "N")]
     pub max_batch: Option<usize>,
+    /// The most HTTP connections the gateway holds open at once; past it a new connection
+    /// is closed when accepted. Each takes an open file: the process's limit (`ulimit -n`)
+    /// must be higher [default: 10000].
+    #[arg(long, env = "MESH_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
     /// Serve the gateway over HTTPS only, with this PEM certificate chain (the server's
     /// certificate first); needs --tls-key.
     #[arg(long, env = "MESH_TLS_CERT", value_name = "PEM_FILE")]
@@ -191,6 +196,7 @@ impl GatewayOptions {
         serve.public_url.clone_from(&self.public_url);
         serve.default_agent.clone_from(&self.default_agent);
         serve.max_batch = self.max_batch;
+        serve.max_connections = self.max_connections;
         serve.tls_cert.clone_from(&self.tls_cert);
         serve.tls_key.clone_from(&self.tls_key);
         serve.trusted_keys.clone_from(&self.trusted_keys);

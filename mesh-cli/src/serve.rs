@@ -501,6 +501,7 @@ fn gateway_config(settings: &Settings) -> GatewayConfig {
         webhook_backoff: settings.webhook_backoff,
         webhook_queue: settings.webhook_queue,
         max_batch: settings.max_batch,
+        max_connections: settings.max_connections,
         tls: settings.tls.clone(),
         ..GatewayConfig::default()
     }

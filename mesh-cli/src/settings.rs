@@ -112,6 +112,7 @@ pub struct Serve {
     pub webhook_backoff: Option<Duration>,
     pub webhook_queue: Option<usize>,
     pub max_batch: Option<usize>,
+    pub max_connections: Option<usize>,
     pub broker_password_file: Option<PathBuf>,
     pub broker_acl_file: Option<PathBuf>,
     pub cluster_node_id: Option<u64>,
@@ -169,6 +170,7 @@ struct File {
     webhook_queue: Option<usize>,
     max_packet_size: Option<String>,
     max_batch: Option<usize>,
+    max_connections: Option<usize>,
     broker_password_file: Option<PathBuf>,
     broker_acl_file: Option<PathBuf>,
     cluster_node_id: Option<u64>,
@@ -208,6 +210,7 @@ impl File {
                 webhook_backoff: None,
                 webhook_queue: None,
                 max_batch: None,
+                max_connections: None,
                 tls_cert: None,
                 tls_key: None,
                 trusted_keys: None,
@@ -275,6 +278,7 @@ pub struct Settings {
     /// The bus clients' and the embedded broker's packet limit.
     pub max_packet_size: usize,
     pub max_batch: usize,
+    pub max_connections: usize,
     /// The embedded broker's password and ACL files, when it authenticates.
     pub broker_access: Option<(PathBuf, PathBuf)>,
     /// The embedded broker's place in a cluster of brokers, when it is a node of one.
@@ -315,6 +319,9 @@ pub fn default_data_dir() -> Option<PathBuf> {
 
 /// More runtime workers than any host has cores: a typo, refused rather than spawned.
 const MAX_WORKER_THREADS: usize = 1024;
+
+/// The most `--max-connections` accepted: far past what one process's open files allow.
+const MAX_CONNECTIONS_LIMIT: usize = 10_000_000;
 
 impl Settings {
     /// The async runtime's worker threads (0: one per core): the setting when given, else 1
@@ -483,8 +490,19 @@ impl Settings {
             .max_batch
             .or(file.max_batch)
             .unwrap_or(webhooks.max_batch);
+        let max_connections = serve
+            .max_connections
+            .or(file.max_connections)
+            .unwrap_or(webhooks.max_connections);
+        if max_connections > MAX_CONNECTIONS_LIMIT {
+            return Err(format!(
+                "max_connections is {max_connections}: give 1 to {MAX_CONNECTIONS_LIMIT} \
+                 (--max-connections)"
+            ));
+        }
         for (key, is_zero) in [
             ("max_batch", max_batch == 0),
+            ("max_connections", max_connections == 0),
             ("webhook_timeout", webhook_timeout.is_zero()),
             ("webhook_attempts", webhook_attempts == 0),
             ("webhook_queue", webhook_queue == 0),
@@ -600,6 +618,7 @@ impl Settings {
             webhook_queue,
             max_packet_size,
             max_batch,
+            max_connections,
             tls,
             namespace: common
                 .namespace
@@ -1018,6 +1037,19 @@ mod tests {
             };
             let serve = Serve {
                 max_batch: batch,
+                ..serving()
+            };
+            let error = Settings::resolve(&common, &serve).unwrap_err();
+            assert!(error.contains(named), "{error}");
+        }
+        // Connections: 10,000 unless given; none, or more than any process could hold, refused.
+        assert_eq!(settings.max_connections, 10_000);
+        for (connections, named) in [
+            (0, "max_connections is 0"),
+            (usize::MAX, "max_connections is"),
+        ] {
+            let serve = Serve {
+                max_connections: Some(connections),
                 ..serving()
             };
             let error = Settings::resolve(&common, &serve).unwrap_err();

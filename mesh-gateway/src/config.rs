@@ -17,6 +17,9 @@ use mesh_core::card_signing::{SigningKey, TrustedKeys};
 /// which may need more: such a request is refused when it is published, with -32600).
 pub const ENVELOPE_ROOM: usize = 16 * 1024;
 
+/// The most HTTP connections a gateway holds open at once unless configured.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
 /// The gateway deployment name when none is configured.
 pub const DEFAULT_GATEWAY_NAME: &str = "gateway";
 
@@ -80,6 +83,17 @@ pub struct GatewayConfig {
     pub store_max_task_bytes: usize,
     /// The longest graceful shutdown waits for open connections.
     pub shutdown_grace: Duration,
+    /// The most HTTP connections open at once (`--max-connections`); past it a new
+    /// connection is closed as soon as it is accepted. Each needs an open file: the
+    /// process's limit must be higher.
+    pub max_connections: usize,
+    /// How long a client has to send a request head: from connecting to its first byte, and
+    /// over HTTP/1.1 from a head's first byte to its end, and between two requests on a
+    /// keep-alive connection.
+    pub header_timeout: Duration,
+    /// The most streams open at once on one HTTP/2 connection (each request, and each event
+    /// stream, is one).
+    pub http2_max_streams: u32,
     /// Where the durable task store lives (`--data-dir`); `None`: tasks are kept in memory
     /// only ([`Gateway::start`](crate::Gateway::start) then uses a
     /// [`MemoryStore`](crate::MemoryStore)).
@@ -164,6 +178,9 @@ impl Default for GatewayConfig {
             store_max_bytes: StoreLimits::default().max_bytes,
             store_max_task_bytes: StoreLimits::default().max_task_bytes,
             shutdown_grace: Duration::from_secs(5),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_timeout: Duration::from_secs(30),
+            http2_max_streams: 200,
             data_dir: None,
             store_url: None,
             takeover_grace: Duration::from_secs(5),

@@ -42,6 +42,7 @@ mod console;
 mod grpc;
 mod health;
 mod http;
+mod http_server;
 mod jsonrpc;
 mod linger;
 mod mcp;

@@ -12,6 +12,8 @@
 //! | `mesh_gateway_unauthenticated_requests_total` | counter | |
 //! | `mesh_gateway_tasks` | gauge | `state` |
 //! | `mesh_gateway_sse_streams_open` | gauge | |
+//! | `mesh_gateway_http_connections_open` | gauge | |
+//! | `mesh_gateway_http_connections_refused_total` | counter | (closed at accept: `--max-connections` were open) |
 //! | `mesh_gateway_bus_reconnects_total` | counter | |
 //! | `mesh_gateway_bus_dropped_total` | counter | `reason` (`oversized`: an incoming message over the bus's `max_packet_size`; `given_up`: a publish the broker kept closing the connection on; `unexpected_event`: an event from another instance or out of its stream's window) |
 //! | `mesh_gateway_webhook_deliveries_total` | counter | (delivered: a 2xx answer) |
@@ -53,6 +55,8 @@ pub(crate) struct Metrics {
     latency_sum_nanos: AtomicU64,
     unauthenticated: AtomicU64,
     sse_open: AtomicI64,
+    connections_open: AtomicI64,
+    connections_refused: AtomicU64,
     bus_reconnects: AtomicU64,
     webhook_delivered: AtomicU64,
     webhook_retries: AtomicU64,
@@ -106,6 +110,15 @@ impl Drop for StreamGuard {
     }
 }
 
+/// Counts an HTTP connection open while it lives.
+pub(crate) struct ConnectionGuard(Arc<Metrics>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.connections_open.fetch_sub(1, Relaxed);
+    }
+}
+
 impl Metrics {
     pub(crate) fn new() -> Metrics {
         Metrics {
@@ -114,6 +127,8 @@ impl Metrics {
             latency_sum_nanos: AtomicU64::new(0),
             unauthenticated: AtomicU64::new(0),
             sse_open: AtomicI64::new(0),
+            connections_open: AtomicI64::new(0),
+            connections_refused: AtomicU64::new(0),
             bus_reconnects: AtomicU64::new(0),
             webhook_delivered: AtomicU64::new(0),
             webhook_retries: AtomicU64::new(0),
@@ -151,6 +166,16 @@ impl Metrics {
     pub(crate) fn stream_opened(self: &Arc<Self>) -> StreamGuard {
         self.sse_open.fetch_add(1, Relaxed);
         StreamGuard(self.clone())
+    }
+
+    pub(crate) fn connection_opened(self: &Arc<Self>) -> ConnectionGuard {
+        self.connections_open.fetch_add(1, Relaxed);
+        ConnectionGuard(self.clone())
+    }
+
+    /// A connection closed at accept: the limit of open connections was reached.
+    pub(crate) fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn bus_reconnected(&self) {
@@ -288,6 +313,18 @@ impl Collector for Scrape {
             "mesh_gateway_sse_streams_open",
             "Server-sent event streams open now",
             m.sse_open.load(Relaxed),
+        )?;
+        gauge(
+            &mut encoder,
+            "mesh_gateway_http_connections_open",
+            "HTTP connections open now",
+            m.connections_open.load(Relaxed),
+        )?;
+        counter(
+            &mut encoder,
+            "mesh_gateway_http_connections_refused",
+            "HTTP connections closed as soon as they were accepted because --max-connections were open",
+            m.connections_refused.load(Relaxed),
         )?;
         counter(
             &mut encoder,

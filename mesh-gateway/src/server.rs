@@ -20,7 +20,9 @@
 //! | `GET /` | a redirect to the web console |
 //! | `GET /ui/…` | the web console: the page, its assets and its feeds (see `console`) |
 //!
-//! Every accepted connection has Nagle's algorithm turned off ([`accepting`]). With
+//! Connections are served by [`http_server`](crate::http_server) (HTTP/1.1 and HTTP/2, the
+//! limits on connections and on the time to a request). Every accepted connection has
+//! Nagle's algorithm turned off ([`accepting`]). With
 //! [`GatewayConfig::tls`] the listener serves HTTPS only ([`TlsListener`]): TLS is a property
 //! of the listener, so every route (and whatever is served on the same app later) has it.
 //!
@@ -38,6 +40,7 @@ use crate::cards::{CardCache, Cards};
 use crate::config::{ENVELOPE_ROOM, GATEWAY_ID_FILE, GatewayConfig};
 use crate::console::Console;
 use crate::health::Health;
+use crate::http_server::{self, HttpLimits};
 use crate::jsonrpc::JsonRpc;
 use crate::linger::LingeringListener;
 use crate::metrics::{Exposition, Metrics};
@@ -416,15 +419,24 @@ impl Gateway {
         if let Some(cors) = cors {
             app = app.layer(cors);
         }
+        let http_limits = HttpLimits {
+            max_connections: config.max_connections,
+            header_timeout: config.header_timeout,
+            http2_max_streams: config.http2_max_streams,
+        };
         let server = match tls {
-            Some(acceptor) => tokio::spawn(serve(
+            Some(acceptor) => tokio::spawn(http_server::serve(
                 TlsListener::new(LingeringListener::new(accepting(listener)), acceptor),
                 app,
+                http_limits,
+                metrics,
                 shutdown.clone(),
             )),
-            None => tokio::spawn(serve(
+            None => tokio::spawn(http_server::serve(
                 LingeringListener::new(accepting(listener)),
                 app,
+                http_limits,
+                metrics,
                 shutdown.clone(),
             )),
         };
@@ -443,22 +455,6 @@ impl Gateway {
             shutdown_grace: config.shutdown_grace,
             server,
         })
-    }
-}
-
-/// Serves `app` on `listener` until `shutdown`, then lets open requests finish.
-async fn serve<L>(listener: L, app: Router, shutdown: CancellationToken)
-where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-{
-    // The router made into a service once: served as a `Router`, axum rebuilds its route table
-    // for every connection (`with_state(())`: 12 KiB and the work of a rebuild per
-    // connection, measured with heaptrack), where this shares one table among all.
-    let serve = axum::serve(listener, app.into_make_service())
-        .with_graceful_shutdown(async move { shutdown.cancelled().await });
-    if let Err(error) = serve.await {
-        tracing::error!(%error, "the gateway's HTTP server failed");
     }
 }
 

@@ -7,8 +7,8 @@
 //! [`HANDSHAKE_TIMEOUT`]; at most [`MAX_PENDING_HANDSHAKES`] run at once (past that, new
 //! connections wait in the kernel's backlog). A handshake that fails (a plain-HTTP request,
 //! garbage, a client that does not trust the certificate, a timeout) closes that connection
-//! and nothing else. ALPN offers `h2` and `http/1.1`; axum's server reads which one the client
-//! speaks.
+//! and nothing else. ALPN offers `h2` and `http/1.1`; the server
+//! ([`http_server`](crate::http_server)) reads which one the client speaks.
 
 use axum::serve::Listener;
 use std::path::PathBuf;

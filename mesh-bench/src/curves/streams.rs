@@ -10,6 +10,13 @@
 //! for three seconds, each chunk's delivery latency (from the agent's clock to the
 //! subscriber's, one machine) and the chunks delivered per second; then the tasks are
 //! canceled.
+//!
+//! Then what an idle stream costs by itself: `count` subscribers (`tasks/resubscribe`) to one
+//! task of a `waiter` agent (working, silent until canceled), once over HTTP/1.1 (a
+//! connection each) and once over HTTP/2 (h2c by prior knowledge, 200 streams a connection:
+//! the gateway's limit), each point on a gateway of its own (started for it, so that the
+//! allocator does not hand it what the earlier points freed): the gateway's RSS growth per
+//! stream once each has had the task's snapshot.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -62,6 +69,8 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
             "spread: gateway RSS per stream",
             "spread: delivery p50 / p99",
             "spread: chunks/s",
+            "idle, HTTP/1.1: gateway RSS per stream",
+            "idle, HTTP/2: gateway RSS per stream",
         ],
     );
     let mesh = match setup.mesh().await {
@@ -86,9 +95,40 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
         Ok(ticker) => ticker,
         Err(e) => return curve.failed(e),
     };
+    let waiter = async {
+        let waiter = setup.fleet(&mesh, Kind::Waiter, "waiter", 1, 1_000).await?;
+        super::wait_all_listed(
+            &setup.http,
+            &mesh.base,
+            "waiter",
+            1,
+            Duration::from_secs(30),
+        )
+        .await?;
+        Ok::<_, String>(waiter)
+    };
+    let _waiter = match waiter.await {
+        Ok(waiter) => waiter,
+        Err(e) => return curve.failed(e),
+    };
     let mut one_task = Vec::new();
     let mut spread = Vec::new();
+    let mut idle = Vec::new();
     for count in scale.points(&COUNTS) {
+        // The idle points first: the connections they open close with their clients, where
+        // the shared client keeps the other points' open (20,000 at 10,000 would pass the
+        // open files allowed).
+        let mut costs = [None, None];
+        for (cost, http2) in costs.iter_mut().zip([false, true]) {
+            match idle_point(setup, &mesh, http2, count).await {
+                Ok(per_stream) => *cost = Some(per_stream),
+                Err(e) => curve.notes.push(format!(
+                    "{count} idle streams (HTTP/{}): not measured: {e}",
+                    if http2 { "2" } else { "1.1" }
+                )),
+            }
+        }
+        idle.push((count, costs));
         for (mode, points) in [(Mode::OneTask, &mut one_task), (Mode::Spread, &mut spread)] {
             match point(setup, &mesh, mode, count).await {
                 Ok(point) => points.push(point),
@@ -106,9 +146,10 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
         ],
         None => vec!["-".into(), "-".into(), "-".into()],
     };
-    for count in scale.points(&COUNTS) {
+    for &(count, costs) in &idle {
         let mut row = cells(&one_task, count);
         row.extend(cells(&spread, count));
+        row.extend(costs.map(|cost| cost.map_or("-".into(), bytes)));
         curve.rows.push(Row {
             x: count,
             cells: row,
@@ -124,6 +165,8 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
                 super::line("spread", &spread, FIRST_CHARTED_PER_ITEM, |p| {
                     (p.count, p.per_stream / 1024.0)
                 }),
+                idle_line("idle, HTTP/1.1", &idle, 0),
+                idle_line("idle, HTTP/2", &idle, 1),
             ],
         ),
         Panel::new(
@@ -143,6 +186,135 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
         open_files_limit().map_or("unknown".into(), |n| n.to_string())
     ));
     curve
+}
+
+/// The chart line of one idle series (`which`: 0 for HTTP/1.1, 1 for HTTP/2).
+fn idle_line(name: &str, idle: &[(u64, [Option<f64>; 2])], which: usize) -> super::chart::Line {
+    let points: Vec<(u64, f64)> = idle
+        .iter()
+        .filter_map(|(count, costs)| Some((*count, costs[which]?)))
+        .collect();
+    super::line(name, &points, FIRST_CHARTED_PER_ITEM, |&(count, cost)| {
+        (count, cost / 1024.0)
+    })
+}
+
+/// Streams a connection carries in the HTTP/2 series: the gateway's limit.
+const HTTP2_STREAMS_A_CONNECTION: u64 = 200;
+
+/// `count` idle SSE streams on one silent `waiter` task, over HTTP/1.1 or HTTP/2: the
+/// gateway's RSS growth per stream once each has had the task's snapshot.
+async fn idle_point(setup: &Setup, mesh: &Mesh, http2: bool, count: u64) -> Result<f64, String> {
+    let http = &setup.http;
+    let (gateway, base) = setup.gateway(&mesh.broker, &mesh.namespace).await?;
+    super::wait_all_listed(http, &base, "waiter", 1, Duration::from_secs(30)).await?;
+    let body = send_body(
+        0,
+        json!([{"kind": "text", "text": "wait"}]),
+        Some(json!({"blocking": false})),
+    );
+    let answer = call(http, &base, "waiter", &body).await?;
+    let id = answer["result"]["id"]
+        .as_str()
+        .ok_or_else(|| format!("no task: {answer}"))?
+        .to_owned();
+    // A client per connection's worth of streams over HTTP/2 (a client holds one connection
+    // to a host, and past its streams a request waits for one to end); HTTP/1.1 opens a
+    // connection per stream on the shared client.
+    let client = || {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(120));
+        match http2 {
+            true => client.http2_prior_knowledge(),
+            // Nothing kept once the streams end: their connections close with them.
+            false => client.pool_max_idle_per_host(0),
+        }
+        .build()
+        .map_err(|e| e.to_string())
+    };
+    let clients = match http2 {
+        true => (0..count.div_ceil(HTTP2_STREAMS_A_CONNECTION))
+            .map(|_| client())
+            .collect::<Result<Vec<_>, _>>()?,
+        false => vec![client()?],
+    };
+    let before = rss(&gateway);
+    let attached = Arc::new(AtomicUsize::new(0));
+    let opened = Arc::new(tokio::sync::Semaphore::new(OPENING_AT_ONCE));
+    let mut subscribers = JoinSet::new();
+    for i in 0..count {
+        let client = &clients[(i / HTTP2_STREAMS_A_CONNECTION) as usize % clients.len()];
+        let request = client
+            .post(format!("{}/agents/waiter", base))
+            .header("accept", "text/event-stream")
+            .json(
+                &json!({"jsonrpc": "2.0", "id": i, "method": "tasks/resubscribe",
+                "params": {"id": id}}),
+            );
+        subscribers.spawn(idle_subscriber(request, attached.clone(), opened.clone()));
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let outcome = loop {
+        if attached.load(Ordering::Relaxed) >= count as usize {
+            break Ok((rss(&gateway) as f64 - before as f64) * 1024.0 / count as f64);
+        }
+        if Instant::now() > deadline {
+            break Err(format!(
+                "{} of {count} streams had the task's snapshot after 120 s",
+                attached.load(Ordering::Relaxed)
+            ));
+        }
+        if subscribers
+            .try_join_next()
+            .is_some_and(|r| r.is_ok_and(|r| r.is_err()))
+        {
+            break Err("a stream failed while they were opened".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // The task's end ends every stream.
+    let cancel = json!({"jsonrpc": "2.0", "id": 0, "method": "tasks/cancel",
+        "params": {"id": id}});
+    let canceled = call(http, &base, "waiter", &cancel).await;
+    if let Err(e) = canceled {
+        subscribers.abort_all();
+        return Err(format!("the task was not canceled: {e}"));
+    }
+    if tokio::time::timeout(Duration::from_secs(60), async {
+        while subscribers.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        subscribers.abort_all();
+        return Err("streams still open 60 s after their task was canceled".into());
+    }
+    outcome
+}
+
+/// An idle subscriber: counted once its first event (the task's snapshot) arrived, then
+/// reading until the stream ends.
+async fn idle_subscriber(
+    request: reqwest::RequestBuilder,
+    attached: Arc<AtomicUsize>,
+    opening: Arc<tokio::sync::Semaphore>,
+) -> Result<(), String> {
+    let permit = opening.acquire_owned().await.map_err(|e| e.to_string())?;
+    let answer = request.send().await.map_err(|e| e.to_string())?;
+    if !answer.status().is_success() {
+        return Err(format!("HTTP {}", answer.status()));
+    }
+    let mut permit = Some(permit);
+    let mut body = answer.bytes_stream();
+    let mut parser = SseParser::default();
+    while let Some(chunk) = body.next().await {
+        parser.feed(&chunk.map_err(|e| e.to_string())?);
+        if !parser.take_events().is_empty() && permit.take().is_some() {
+            attached.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(())
 }
 
 /// The soft limit of open files of this process (`/proc/self/limits`).

@@ -261,3 +261,73 @@ async fn a_1_0_client_gets_the_1_0_card_and_others_the_combined_one() {
         assert!(combined["url"].is_string(), "{combined}");
     }
 }
+
+// The HTTP server's bounds: past --max-connections a new connection is closed as soon as it
+// is accepted (and counted) while the open ones are served; a client that connects and sends
+// nothing, or half a request head, is closed after the header timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_bounded_in_number_and_in_time_to_a_request() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mesh = GatewayMesh::start_with(|c| {
+        c.max_connections = 2;
+        c.header_timeout = std::time::Duration::from_secs(1);
+    })
+    .await;
+    let addr = mesh.gateway.local_addr();
+    let silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\n")
+        .await
+        .unwrap();
+    // The third connection, past the limit, has its whole request ignored: closed unanswered.
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_to_close(&mut third).await;
+    assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
+    // The other two are closed once the header timeout is past.
+    for (name, mut stream) in [("silent", silent), ("half a head", half)] {
+        let answer = read_to_close(&mut stream).await;
+        assert!(
+            answer.is_empty(),
+            "{name}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+    // Their places free, requests are served again; the refusal was counted.
+    let metrics = mesh
+        .http
+        .get(mesh.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("mesh_gateway_http_connections_refused_total 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("mesh_gateway_http_connections_open 1\n"),
+        "{metrics}"
+    );
+
+    /// What a connection reads until the gateway closes it (bounded: a hang fails).
+    async fn read_to_close(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+        let mut read = Vec::new();
+        let closed = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            stream.read_to_end(&mut read),
+        )
+        .await
+        .expect("the gateway closes the connection");
+        // A reset is as closed as an end of file.
+        if let Err(error) = closed {
+            assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
+        }
+        read
+    }
+}
