@@ -8,7 +8,8 @@
 //! 2. [`in_flight`]: 1 … 10,000 tasks held `working` by one agent: gateway and agent RSS per
 //!    task, a fresh echo request's p50/p99 meanwhile, the time to cancel them all.
 //! 3. [`streams`]: 1 … 10,000 SSE subscribers, on one task and spread over as many tasks:
-//!    gateway RSS per stream, event delivery p50/p99, events per second.
+//!    gateway RSS per stream, event delivery p50/p99, events per second; and idle ones over
+//!    HTTP/1.1 and HTTP/2: gateway RSS per stream.
 //! 4. [`payloads`]: 1 KB … 8 MB text and file parts echoed: MB/s, p50, the gateway's peak
 //!    RSS, and what a client gets past the limit.
 //! 5. [`fan_out`]: an agent calling N peers at once (N = 1 … 64): completion against the

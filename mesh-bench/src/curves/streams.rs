@@ -194,10 +194,15 @@ fn idle_line(name: &str, idle: &[(u64, [Option<f64>; 2])], which: usize) -> supe
         .iter()
         .filter_map(|(count, costs)| Some((*count, costs[which]?)))
         .collect();
-    super::line(name, &points, FIRST_CHARTED_PER_ITEM, |&(count, cost)| {
+    // Each idle point has a gateway of its own, whose first streams are the allocator's
+    // noise up to 100 (an arena grown for 10 streams reads as 100 KiB each).
+    super::line(name, &points, FIRST_CHARTED_IDLE, |&(count, cost)| {
         (count, cost / 1024.0)
     })
 }
+
+/// The smallest count an idle series is charted at.
+const FIRST_CHARTED_IDLE: u64 = 100;
 
 /// Streams a connection carries in the HTTP/2 series: the gateway's limit.
 const HTTP2_STREAMS_A_CONNECTION: u64 = 200;
