@@ -714,6 +714,17 @@ fn route(shared: &Arc<InstanceState>, payload: &[u8]) -> Next {
 }
 
 fn handle_cancel(shared: &InstanceState, payload: &[u8]) {
+    // The requester's credit of a stream it reads (flow control), the most frequent message.
+    if let Some(credit) = mesh_core::flow::decode_credit(payload) {
+        if let Some(sender) = shared
+            .lock_running()
+            .get(&credit.task_id)
+            .and_then(|running| running.credit.as_ref())
+        {
+            crate::flow_gate::credit(sender, credit.seq);
+        }
+        return;
+    }
     let Ok(request) = codec::decode_request(payload) else {
         tracing::warn!(agent = %shared.name, "undecodable cancel request ignored");
         return;

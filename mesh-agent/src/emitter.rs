@@ -9,7 +9,10 @@
 //! (docs/protocol.md, section 3.1). Either way the requester hears from the instance within
 //! that moment, which tells it the request was taken up. Publishing holds an async lock, so
 //! events leave in the order they were made even when a handler emits from several tasks.
+//! A request that asked for flow control has each event wait for the requester's credit
+//! before it is published ([`FlowGate`]).
 
+use crate::flow_gate::FlowGate;
 use mesh_core::bus::{Bus, BusError, QoS};
 use mesh_core::codec;
 use mesh_core::dialect::{Dialect, Method};
@@ -49,6 +52,8 @@ struct State {
     next_seq: u64,
     announced: bool,
     closed: bool,
+    /// Flow control, when the request asked for it.
+    flow: Option<FlowGate>,
 }
 
 /// Publishes the events of one task to its requester.
@@ -89,8 +94,15 @@ impl Emitter {
                 next_seq: 0,
                 announced: false,
                 closed: false,
+                flow: None,
             }),
         }
+    }
+
+    /// This emitter with its events held back by `flow` (the request asked for flow control).
+    pub(crate) fn with_flow(mut self, flow: Option<FlowGate>) -> Emitter {
+        self.state.get_mut().flow = flow;
+        self
     }
 
     /// The task as it stands.
@@ -337,6 +349,9 @@ impl Emitter {
     ) -> Result<(), EmitError> {
         let first_seq = guard.next_seq.saturating_sub(outbox.len() as u64);
         for (index, payload) in outbox.into_iter().enumerate() {
+            if numbered && let Some(flow) = guard.flow.as_mut() {
+                flow.admit(first_seq + index as u64).await;
+            }
             let published = self
                 .bus
                 .publish(&self.reply_to, payload, QoS::AtLeastOnce, false)

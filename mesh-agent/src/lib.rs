@@ -35,6 +35,7 @@ mod agent;
 mod context;
 mod directory;
 mod emitter;
+mod flow_gate;
 mod guard;
 mod handler;
 mod peer;

@@ -10,6 +10,7 @@
 use crate::agent::InstanceState;
 use crate::context::TaskContext;
 use crate::emitter::Emitter;
+use crate::flow_gate::{CreditSender, FlowGate};
 use crate::handler::{Outcome, agent_text};
 use crate::peer::Peers;
 use mesh_core::codec;
@@ -39,6 +40,8 @@ pub(crate) struct Running {
     pub(crate) cancel: CancellationToken,
     /// Cancel requests waiting for the canceled task: (reply topic, JSON-RPC id, dialect).
     pub(crate) cancel_waiters: std::sync::Mutex<Vec<(String, JsonRpcId, Dialect)>>,
+    /// Where the requester's credits go, when the request asked for flow control.
+    pub(crate) credit: Option<CreditSender>,
 }
 
 /// A send request, decoded, with its `_mesh` metadata already taken out.
@@ -80,33 +83,49 @@ pub(crate) fn start(
         reply_to,
         ..
     } = request;
-    let emitter = |task: Task| {
-        Arc::new(Emitter::new(
-            shared.bus.clone(),
-            reply_to.clone(),
-            dialect,
-            rpc_id.clone(),
-            shared.instance.clone(),
-            streaming,
-            task,
-        ))
+    let emitter = |task: Task, flow: Option<FlowGate>| {
+        Arc::new(
+            Emitter::new(
+                shared.bus.clone(),
+                reply_to.clone(),
+                dialect,
+                rpc_id.clone(),
+                shared.instance.clone(),
+                streaming,
+                task,
+            )
+            .with_flow(flow),
+        )
     };
 
     if let Err(error) = check_envelope(&meta, shared.config.max_call_depth) {
-        return Err((emitter(empty_task()), error));
+        return Err((emitter(empty_task(), None), error));
     }
     let snapshot = meta.task.take();
     let (task, resumed) = match resolve_task(snapshot, &meta, dialect, params.message) {
         Ok(resolved) => resolved,
-        Err(error) => return Err((emitter(empty_task()), error)),
+        Err(error) => return Err((emitter(empty_task(), None), error)),
     };
     let depth = meta.depth.unwrap_or(0);
 
     let task_id = task.id.clone();
     let cancel = CancellationToken::new();
+    let time_left = meta
+        .time_left()
+        .unwrap_or(shared.config.default_timeout)
+        .min(shared.config.max_timeout);
+    let (flow, credit) = match meta.window.filter(|w| streaming && *w > 0) {
+        Some(window) => {
+            let deadline = tokio::time::Instant::now() + time_left;
+            let (gate, credit) = FlowGate::new(window, deadline, cancel.clone());
+            (Some(gate), Some(credit))
+        }
+        None => (None, None),
+    };
     let running = Arc::new(Running {
         cancel: cancel.clone(),
         cancel_waiters: Default::default(),
+        credit,
     });
     let already_running = {
         let mut tasks = shared.lock_running();
@@ -120,14 +139,10 @@ pub(crate) fn start(
         let error = A2aError::unsupported_operation(format!(
             "task {task_id} is still running; wait for it to end or cancel it"
         ));
-        return Err((emitter(task), error));
+        return Err((emitter(task, None), error));
     }
 
-    let time_left = meta
-        .time_left()
-        .unwrap_or(shared.config.default_timeout)
-        .min(shared.config.max_timeout);
-    let emitter = emitter(task.clone());
+    let emitter = emitter(task.clone(), flow);
     let principal = meta.caller.as_ref().and_then(|c| c.principal.clone());
     let ctx = TaskContext {
         snapshot: Arc::new(task),

@@ -25,6 +25,7 @@ pub mod card_signing;
 pub mod codec;
 pub mod dialect;
 pub mod error;
+pub mod flow;
 pub mod grants;
 pub mod jsonrpc;
 pub mod meta;

@@ -71,7 +71,7 @@ impl Caller {
 }
 
 /// The member names of [`MeshMeta`]'s fields on the wire, in declaration order.
-pub(crate) const MESH_FIELDS: [&str; 10] = [
+pub(crate) const MESH_FIELDS: [&str; 11] = [
     "replyTo",
     "requestId",
     "deadline",
@@ -82,6 +82,7 @@ pub(crate) const MESH_FIELDS: [&str; 10] = [
     "task",
     "instance",
     "seq",
+    "window",
 ];
 
 /// The content of `metadata._mesh`, on requests and on events alike (each side uses its fields).
@@ -109,6 +110,11 @@ pub struct MeshMeta {
     pub instance: Option<String>,
     /// Event: the position of the event in its reply stream.
     pub seq: Option<u64>,
+    /// Request: the requester's flow-control window (a streaming request): the agent
+    /// publishes the event at position `seq` only once the requester has credited a
+    /// position above `seq - window` (`mesh/credit` on the task's cancel topic; see
+    /// [`flow`](crate::flow)). Absent: no flow control.
+    pub window: Option<u32>,
     /// Dialect-preservation fields written by the codecs, and members this type does not
     /// know; kept as they are.
     pub other: Map<String, Value>,
@@ -182,6 +188,7 @@ impl MeshMeta {
                 "taskId" => meta.task_id = string(value),
                 "instance" => meta.instance = string(value),
                 "seq" => meta.seq = value.as_u64(),
+                "window" => meta.window = value.as_u64().and_then(|w| u32::try_from(w).ok()),
                 _ => {
                     meta.other.insert(key, value);
                 }
@@ -216,6 +223,7 @@ impl MeshMeta {
         set("taskId", self.task_id.map(Value::String));
         set("instance", self.instance.map(Value::String));
         set("seq", self.seq.map(Value::from));
+        set("window", self.window.map(Value::from));
         object
     }
 
@@ -383,6 +391,7 @@ mod tests {
             task: None,
             instance: Some("i1".into()),
             seq: Some(7),
+            window: Some(256),
             other: Map::from_iter([("artifactId".to_owned(), json!("a1"))]),
         };
         let object = meta.clone().into_object();

@@ -78,6 +78,14 @@ pub const PICKUP_GRACE: Duration = Duration::from_secs(2);
 /// How many replies may wait in one stream before the router waits for its reader.
 const STREAM_CAPACITY: usize = 256;
 
+/// The flow-control window of a streaming request (`_mesh.window`, see [`flow`](crate::flow)):
+/// the replies its stream holds, so that an agent that outruns the stream's reader waits for
+/// it rather than filling its stream and holding up every other stream's replies.
+pub const FLOW_WINDOW: u32 = STREAM_CAPACITY as u32;
+
+/// A stream credits its agent each time its reader took this many more events.
+const CREDIT_EVERY: u64 = FLOW_WINDOW as u64 / 4;
+
 /// Why a request could not be sent.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
@@ -133,6 +141,9 @@ pub struct Resumed {
     pub request_id: String,
     /// The agent it went to.
     pub agent: String,
+    /// The task the request runs (its replies are credited to the agent running it, as the
+    /// request may have asked for flow control).
+    pub task_id: String,
     /// The position (`_mesh.seq`) of the first reply not handled yet: earlier ones are
     /// dropped as duplicates.
     pub next_seq: u64,
@@ -243,6 +254,7 @@ impl Requester {
             .map(|r| {
                 let mut stream = requester.register(r.request_id, &r.agent, r.timeout);
                 stream.window = SeqWindow::starting_at(r.next_seq);
+                stream.flow = requester.flow(&r.agent, &r.task_id, r.next_seq);
                 stream
             })
             .collect();
@@ -340,6 +352,11 @@ impl Requester {
         let reply_to = self.reply_topic(agent, &options.task_id)?;
         let rpc_id = uuid::Uuid::new_v4().simple().to_string();
         let is_follow_up = options.snapshot.is_some();
+        let streaming = options.method == Method::SendStreamingMessage;
+        let flow = match streaming {
+            true => self.flow(agent, &options.task_id, 0),
+            false => None,
+        };
         let mesh = MeshMeta {
             reply_to: Some(reply_to),
             request_id: Some(rpc_id.clone()),
@@ -352,6 +369,7 @@ impl Requester {
             traceparent: options.traceparent,
             task_id: (!is_follow_up).then_some(options.task_id),
             task: options.snapshot.map(Box::new),
+            window: flow.is_some().then_some(FLOW_WINDOW),
             ..Default::default()
         };
         let request = Request {
@@ -363,7 +381,8 @@ impl Requester {
             mesh,
         };
         let payload = codec::encode_request(&request);
-        let stream = self.register(rpc_id, agent, options.timeout);
+        let mut stream = self.register(rpc_id, agent, options.timeout);
+        stream.flow = flow;
         Ok((request_topic, payload, stream))
     }
 
@@ -471,6 +490,18 @@ impl Requester {
         )
     }
 
+    /// The flow control of a stream of `agent`'s task `task_id` read from position `next_seq`
+    /// on; `None` when the task's cancel topic cannot be named (nothing is credited then).
+    fn flow(&self, agent: &str, task_id: &str, next_seq: u64) -> Option<Box<Flow>> {
+        let topic = self.topics.agent_cancel(agent, task_id).ok()?;
+        Some(Box::new(Flow {
+            bus: self.bus.clone(),
+            topic,
+            task_id: task_id.to_owned(),
+            credited: next_seq,
+        }))
+    }
+
     fn register(&self, rpc_id: String, agent: &str, timeout: Duration) -> ReplyStream {
         let (tx, rx) = flume::bounded(STREAM_CAPACITY);
         let entry = PendingEntry {
@@ -487,7 +518,38 @@ impl Requester {
             unexpected: self.unexpected.clone(),
             deadline: Instant::now() + timeout,
             window: SeqWindow::default(),
+            flow: None,
             finished: false,
+        }
+    }
+}
+
+/// A stream's credit to its agent (see [`flow`](crate::flow)).
+struct Flow {
+    bus: Bus,
+    /// The task's cancel topic, where credits go.
+    topic: String,
+    task_id: String,
+    /// The position last credited.
+    credited: u64,
+}
+
+impl Flow {
+    /// The reader took every event before position `next`: credit it once it is
+    /// [`CREDIT_EVERY`] past the last credit.
+    async fn taken(&mut self, next: u64) {
+        if next < self.credited + CREDIT_EVERY {
+            return;
+        }
+        self.credited = next;
+        let credit = crate::flow::encode_credit(&self.task_id, next);
+        if let Err(error) = self
+            .bus
+            .publish(&self.topic, credit, QoS::AtLeastOnce, false)
+            .await
+        {
+            // The stream's deadline still bounds the agent's wait.
+            tracing::debug!(%error, task = %self.task_id, "could not credit a reply stream");
         }
     }
 }
@@ -500,6 +562,8 @@ pub struct ReplyStream {
     unexpected: Arc<AtomicU64>,
     deadline: Instant,
     window: SeqWindow,
+    /// Flow control: a streaming request's, or a taken-over stream's.
+    flow: Option<Box<Flow>>,
     finished: bool,
 }
 
@@ -554,6 +618,9 @@ impl ReplyStream {
                 if lost > 0 {
                     self.finished = true;
                     return Some(events_lost(lost, delivery.instance));
+                }
+                if let Some(flow) = self.flow.as_mut() {
+                    flow.taken(seq + 1).await;
                 }
             }
             self.finished = is_final;

@@ -91,6 +91,7 @@ pub(crate) fn resumed(orphans: &[Orphan], timeout: Duration) -> Vec<Resumed> {
             Some(Resumed {
                 request_id: o.request_id.clone()?,
                 agent: o.record.agent.clone(),
+                task_id: o.record.task.id.clone(),
                 next_seq: o.next_position,
                 timeout,
             })

@@ -106,7 +106,7 @@ pub struct TestBroker {
 /// The kinds of broker.
 #[derive(Debug)]
 enum Kind {
-    Mosquitto(Mosquitto),
+    Mosquitto(Box<Mosquitto>),
     /// The embedded broker; `None` while stopped. The port stays the same across restarts.
     Embedded {
         broker: Option<mesh_broker::Broker>,
@@ -143,7 +143,7 @@ impl TestBroker {
     /// Starts a Mosquitto process on a free port and waits until it accepts connections.
     pub async fn try_mosquitto() -> io::Result<TestBroker> {
         Ok(TestBroker {
-            kind: Kind::Mosquitto(Mosquitto::start().await?),
+            kind: Kind::Mosquitto(Box::new(Mosquitto::start().await?)),
         })
     }
 
@@ -152,7 +152,19 @@ impl TestBroker {
     pub async fn mosquitto_with_packet_limit(limit: u32) -> TestBroker {
         match Mosquitto::start_with(false, limit).await {
             Ok(m) => TestBroker {
-                kind: Kind::Mosquitto(m),
+                kind: Kind::Mosquitto(Box::new(m)),
+            },
+            Err(e) => panic!("mesh-testkit: cannot start a Mosquitto test broker: {e}"),
+        }
+    }
+
+    /// A Mosquitto process like [`TestBroker::mosquitto`] that queues at most `limit` QoS 1
+    /// messages for a client (`max_queued_messages`, past its 20 in flight) and drops the
+    /// rest, as a broker under a slow subscriber does.
+    pub async fn mosquitto_with_queue_limit(limit: u32) -> TestBroker {
+        match Mosquitto::start_with_limits(false, MOSQUITTO_MAX_PACKET_SIZE, limit).await {
+            Ok(m) => TestBroker {
+                kind: Kind::Mosquitto(Box::new(m)),
             },
             Err(e) => panic!("mesh-testkit: cannot start a Mosquitto test broker: {e}"),
         }
@@ -212,7 +224,7 @@ impl TestBroker {
     pub async fn mosquitto_tls() -> TestBroker {
         match Mosquitto::start_with(true, MOSQUITTO_MAX_PACKET_SIZE).await {
             Ok(m) => TestBroker {
-                kind: Kind::Mosquitto(m),
+                kind: Kind::Mosquitto(Box::new(m)),
             },
             Err(e) => panic!("mesh-testkit: cannot start a TLS Mosquitto test broker: {e}"),
         }
@@ -320,10 +332,15 @@ struct Mosquitto {
     tls: bool,
     /// Its `max_packet_size`.
     max_packet_size: u32,
+    /// Its `max_queued_messages`.
+    max_queued_messages: u32,
 }
 
 /// The `max_packet_size` of a test Mosquitto unless a test asks for another.
 const MOSQUITTO_MAX_PACKET_SIZE: u32 = 64 * 1024 * 1024;
+
+/// The `max_queued_messages` of a test Mosquitto unless a test asks for another.
+const MOSQUITTO_MAX_QUEUED: u32 = 10_000;
 
 impl Mosquitto {
     async fn start() -> io::Result<Mosquitto> {
@@ -331,6 +348,14 @@ impl Mosquitto {
     }
 
     async fn start_with(tls: bool, max_packet_size: u32) -> io::Result<Mosquitto> {
+        Self::start_with_limits(tls, max_packet_size, MOSQUITTO_MAX_QUEUED).await
+    }
+
+    async fn start_with_limits(
+        tls: bool,
+        max_packet_size: u32,
+        max_queued_messages: u32,
+    ) -> io::Result<Mosquitto> {
         let binary = mosquitto_binary().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::NotFound,
@@ -356,6 +381,7 @@ impl Mosquitto {
                 child: None,
                 tls,
                 max_packet_size,
+                max_queued_messages,
             };
             match m.spawn_and_wait(Port::FreshProbe).await {
                 Ok(()) => return Ok(m),
@@ -386,14 +412,22 @@ impl Mosquitto {
              set_tcp_nodelay true\n\
              persistence false\n\
              max_packet_size {max_packet_size}\n\
-             max_inflight_messages 100\n\
-             max_queued_messages 10000\n\
+             max_inflight_messages {max_inflight}\n\
+             max_queued_messages {max_queued}\n\
              log_dest stderr\n\
              log_type error\n\
              log_type warning\n\
              log_type notice\n",
             port = self.port,
-            max_packet_size = self.max_packet_size
+            max_packet_size = self.max_packet_size,
+            max_queued = self.max_queued_messages,
+            // A small queue comes with Mosquitto's default window, so that it is the queue
+            // that holds what a slow subscriber has not taken.
+            max_inflight = if self.max_queued_messages < MOSQUITTO_MAX_QUEUED {
+                20
+            } else {
+                100
+            },
         );
         let config = if self.tls {
             format!(

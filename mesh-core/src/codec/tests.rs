@@ -64,6 +64,7 @@ fn mesh() -> impl Strategy<Value = crate::meta::MeshMeta> {
                 traceparent: depth.map(|d| format!("00-{d:032x}-{d:016x}-01")),
                 task,
                 instance: seq.map(|s| format!("i{s}")),
+                window: depth.map(|d| d.wrapping_mul(7)),
                 seq,
                 other,
             }

@@ -614,6 +614,7 @@ impl<'de> Deserialize<'de> for FMesh {
                         "task" => 7,
                         "instance" => 8,
                         "seq" => 9,
+                        "window" => 10,
                         _ => {
                             m.other.insert(key.into_owned(), map.next_value()?);
                             continue;
@@ -640,7 +641,8 @@ impl<'de> Deserialize<'de> for FMesh {
                             }
                         }
                         8 => m.instance = map.next_value()?,
-                        _ => m.seq = map.next_value()?,
+                        9 => m.seq = map.next_value()?,
+                        _ => m.window = map.next_value()?,
                     }
                 }
                 Ok(FMesh(m))

@@ -390,6 +390,91 @@ async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
     let _ = std::fs::remove_dir_all(dir);
 }
 
+// Flow control: a writer that outruns the gateway's durable store waits for the gateway's
+// credit instead of filling the broker's queue for the gateway, which drops what passes it
+// (here 300 messages, Mosquitto's way with a slow subscriber): the long stream arrives whole,
+// every chunk in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_faster_than_the_store_waits_for_credit_and_the_stream_arrives_whole() {
+    let broker = TestBroker::mosquitto_with_queue_limit(300).await;
+    let namespace = fresh_namespace();
+    let dir = temp_dir();
+    // The writer on a runtime and a thread of its own, as an agent process is: on the
+    // gateway's runtime it would only run when the gateway is idle, and never outrun it.
+    let (started, writer_up) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let writer_config = (agent_config(&namespace), broker.bus_config());
+    let writer = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let writer = mesh_example_agents::writer::agent()
+                .config(writer_config.0)
+                .start(writer_config.1)
+                .await
+                .unwrap();
+            let _ = started.send(());
+            let _ = stopped.await;
+            writer.shutdown().await;
+        });
+    });
+    writer_up.await.expect("the writer starts");
+    mesh_core::tls::install_crypto_provider();
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let config = GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        namespace: namespace.clone(),
+        task_timeout: Duration::from_secs(60),
+        ..GatewayConfig::default()
+    };
+    let store = Arc::new(SqliteStore::open(&dir, config.store_limits()).unwrap());
+    let mut bus_config = broker.bus_config();
+    bus_config.keep_alive = Duration::from_secs(30);
+    let bus = Bus::connect(bus_config).await.unwrap();
+    let gw = Gateway::start_with_store(config, bus, store.clone())
+        .await
+        .unwrap();
+    assert!(gw.registry().wait_online("writer", WAIT).await);
+    let chunks = 20_000usize;
+    let response = http
+        .post(format!("http://{}/agents/writer", gw.local_addr()))
+        .header("accept", "text/event-stream")
+        .json(&rpc(
+            "message/stream",
+            msg03(&format!("stores chunks: {chunks}")),
+        ))
+        .send()
+        .await
+        .unwrap();
+    let events = tokio::time::timeout(Duration::from_secs(60), response.text())
+        .await
+        .expect("the stream ends")
+        .unwrap();
+    let events: Vec<Value> = events
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).unwrap())
+        .collect();
+    let last = events.last().expect("events");
+    assert_eq!(task_state(&last["result"]), "completed", "{last}");
+    let chunks_seen = events
+        .iter()
+        .filter(|e| e["result"]["kind"] == "artifact-update")
+        .count();
+    assert_eq!(chunks_seen, chunks);
+    gw.shutdown().await;
+    let _ = stop.send(());
+    tokio::task::spawn_blocking(move || writer.join().unwrap())
+        .await
+        .unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 mesh_testkit::both_brokers!(
     at_the_task_cap_a_task_waiting_for_input_is_kept_and_new_work_is_refused
 );
