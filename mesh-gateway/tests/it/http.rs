@@ -331,3 +331,52 @@ async fn connections_are_bounded_in_number_and_in_time_to_a_request() {
         read
     }
 }
+
+// Event streams over HTTP/2 (h2c by prior knowledge, as a client that holds many streams
+// would use): several at once on one connection, each whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_streams_share_one_http2_connection() {
+    let mut mesh = GatewayMesh::start().await;
+    mesh.run(mesh_example_agents::writer::agent()).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let streams = (0..3).map(|_| {
+        let request = h2
+            .post(mesh.url("/agents/writer"))
+            .header("accept", "text/event-stream")
+            .json(&rpc("message/stream", msg03("chunks: 50")))
+            .send();
+        async move {
+            let response = request.await.unwrap();
+            assert_eq!(response.version(), reqwest::Version::HTTP_2);
+            read_sse(response).await
+        }
+    });
+    let streams = tokio::time::timeout(WAIT, futures_util::future::join_all(streams))
+        .await
+        .expect("the streams end");
+    for events in streams {
+        let chunks = events
+            .iter()
+            .filter(|e| e["result"]["kind"] == "artifact-update")
+            .count();
+        assert_eq!(chunks, 50);
+        let last = events.last().unwrap();
+        assert_eq!(task_state(&last["result"]), "completed", "{last}");
+    }
+    // The one connection the gateway has open is that client's.
+    let metrics = h2
+        .get(mesh.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("mesh_gateway_http_connections_open 1\n"),
+        "{metrics}"
+    );
+}
