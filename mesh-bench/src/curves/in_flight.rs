@@ -48,18 +48,9 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
     };
     let fleets = async {
         let waiter = setup
-            .fleet(&mesh, Kind::Waiter, "waiter", 1, 20_000)
+            .listed_agent(&mesh, Kind::Waiter, "waiter", 20_000)
             .await?;
-        let echo = setup.fleet(&mesh, Kind::Echo, "echo", 1, 256).await?;
-        super::wait_all_listed(
-            &setup.http,
-            &mesh.base,
-            "waiter",
-            1,
-            Duration::from_secs(30),
-        )
-        .await?;
-        super::wait_all_listed(&setup.http, &mesh.base, "echo", 1, Duration::from_secs(30)).await?;
+        let echo = setup.listed_agent(&mesh, Kind::Echo, "echo", 256).await?;
         Ok::<_, String>((waiter, echo))
     };
     let (waiter, _echo) = match fleets.await {

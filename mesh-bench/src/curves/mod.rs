@@ -298,6 +298,21 @@ impl Setup {
     }
 }
 
+impl Setup {
+    /// One agent of `kind` named `name` (a fleet of one), once the gateway lists it online.
+    pub async fn listed_agent(
+        &self,
+        mesh: &Mesh,
+        kind: Kind,
+        name: &str,
+        max_tasks: u64,
+    ) -> Result<Proc, String> {
+        let agent = self.fleet(mesh, kind, name, 1, max_tasks).await?;
+        wait_all_listed(&self.http, &mesh.base, name, 1, Duration::from_secs(30)).await?;
+        Ok(agent)
+    }
+}
+
 /// A broker, a namespace and a gateway.
 pub struct Mesh {
     pub broker: BrokerProc,

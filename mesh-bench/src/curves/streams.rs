@@ -77,38 +77,17 @@ pub async fn run(setup: &Setup, scale: Scale) -> Curve {
         Ok(mesh) => mesh,
         Err(e) => return curve.failed(e),
     };
-    let ticker = async {
+    let agents = async {
         let ticker = setup
-            .fleet(&mesh, Kind::Ticker, "ticker", 1, 20_000)
+            .listed_agent(&mesh, Kind::Ticker, "ticker", 20_000)
             .await?;
-        super::wait_all_listed(
-            &setup.http,
-            &mesh.base,
-            "ticker",
-            1,
-            Duration::from_secs(30),
-        )
-        .await?;
-        Ok::<_, String>(ticker)
+        let waiter = setup
+            .listed_agent(&mesh, Kind::Waiter, "waiter", 1_000)
+            .await?;
+        Ok::<_, String>((ticker, waiter))
     };
-    let _ticker = match ticker.await {
-        Ok(ticker) => ticker,
-        Err(e) => return curve.failed(e),
-    };
-    let waiter = async {
-        let waiter = setup.fleet(&mesh, Kind::Waiter, "waiter", 1, 1_000).await?;
-        super::wait_all_listed(
-            &setup.http,
-            &mesh.base,
-            "waiter",
-            1,
-            Duration::from_secs(30),
-        )
-        .await?;
-        Ok::<_, String>(waiter)
-    };
-    let _waiter = match waiter.await {
-        Ok(waiter) => waiter,
+    let _agents = match agents.await {
+        Ok(agents) => agents,
         Err(e) => return curve.failed(e),
     };
     let mut one_task = Vec::new();

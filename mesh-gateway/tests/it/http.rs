@@ -297,23 +297,10 @@ async fn connections_are_bounded_in_number_and_in_time_to_a_request() {
         );
     }
     // Their places free, requests are served again; the refusal was counted.
-    let metrics = mesh
-        .http
-        .get(mesh.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("mesh_gateway_http_connections_refused_total 1\n"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("mesh_gateway_http_connections_open 1\n"),
-        "{metrics}"
-    );
+    let refused = metric(&mesh, "mesh_gateway_http_connections_refused_total").await;
+    assert_eq!(refused, 1.0);
+    let open = metric(&mesh, "mesh_gateway_http_connections_open").await;
+    assert_eq!(open, 1.0);
 
     /// What a connection reads until the gateway closes it (bounded: a hang fails).
     async fn read_to_close(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
@@ -367,16 +354,6 @@ async fn event_streams_share_one_http2_connection() {
         assert_eq!(task_state(&last["result"]), "completed", "{last}");
     }
     // The one connection the gateway has open is that client's.
-    let metrics = h2
-        .get(mesh.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("mesh_gateway_http_connections_open 1\n"),
-        "{metrics}"
-    );
+    let open = metric_through(&h2, &mesh, "mesh_gateway_http_connections_open").await;
+    assert_eq!(open, 1.0);
 }

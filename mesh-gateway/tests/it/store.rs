@@ -297,6 +297,58 @@ async fn webhooks_pending_at_a_shutdown_are_delivered_by_the_next_gateway() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A gateway on a SQLite store in `dir` for a long stream from the `writer` (online when
+/// this returns): a 60 s task timeout, and a 30 s keep-alive on its bus (thousands of events
+/// at full speed through a debug build queue ahead of the broker's PINGRESP: the tests' 2 s
+/// keep-alive would call that a dead connection, which is not what these tests measure).
+async fn long_stream_gateway(
+    broker: &TestBroker,
+    namespace: &str,
+    dir: &Path,
+) -> (RunningGateway, Arc<SqliteStore>) {
+    mesh_core::tls::install_crypto_provider();
+    let config = GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        namespace: namespace.to_owned(),
+        task_timeout: Duration::from_secs(60),
+        shutdown_grace: Duration::from_secs(5),
+        ..GatewayConfig::default()
+    };
+    let store = Arc::new(SqliteStore::open(dir, config.store_limits()).unwrap());
+    let mut bus_config = broker.bus_config();
+    bus_config.keep_alive = Duration::from_secs(30);
+    let bus = Bus::connect(bus_config).await.unwrap();
+    let gw = Gateway::start_with_store(config, bus, store.clone())
+        .await
+        .unwrap();
+    assert!(gw.registry().wait_online("writer", WAIT).await);
+    (gw, store)
+}
+
+/// The SSE text of one `message/stream` of `chunks` chunks from the `writer` through `gw`,
+/// read to its end (the whole stream may take longer than one step of the other tests,
+/// `WAIT`: its own bound is 60 s).
+async fn stream_from_writer(gw: &RunningGateway, chunks: u64) -> String {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let response = http
+        .post(format!("http://{}/agents/writer", gw.local_addr()))
+        .header("accept", "text/event-stream")
+        .json(&rpc(
+            "message/stream",
+            msg03(&format!("stores chunks: {chunks}")),
+        ))
+        .send()
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(60), response.text())
+        .await
+        .expect("the stream ends")
+        .unwrap()
+}
+
 mesh_testkit::both_brokers!(
     a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
 );
@@ -310,46 +362,9 @@ async fn a_long_stream_costs_the_durable_store_a_row_per_event_and_few_snapshots
         .start(broker.bus_config())
         .await
         .unwrap();
-    mesh_core::tls::install_crypto_provider();
-    // The whole stream may take longer than one step of the other tests (`WAIT`): its own
-    // bound is the 60 s below.
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let config = GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        namespace: namespace.clone(),
-        task_timeout: Duration::from_secs(60),
-        shutdown_grace: Duration::from_secs(5),
-        ..GatewayConfig::default()
-    };
-    let store = Arc::new(SqliteStore::open(&dir, config.store_limits()).unwrap());
-    // 20,000 events at full speed through a debug build queue ahead of the broker's PINGRESP:
-    // the tests' 2 s keep-alive would call that a dead connection, which is not what this
-    // test measures (the default is 30 s).
-    let mut bus_config = broker.bus_config();
-    bus_config.keep_alive = Duration::from_secs(30);
-    let bus = Bus::connect(bus_config).await.unwrap();
-    let gw = Gateway::start_with_store(config, bus, store.clone())
-        .await
-        .unwrap();
-    assert!(gw.registry().wait_online("writer", WAIT).await);
+    let (gw, store) = long_stream_gateway(&broker, &namespace, &dir).await;
     let chunks = 20_000u64;
-    let response = http
-        .post(format!("http://{}/agents/writer", gw.local_addr()))
-        .header("accept", "text/event-stream")
-        .json(&rpc(
-            "message/stream",
-            msg03(&format!("stores chunks: {chunks}")),
-        ))
-        .send()
-        .await
-        .unwrap();
-    let events = tokio::time::timeout(Duration::from_secs(60), response.text())
-        .await
-        .expect("the stream ends")
-        .unwrap();
+    let events = stream_from_writer(&gw, chunks).await;
     let last = events
         .lines()
         .rev()
@@ -421,40 +436,9 @@ async fn a_writer_faster_than_the_store_waits_for_credit_and_the_stream_arrives_
         });
     });
     writer_up.await.expect("the writer starts");
-    mesh_core::tls::install_crypto_provider();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let config = GatewayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        namespace: namespace.clone(),
-        task_timeout: Duration::from_secs(60),
-        ..GatewayConfig::default()
-    };
-    let store = Arc::new(SqliteStore::open(&dir, config.store_limits()).unwrap());
-    let mut bus_config = broker.bus_config();
-    bus_config.keep_alive = Duration::from_secs(30);
-    let bus = Bus::connect(bus_config).await.unwrap();
-    let gw = Gateway::start_with_store(config, bus, store.clone())
-        .await
-        .unwrap();
-    assert!(gw.registry().wait_online("writer", WAIT).await);
+    let (gw, _store) = long_stream_gateway(&broker, &namespace, &dir).await;
     let chunks = 20_000usize;
-    let response = http
-        .post(format!("http://{}/agents/writer", gw.local_addr()))
-        .header("accept", "text/event-stream")
-        .json(&rpc(
-            "message/stream",
-            msg03(&format!("stores chunks: {chunks}")),
-        ))
-        .send()
-        .await
-        .unwrap();
-    let events = tokio::time::timeout(Duration::from_secs(60), response.text())
-        .await
-        .expect("the stream ends")
-        .unwrap();
+    let events = stream_from_writer(&gw, chunks as u64).await;
     let events: Vec<Value> = events
         .lines()
         .filter_map(|l| l.strip_prefix("data:"))

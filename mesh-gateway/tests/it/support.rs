@@ -536,8 +536,12 @@ pub fn certificates() -> std::path::PathBuf {
 
 /// A counter or gauge from `/metrics` (0 when it is not there).
 pub async fn metric(mesh: &GatewayMesh, line_start: &str) -> f64 {
-    let text = mesh
-        .http
+    metric_through(&mesh.http, mesh, line_start).await
+}
+
+/// [`metric`], asked through `http` (a client of its own, on a connection of its own).
+pub async fn metric_through(http: &reqwest::Client, mesh: &GatewayMesh, line_start: &str) -> f64 {
+    let text = http
         .get(mesh.url("/metrics"))
         .send()
         .await
