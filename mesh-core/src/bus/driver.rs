@@ -486,9 +486,15 @@ pub(crate) async fn control(
     }
 }
 
+/// How many of the client's requests (publishes, acknowledgements, subscribes) the driver
+/// writes at most before it flushes them to the socket together.
+pub const WRITE_BATCH: usize = 64;
+
 /// The event-loop task (see the module documentation).
 pub(crate) struct Driver {
     pub(crate) eventloop: EventLoop,
+    /// The client's requests, in order; rumqttc's own queue stays empty.
+    pub(crate) requests: flume::Receiver<Request>,
     pub(crate) shared: Arc<BusState>,
     pub(crate) control: mpsc::UnboundedSender<Command>,
     pub(crate) state: watch::Sender<ConnectionState>,
@@ -576,7 +582,24 @@ impl Driver {
         let mut stash: VecDeque<Request> = VecDeque::new();
         let reason = loop {
             let polled = if connected {
-                self.eventloop.poll().await
+                tokio::select! {
+                    // The requests first: a batch empties the queue, so the network has its
+                    // turn next, and a poll is not started only to be dropped.
+                    biased;
+                    request = self.requests.recv_async(), if may_write(&self.eventloop) => match request {
+                        Ok(first) => match write_requests(&mut self.eventloop, &self.requests, &mut self.acks, first).await {
+                            Ok(()) => continue,
+                            Err(e) => {
+                                // As rumqttc does after a failed poll: what was in flight is
+                                // sent again after the reconnect.
+                                self.eventloop.clean();
+                                Err(e)
+                            }
+                        },
+                        Err(_) => break "every handle of the bus dropped".to_owned(),
+                    },
+                    polled = self.eventloop.poll() => polled,
+                }
             } else {
                 let mut shutdown = self.shutdown.clone();
                 tokio::select! {
@@ -671,6 +694,14 @@ impl Driver {
                     }
                     self.acks.clear();
                     stash.extend(self.eventloop.pending.drain(..));
+                    // Queued requests wait for the next connection behind what was in
+                    // flight, but not acknowledgements: the packet ids they answer belong
+                    // to this connection (the broker sends those publishes again).
+                    stash.extend(
+                        self.requests
+                            .drain()
+                            .filter(|r| !matches!(r, Request::PubAck(_) | Request::PubRec(_))),
+                    );
                     if connected {
                         self.give_up_poison(&mut stash);
                     }
@@ -767,6 +798,63 @@ impl Driver {
     }
 }
 
+/// Whether the client's requests may be written now: connected, nothing from the last
+/// connection left to send again first, and room for another publish in flight (as rumqttc's
+/// own loop decides).
+fn may_write(eventloop: &EventLoop) -> bool {
+    let state = &eventloop.state;
+    eventloop.network.is_some()
+        && eventloop.pending.is_empty()
+        && state.collision.is_none()
+        && state.inflight() < eventloop.mqtt_options.inflight()
+}
+
+/// Writes `first` and every request queued behind it in `requests` (up to [`WRITE_BATCH`],
+/// while [`may_write`]), then the acknowledgements waiting in `acks`, and flushes them
+/// together: one system call. The events rumqttc notes for them (`Outgoing::Publish`, ...)
+/// come out of the next polls.
+async fn write_requests(
+    eventloop: &mut EventLoop,
+    requests: &flume::Receiver<Request>,
+    acks: &mut Vec<Packet>,
+    first: Request,
+) -> Result<(), ConnectionError> {
+    let timeout = Duration::from_secs(eventloop.network_options.connection_timeout());
+    let mut next = Some(first);
+    let mut written = 0;
+    while let Some(request) = next.take() {
+        // rumqttc's state handles only what a client sends (it panics on the rest).
+        if matches!(
+            request,
+            Request::Publish(_)
+                | Request::PubAck(_)
+                | Request::PubRec(_)
+                | Request::PubRel(_)
+                | Request::Subscribe(_)
+                | Request::Unsubscribe(_)
+                | Request::Disconnect(_)
+        ) && let Some(packet) = eventloop.state.handle_outgoing_packet(request)?
+            && let Some(network) = eventloop.network.as_mut()
+        {
+            network.write(packet).await?;
+        }
+        written += 1;
+        if written < WRITE_BATCH && may_write(eventloop) {
+            next = requests.try_recv().ok();
+        }
+    }
+    let Some(network) = eventloop.network.as_mut() else {
+        return Ok(());
+    };
+    for ack in acks.drain(..) {
+        network.write(ack).await?;
+    }
+    match tokio::time::timeout(timeout, network.flush()).await {
+        Ok(flushed) => Ok(flushed?),
+        Err(_) => Err(ConnectionError::FlushTimeout),
+    }
+}
+
 /// Hands an incoming message to every subscription whose filter matches its topic; true
 /// when a consumer acknowledges it (see [`Ack`]), false when the bus is to.
 async fn route(shared: &Arc<BusState>, p: rumqttc::Publish) -> bool {
@@ -846,6 +934,115 @@ mod tests {
             let mut stash: VecDeque<Request> = [qos0.clone()].into();
             assert!(guard.connection_lost(&mut stash).is_none());
         }
+    }
+
+    /// An event loop connected to a listener that answers the CONNECT and then only reads:
+    /// the bytes it receives come out of the returned channel.
+    async fn connected_eventloop(inflight: u16) -> (EventLoop, mpsc::UnboundedReceiver<Vec<u8>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = socket.read(&mut buf).await.unwrap();
+            assert_eq!(buf[0] >> 4, 1, "a CONNECT first ({n} bytes)");
+            socket.write_all(&[0x20, 0x02, 0x00, 0x00]).await.unwrap();
+            while let Ok(n) = socket.read(&mut buf).await {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut options = rumqttc::MqttOptions::new("batch", "127.0.0.1", port);
+        options.set_inflight(inflight);
+        let mut eventloop = EventLoop::new(options, 1);
+        let first = eventloop.poll().await.unwrap();
+        assert!(
+            matches!(first, Event::Incoming(Packet::ConnAck(_))),
+            "{first:?}"
+        );
+        (eventloop, rx)
+    }
+
+    /// Reads `len` bytes off the listener's channel.
+    async fn received(rx: &mut mpsc::UnboundedReceiver<Vec<u8>>, len: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        while bytes.len() < len {
+            let chunk = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+            bytes.extend(chunk.expect("the bytes in time").expect("the listener"));
+        }
+        assert_eq!(bytes.len(), len);
+        bytes
+    }
+
+    fn fresh_publish(payload: u8) -> Request {
+        Request::Publish(rumqttc::Publish::new(
+            "t",
+            QoS::AtLeastOnce,
+            vec![payload; 100],
+        ))
+    }
+
+    /// A QoS 1 publish of `fresh_publish` on the wire: header 2, topic 3, packet id 2,
+    /// payload 100.
+    const PUBLISH_LEN: usize = 107;
+
+    #[tokio::test]
+    async fn the_requests_queued_together_leave_in_order_with_the_acknowledgements() {
+        let (mut eventloop, mut rx) = connected_eventloop(100).await;
+        let (tx, requests) = flume::bounded(100);
+        for payload in 1..10 {
+            tx.send(fresh_publish(payload)).unwrap();
+        }
+        let mut acks = vec![Packet::PubAck(PubAck::new(5))];
+        write_requests(&mut eventloop, &requests, &mut acks, fresh_publish(0))
+            .await
+            .unwrap();
+        assert!(requests.is_empty() && acks.is_empty());
+        assert_eq!(eventloop.state.inflight(), 10);
+        let bytes = received(&mut rx, 10 * PUBLISH_LEN + 4).await;
+        for (index, publish) in bytes.chunks(PUBLISH_LEN).take(10).enumerate() {
+            assert_eq!(publish[0], 0x32, "publish {index} is a QoS 1 PUBLISH");
+            assert_eq!(publish[6], index as u8 + 1, "packet ids in order");
+            assert_eq!(publish[7], index as u8, "payloads in order");
+        }
+        assert_eq!(
+            &bytes[10 * PUBLISH_LEN..],
+            &[0x40, 0x02, 0x00, 0x05],
+            "the PUBACK last"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_stops_where_the_publishes_in_flight_reach_the_limit() {
+        let (mut eventloop, mut rx) = connected_eventloop(4).await;
+        let (tx, requests) = flume::bounded(100);
+        for payload in 1..10 {
+            tx.send(fresh_publish(payload)).unwrap();
+        }
+        write_requests(&mut eventloop, &requests, &mut Vec::new(), fresh_publish(0))
+            .await
+            .unwrap();
+        assert_eq!(requests.len(), 6, "the rest wait for acknowledgements");
+        assert!(!may_write(&eventloop));
+        received(&mut rx, 4 * PUBLISH_LEN).await;
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_at_most_write_batch_requests() {
+        let (mut eventloop, mut rx) = connected_eventloop(100).await;
+        let (tx, requests) = flume::bounded(1000);
+        for pkid in 1..=WRITE_BATCH + 10 {
+            tx.send(Request::PubAck(PubAck::new(pkid as u16))).unwrap();
+        }
+        let first = requests.try_recv().unwrap();
+        write_requests(&mut eventloop, &requests, &mut Vec::new(), first)
+            .await
+            .unwrap();
+        assert_eq!(requests.len(), 10);
+        received(&mut rx, WRITE_BATCH * 4).await;
     }
 
     #[test]

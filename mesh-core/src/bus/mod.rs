@@ -8,6 +8,10 @@
 //!   which turns a QoS 1 round trip of about 120 µs into about 88 ms).
 //! - **One event-loop task** polls rumqttc and dispatches; it never awaits a client request
 //!   (rumqttc #1025). Subscribes and unsubscribes go through a second task, in order.
+//! - **Batched writes.** The event-loop task takes the client's requests off their queue
+//!   itself and writes all those waiting (up to [`WRITE_BATCH`]) with one system call, where
+//!   rumqttc writes and flushes each on its own (rumqttc #810): under load a gateway's
+//!   requests and an agent's replies leave many to a write; alone, one leaves at once.
 //! - **Reconnects** use exponential backoff ([`Backoff`], 50 ms doubling to 2 s by default)
 //!   and re-subscribe every live filter after each CONNACK without a session (rumqttc does
 //!   not, #250). Requests rumqttc moved out of its queue when the connection dropped
@@ -79,7 +83,7 @@ pub use config::{
 };
 pub use rumqttc::QoS;
 
-pub use driver::{Ack, DropReason, Dropped, RESEND_LIMIT};
+pub use driver::{Ack, DropReason, Dropped, RESEND_LIMIT, WRITE_BATCH};
 use driver::{BusState, Command, Driver, QueuedPublish, ResendGuard};
 
 /// Every way a bus operation can fail.
@@ -287,8 +291,12 @@ impl Bus {
             .map(|(url, _)| url.as_str())
             .collect::<Vec<_>>()
             .join(",");
-        let (client, mut eventloop) =
-            rumqttc::AsyncClient::new(nodes[0].1.clone(), config.request_channel_capacity);
+        // The client's requests go to a queue the driver reads itself, so that it writes
+        // every request waiting there with one system call (rumqttc flushes each on its own:
+        // rumqttc #810); rumqttc's own queue stays empty.
+        let (requests_tx, requests) = flume::bounded(config.request_channel_capacity);
+        let client = rumqttc::AsyncClient::from_senders(requests_tx);
+        let mut eventloop = rumqttc::EventLoop::new(nodes[0].1.clone(), 1);
         let mut net = rumqttc::NetworkOptions::new();
         net.set_tcp_nodelay(true);
         let secs = config.connect_timeout.as_secs_f64().ceil().max(1.0) as u64;
@@ -319,6 +327,7 @@ impl Bus {
         let (ready_tx, ready_rx) = oneshot::channel();
         let driver = Driver {
             eventloop,
+            requests,
             shared: shared.clone(),
             control: control_tx.clone(),
             state: state_tx.clone(),
