@@ -64,6 +64,9 @@ pub(crate) struct Emitter {
     rpc_id: JsonRpcId,
     instance: String,
     streaming: bool,
+    /// How many entries of the task's history its requester keeps (`_mesh.keepsHistory`: the
+    /// history as this turn began), which whole-task events leave out.
+    kept_history: Option<usize>,
     state: tokio::sync::Mutex<State>,
 }
 
@@ -89,6 +92,7 @@ impl Emitter {
             rpc_id,
             instance,
             streaming,
+            kept_history: None,
             state: tokio::sync::Mutex::new(State {
                 task,
                 next_seq: 0,
@@ -102,6 +106,13 @@ impl Emitter {
     /// This emitter with its events held back by `flow` (the request asked for flow control).
     pub(crate) fn with_flow(mut self, flow: Option<FlowGate>) -> Emitter {
         self.state.get_mut().flow = flow;
+        self
+    }
+
+    /// This emitter for a requester that keeps the first `kept` entries of the task's
+    /// history (`None`: it keeps nothing).
+    pub(crate) fn with_kept_history(mut self, kept: Option<usize>) -> Emitter {
+        self.kept_history = kept;
         self
     }
 
@@ -310,9 +321,18 @@ impl Emitter {
     }
 
     /// The task as it stands, as an event, written from the state without copying the task:
-    /// its `_mesh` is put in for the write, and its metadata restored after.
+    /// its `_mesh` is put in for the write, and its metadata restored after. A requester that
+    /// keeps the history gets only the entries after those it keeps.
     fn encode_task(&self, guard: &mut State) -> Vec<u8> {
-        let meta = self.next_meta(guard);
+        let mut meta = self.next_meta(guard);
+        let view = match self.kept_history {
+            Some(kept) => {
+                let len = guard.task.history.as_ref().map_or(0, Vec::len);
+                meta.history_from = Some(kept as u64);
+                codec::TaskView::history(Some(len.saturating_sub(kept)))
+            }
+            None => codec::TaskView::WHOLE,
+        };
         // Usually `None`: the copy costs nothing then.
         let metadata = guard.task.metadata.clone();
         meta.put(&mut guard.task.metadata);
@@ -322,7 +342,7 @@ impl Emitter {
             self.dialect,
             &self.rpc_id,
             &guard.task,
-            codec::TaskView::WHOLE,
+            view,
         );
         guard.task.metadata = metadata;
         payload

@@ -164,6 +164,7 @@ impl Peers {
                     principal: self.principal.clone(),
                     depth,
                     traceparent: None,
+                    keeps_history: false,
                 },
             )
             .await?;

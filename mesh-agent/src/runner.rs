@@ -83,7 +83,11 @@ pub(crate) fn start(
         reply_to,
         ..
     } = request;
+    let keeps_history = meta.keeps_history == Some(true);
     let emitter = |task: Task, flow: Option<FlowGate>| {
+        // The requester keeps the history as the turn begins: the resumed task's, the
+        // question, this message.
+        let kept = keeps_history.then(|| task.history.as_ref().map_or(0, Vec::len));
         Arc::new(
             Emitter::new(
                 shared.bus.clone(),
@@ -94,7 +98,8 @@ pub(crate) fn start(
                 streaming,
                 task,
             )
-            .with_flow(flow),
+            .with_flow(flow)
+            .with_kept_history(kept),
         )
     };
 

@@ -224,6 +224,7 @@ async fn send_over_bus(
                 principal: None,
                 depth: 0,
                 traceparent: None,
+                keeps_history: false,
             },
         )
         .await

@@ -71,7 +71,7 @@ impl Caller {
 }
 
 /// The member names of [`MeshMeta`]'s fields on the wire, in declaration order.
-pub(crate) const MESH_FIELDS: [&str; 11] = [
+pub(crate) const MESH_FIELDS: [&str; 13] = [
     "replyTo",
     "requestId",
     "deadline",
@@ -83,6 +83,8 @@ pub(crate) const MESH_FIELDS: [&str; 11] = [
     "instance",
     "seq",
     "window",
+    "keepsHistory",
+    "historyFrom",
 ];
 
 /// The content of `metadata._mesh`, on requests and on events alike (each side uses its fields).
@@ -115,6 +117,13 @@ pub struct MeshMeta {
     /// position above `seq - window` (`mesh/credit` on the task's cancel topic; see
     /// [`flow`](crate::flow)). Absent: no flow control.
     pub window: Option<u32>,
+    /// Request: the requester keeps the task's history as this turn begins (the resumed
+    /// task's, the question it asked, this message): the agent's task events carry only what
+    /// comes after it, and say where that starts in `history_from`.
+    pub keeps_history: Option<bool>,
+    /// Event (a whole task): the task's `history` is its history from this position on; the
+    /// requester, which asked with `keeps_history`, has the entries before it.
+    pub history_from: Option<u64>,
     /// Dialect-preservation fields written by the codecs, and members this type does not
     /// know; kept as they are.
     pub other: Map<String, Value>,
@@ -189,6 +198,8 @@ impl MeshMeta {
                 "instance" => meta.instance = string(value),
                 "seq" => meta.seq = value.as_u64(),
                 "window" => meta.window = value.as_u64().and_then(|w| u32::try_from(w).ok()),
+                "keepsHistory" => meta.keeps_history = value.as_bool(),
+                "historyFrom" => meta.history_from = value.as_u64(),
                 _ => {
                     meta.other.insert(key, value);
                 }
@@ -224,6 +235,8 @@ impl MeshMeta {
         set("instance", self.instance.map(Value::String));
         set("seq", self.seq.map(Value::from));
         set("window", self.window.map(Value::from));
+        set("keepsHistory", self.keeps_history.map(Value::from));
+        set("historyFrom", self.history_from.map(Value::from));
         object
     }
 
@@ -392,6 +405,8 @@ mod tests {
             instance: Some("i1".into()),
             seq: Some(7),
             window: Some(256),
+            keeps_history: Some(true),
+            history_from: Some(3),
             other: Map::from_iter([("artifactId".to_owned(), json!("a1"))]),
         };
         let object = meta.clone().into_object();

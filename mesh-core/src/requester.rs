@@ -131,6 +131,10 @@ pub struct SendOptions {
     pub depth: u32,
     /// W3C trace context to pass through.
     pub traceparent: Option<String>,
+    /// The requester keeps the task's history as this turn begins (a gateway does: it
+    /// stores the task), so the agent's whole-task events leave it out (`_mesh.keepsHistory`)
+    /// and the requester puts it back ([`restore_history`]).
+    pub keeps_history: bool,
 }
 
 /// A request made before (by this requester's earlier run, or by another one that is gone)
@@ -370,6 +374,7 @@ impl Requester {
             task_id: (!is_follow_up).then_some(options.task_id),
             task: options.snapshot.map(Box::new),
             window: flow.is_some().then_some(FLOW_WINDOW),
+            keeps_history: options.keeps_history.then_some(true),
             ..Default::default()
         };
         let request = Request {
@@ -695,6 +700,23 @@ pub fn strip_reply_meta(reply: &mut Reply) -> MeshMeta {
     }
 }
 
+/// Puts back into a whole-task event the history its agent left out (`_mesh.historyFrom`,
+/// asked for with [`SendOptions::keeps_history`]): the first `from` entries of `known`, the
+/// history the requester keeps, before the entries the event carries. False when `known` has
+/// fewer than `from` entries (it then gives what it has).
+pub fn restore_history(task: &mut Task, from: u64, known: &[crate::model::Message]) -> bool {
+    let from = usize::try_from(from).unwrap_or(usize::MAX);
+    let kept = &known[..from.min(known.len())];
+    let carried = task.history.take().unwrap_or_default();
+    if !kept.is_empty() || !carried.is_empty() {
+        let mut history = Vec::with_capacity(kept.len() + carried.len());
+        history.extend_from_slice(kept);
+        history.extend(carried);
+        task.history = Some(history);
+    }
+    kept.len() == from
+}
+
 /// Hands a reply that came on a topic in the name of agent `answering` to the stream of the
 /// request it answers.
 async fn route(
@@ -877,5 +899,72 @@ fn fail_instance(pending: &Pending, agent: &str, instance: &str) {
                 format!("agent {agent} instance {instance} went offline while running the task");
             entry.end(Ended::InstanceOffline, &message);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Message, Part, PartContent, Role, TaskState, TaskStatus};
+
+    fn text(message: &Message) -> String {
+        match &message.parts[0].content {
+            PartContent::Text(text) => text.clone(),
+            other => panic!("a text part: {other:?}"),
+        }
+    }
+
+    fn task_with(history: Option<Vec<Message>>) -> Task {
+        Task {
+            id: "t".into(),
+            context_id: "c".into(),
+            status: TaskStatus {
+                state: TaskState::Completed,
+                message: None,
+                timestamp: None,
+            },
+            artifacts: None,
+            history,
+            metadata: None,
+        }
+    }
+
+    fn said(role: Role, words: &str) -> Message {
+        Message::new(role, vec![Part::text(words)])
+    }
+
+    #[test]
+    fn the_history_left_out_is_put_back_before_what_the_event_carries() {
+        let known = [
+            said(Role::User, "book"),
+            said(Role::Agent, "where?"),
+            said(Role::User, "Paris"),
+            said(Role::Agent, "stale"),
+        ];
+        let mut task = task_with(Some(vec![said(Role::Agent, "searching")]));
+        assert!(restore_history(&mut task, 3, &known));
+        let texts: Vec<String> = task.history.iter().flatten().map(text).collect();
+        assert_eq!(texts, ["book", "where?", "Paris", "searching"]);
+
+        // An event that carries no history gets the kept part alone.
+        let mut task = task_with(None);
+        assert!(restore_history(&mut task, 1, &known));
+        assert_eq!(task.history.map(|h| h.len()), Some(1));
+        // Nothing kept, nothing carried: no history.
+        let mut task = task_with(None);
+        assert!(restore_history(&mut task, 0, &known));
+        assert!(task.history.is_none());
+    }
+
+    #[test]
+    fn a_history_shorter_than_the_agent_says_is_put_back_as_far_as_it_goes() {
+        let known = [said(Role::User, "book")];
+        let mut task = task_with(Some(vec![said(Role::Agent, "done")]));
+        assert!(!restore_history(&mut task, 3, &known));
+        let texts: Vec<String> = task.history.iter().flatten().map(text).collect();
+        assert_eq!(texts, ["book", "done"]);
+        let mut task = task_with(None);
+        assert!(!restore_history(&mut task, u64::MAX, &known));
+        assert_eq!(task.history.map(|h| h.len()), Some(1));
     }
 }

@@ -28,7 +28,7 @@ use foldhash::HashMap;
 use mesh_core::bus::ConnectionState;
 use mesh_core::error::A2aError;
 use mesh_core::model::{Artifact, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent};
-use mesh_core::requester::{Ended, ReplyStream, Requester, strip_reply_meta};
+use mesh_core::requester::{Ended, ReplyStream, Requester, restore_history, strip_reply_meta};
 use mesh_core::rpc::Reply;
 use mesh_core::sync::MutexExt;
 use std::future::Future;
@@ -466,8 +466,12 @@ impl Bridge {
             }
             match delivery.reply {
                 Ok(mut reply) => {
+                    let meta = strip_reply_meta(&mut reply);
+                    if let (Reply::Task(task), Some(from)) = (&mut reply, meta.history_from) {
+                        self.restore_history(id, task, from);
+                    }
                     let origin = Origin {
-                        position: strip_reply_meta(&mut reply).seq,
+                        position: meta.seq,
                         ack: delivery.ack,
                     };
                     started = true;
@@ -508,6 +512,21 @@ impl Bridge {
                     return;
                 }
             }
+        }
+    }
+
+    /// Puts back into a whole-task event of the agent the history it left out (the gateway
+    /// asks for that: `_mesh.keepsHistory`): the entries the stored task has, the history as
+    /// the turn began (a task the gateway bridges is in the store's working set).
+    fn restore_history(&self, id: &str, task: &mut Task, from: u64) {
+        let record = self.store.get(id);
+        let known = record
+            .as_ref()
+            .and_then(|r| r.task.history.as_deref())
+            .unwrap_or_default();
+        if !restore_history(task, from, known) {
+            tracing::warn!(task = %id, from, known = known.len(),
+                "the agent left out more of the task's history than the gateway has");
         }
     }
 

@@ -131,6 +131,7 @@ impl BusMesh {
                     principal: None,
                     depth: 0,
                     traceparent: None,
+                    keeps_history: false,
                 },
             )
             .await

@@ -606,6 +606,7 @@ async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped(broker: TestB
                 principal: None,
                 depth: 0,
                 traceparent: None,
+                keeps_history: false,
             },
         )
         .await
@@ -646,6 +647,7 @@ impl SendErr for BusMesh {
                     principal: None,
                     depth: 0,
                     traceparent: None,
+                    keeps_history: false,
                 },
             )
             .await

@@ -495,6 +495,7 @@ async fn the_generated_profile_holds(kind: Broker) {
                 principal: None,
                 depth: 0,
                 traceparent: None,
+                keeps_history: false,
             },
         )
         .await

@@ -65,6 +65,8 @@ fn mesh() -> impl Strategy<Value = crate::meta::MeshMeta> {
                 task,
                 instance: seq.map(|s| format!("i{s}")),
                 window: depth.map(|d| d.wrapping_mul(7)),
+                keeps_history: seq.map(|s| s % 2 == 0),
+                history_from: deadline,
                 seq,
                 other,
             }

@@ -615,6 +615,8 @@ impl<'de> Deserialize<'de> for FMesh {
                         "instance" => 8,
                         "seq" => 9,
                         "window" => 10,
+                        "keepsHistory" => 11,
+                        "historyFrom" => 12,
                         _ => {
                             m.other.insert(key.into_owned(), map.next_value()?);
                             continue;
@@ -642,7 +644,9 @@ impl<'de> Deserialize<'de> for FMesh {
                         }
                         8 => m.instance = map.next_value()?,
                         9 => m.seq = map.next_value()?,
-                        _ => m.window = map.next_value()?,
+                        10 => m.window = map.next_value()?,
+                        11 => m.keeps_history = map.next_value()?,
+                        _ => m.history_from = map.next_value()?,
                     }
                 }
                 Ok(FMesh(m))

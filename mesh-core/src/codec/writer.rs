@@ -603,6 +603,8 @@ fn mesh_meta(out: &mut JsonOut, m: &MeshMeta) {
     opt_str(&mut o, "instance", m.instance.as_ref());
     opt_serde(&mut o, "seq", m.seq.as_ref());
     opt_serde(&mut o, "window", m.window.as_ref());
+    opt_serde(&mut o, "keepsHistory", m.keeps_history.as_ref());
+    opt_serde(&mut o, "historyFrom", m.history_from.as_ref());
     // An entry of `other` named like a field is left out: the field wins, as in
     // `MeshMeta::into_object`.
     for (key, value) in &m.other {

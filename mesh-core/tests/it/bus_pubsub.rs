@@ -663,5 +663,6 @@ fn send_options(method: mesh_core::dialect::Method) -> mesh_core::requester::Sen
         principal: None,
         depth: 0,
         traceparent: None,
+        keeps_history: false,
     }
 }

@@ -404,6 +404,7 @@ impl A2aService {
             principal: cx.principal().map(str::to_owned),
             depth: 0,
             traceparent: cx.traceparent.clone(),
+            keeps_history: true,
         };
         let begun = Begun {
             task_id,

@@ -182,6 +182,107 @@ async fn v03_multi_turn_follow_up_carries_the_task() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_task_keeps_its_whole_history_while_the_agent_sends_only_what_it_adds() {
+    let mut mesh = GatewayMesh::start().await;
+    mesh.run(mesh_example_agents::flight_booker::agent()).await;
+    // What the agent answers the gateway with, as it crosses the bus.
+    let spy = mesh_core::bus::Bus::connect(mesh.broker.bus_config())
+        .await
+        .unwrap();
+    let mut answers = spy
+        .subscribe(
+            &format!("{}/a2a/v1/gateway/response/#", mesh.namespace),
+            mesh_core::bus::QoS::AtMostOnce,
+        )
+        .await
+        .unwrap();
+    let texts = |task: &Value| -> Vec<String> {
+        task["history"]
+            .as_array()
+            .map(|history| {
+                history
+                    .iter()
+                    .map(|m| {
+                        m.pointer("/parts/0/text")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_owned()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    let first = mesh
+        .call("flight-booker", "message/send", msg03("book me a flight"))
+        .await;
+    let task = result(&first);
+    assert_eq!(state(task), "input-required", "{first}");
+    let question = task
+        .pointer("/status/message/parts/0/text")
+        .and_then(Value::as_str)
+        .expect("a question")
+        .to_owned();
+    let id = task["id"].as_str().unwrap();
+    assert_eq!(texts(task), ["book me a flight"]);
+    // The agent's answer carried none of the history the gateway had: the message it sent.
+    let answer = loop {
+        let message = tokio::time::timeout(WAIT, answers.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let body: Value = serde_json::from_slice(&message.payload).unwrap();
+        if body.pointer("/result/kind") == Some(&json!("task")) {
+            break body;
+        }
+    };
+    assert_eq!(
+        answer.pointer("/result/metadata/_mesh/historyFrom"),
+        Some(&json!(1)),
+        "{answer}"
+    );
+    assert!(texts(&answer["result"]).is_empty(), "{answer}");
+
+    // The answer goes on a stream: its first event, a whole task, has the whole history.
+    let mut follow = msg03("JFK to LHR on 2026-12-01");
+    follow["message"]["taskId"] = json!(id);
+    let events = mesh.stream("flight-booker", "message/stream", follow).await;
+    let whole = [
+        "book me a flight".to_owned(),
+        question,
+        "JFK to LHR on 2026-12-01".to_owned(),
+    ];
+    let first_event = result(&events[0]);
+    assert_eq!(first_event["kind"], "task", "{first_event}");
+    assert_eq!(texts(first_event), whole, "{first_event}");
+    let got = mesh
+        .call("flight-booker", "tasks/get", json!({"id": id}))
+        .await;
+    assert_eq!(state(result(&got)), "completed", "{got}");
+    // With the progress message of this turn after them.
+    let history = texts(result(&got));
+    assert_eq!(history[..3], whole, "{got}");
+    assert!(history[3].starts_with("searching flights"), "{got}");
+    // On the bus, that task event began after the three entries the gateway kept.
+    let answer = loop {
+        let message = tokio::time::timeout(WAIT, answers.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let body: Value = serde_json::from_slice(&message.payload).unwrap();
+        if body.pointer("/result/kind") == Some(&json!("task")) {
+            break body;
+        }
+    };
+    assert_eq!(
+        answer.pointer("/result/metadata/_mesh/historyFrom"),
+        Some(&json!(3)),
+        "{answer}"
+    );
+    assert!(texts(&answer["result"]).is_empty(), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v03_non_blocking_send_then_cancel_and_cancel_again() {
     let mut mesh = GatewayMesh::start().await;
     let gate = Gate::default();
