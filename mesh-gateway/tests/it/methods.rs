@@ -181,6 +181,20 @@ async fn v03_multi_turn_follow_up_carries_the_task() {
     assert_eq!(code(&body), -32001);
 }
 
+/// The next whole task an agent answered with, off the gateway's response topics.
+async fn next_task_answer(answers: &mut mesh_core::bus::Subscription) -> Value {
+    loop {
+        let message = tokio::time::timeout(WAIT, answers.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let body: Value = serde_json::from_slice(&message.payload).unwrap();
+        if body.pointer("/result/kind") == Some(&json!("task")) {
+            return body;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_task_keeps_its_whole_history_while_the_agent_sends_only_what_it_adds() {
     let mut mesh = GatewayMesh::start().await;
@@ -226,16 +240,7 @@ async fn a_resumed_task_keeps_its_whole_history_while_the_agent_sends_only_what_
     let id = task["id"].as_str().unwrap();
     assert_eq!(texts(task), ["book me a flight"]);
     // The agent's answer carried none of the history the gateway had: the message it sent.
-    let answer = loop {
-        let message = tokio::time::timeout(WAIT, answers.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        let body: Value = serde_json::from_slice(&message.payload).unwrap();
-        if body.pointer("/result/kind") == Some(&json!("task")) {
-            break body;
-        }
-    };
+    let answer = next_task_answer(&mut answers).await;
     assert_eq!(
         answer.pointer("/result/metadata/_mesh/historyFrom"),
         Some(&json!(1)),
@@ -264,16 +269,7 @@ async fn a_resumed_task_keeps_its_whole_history_while_the_agent_sends_only_what_
     assert_eq!(history[..3], whole, "{got}");
     assert!(history[3].starts_with("searching flights"), "{got}");
     // On the bus, that task event began after the three entries the gateway kept.
-    let answer = loop {
-        let message = tokio::time::timeout(WAIT, answers.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        let body: Value = serde_json::from_slice(&message.payload).unwrap();
-        if body.pointer("/result/kind") == Some(&json!("task")) {
-            break body;
-        }
-    };
+    let answer = next_task_answer(&mut answers).await;
     assert_eq!(
         answer.pointer("/result/metadata/_mesh/historyFrom"),
         Some(&json!(3)),
