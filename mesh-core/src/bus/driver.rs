@@ -694,14 +694,7 @@ impl Driver {
                     }
                     self.acks.clear();
                     stash.extend(self.eventloop.pending.drain(..));
-                    // Queued requests wait for the next connection behind what was in
-                    // flight, but not acknowledgements: the packet ids they answer belong
-                    // to this connection (the broker sends those publishes again).
-                    stash.extend(
-                        self.requests
-                            .drain()
-                            .filter(|r| !matches!(r, Request::PubAck(_) | Request::PubRec(_))),
-                    );
+                    keep_for_next_connection(&self.requests, &mut stash);
                     if connected {
                         self.give_up_poison(&mut stash);
                     }
@@ -853,6 +846,18 @@ async fn write_requests(
         Ok(flushed) => Ok(flushed?),
         Err(_) => Err(ConnectionError::FlushTimeout),
     }
+}
+
+/// Moves the requests queued in `requests` behind what was in flight (in `stash`) at a
+/// connection loss, so that they wait for the next connection, except the acknowledgements:
+/// the packet ids they answer belong to the lost connection (the broker sends those publishes
+/// again on the next one).
+fn keep_for_next_connection(requests: &flume::Receiver<Request>, stash: &mut VecDeque<Request>) {
+    stash.extend(
+        requests
+            .drain()
+            .filter(|r| !matches!(r, Request::PubAck(_) | Request::PubRec(_))),
+    );
 }
 
 /// Hands an incoming message to every subscription whose filter matches its topic; true
@@ -1043,6 +1048,30 @@ mod tests {
             .unwrap();
         assert_eq!(requests.len(), 10);
         received(&mut rx, WRITE_BATCH * 4).await;
+    }
+
+    #[test]
+    fn a_connection_loss_keeps_the_queued_publishes_and_drops_the_acknowledgements() {
+        let (tx, requests) = flume::bounded(10);
+        tx.send(fresh_publish(1)).unwrap();
+        tx.send(Request::PubAck(PubAck::new(7))).unwrap();
+        tx.send(Request::PubRec(PubRec::new(8))).unwrap();
+        tx.send(fresh_publish(2)).unwrap();
+        let mut stash: VecDeque<Request> = [fresh_publish(0)].into();
+        keep_for_next_connection(&requests, &mut stash);
+        assert!(requests.is_empty(), "the queue is emptied");
+        let payloads: Vec<u8> = stash
+            .iter()
+            .map(|request| match request {
+                Request::Publish(p) => p.payload[0],
+                other => panic!("only publishes wait for the next connection: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            payloads,
+            [0, 1, 2],
+            "behind what was in flight, in the order queued"
+        );
     }
 
     #[test]
