@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use crate::e2e::{self, Load, LoadResult};
-use crate::paired::{self, Paired};
+use crate::paired::{self, Paired, PairedRates};
 use crate::procs::{Proc, free_port, wait_for_port};
 use crate::raw_mqtt::{self, RawResult};
-use crate::report::{dur, rate, verdict};
+use crate::report::{dur, rate, share_cell, verdict};
 use crate::suite::{Figure, Plan};
 use crate::{discovery, log};
 
@@ -21,6 +21,8 @@ pub struct UpFigures {
     pub c1: Figure<LoadResult>,
     pub paired: Figure<Paired>,
     pub c64: Figure<LoadResult>,
+    /// Concurrency 64 and raw pipelined through its broker, in interleaved rounds.
+    pub paired64: Figure<PairedRates>,
 }
 
 impl UpFigures {
@@ -29,7 +31,8 @@ impl UpFigures {
             raw: Err(why.clone()),
             c1: Err(why.clone()),
             paired: Err(why.clone()),
-            c64: Err(why),
+            c64: Err(why.clone()),
+            paired64: Err(why),
         }
     }
 }
@@ -91,12 +94,20 @@ pub async fn run(plan: &Plan) -> UpFigures {
     let paired = paired::run(wrk, &plan.dir, broker_port, &base, "echo", round, &mut sent).await;
     log("[mesh up] JSON-RPC message/send, concurrency 64");
     let c64 = e2e::run(wrk, &plan.dir, &base, &load, 64, plan.case, None, sent);
+    sent += c64.as_ref().map_or(0, |r| r.responses);
+    log(&format!(
+        "[mesh up] concurrency 64 against raw MQTT QoS 1 pipelined, {} interleaved rounds",
+        paired::RATE_ROUNDS
+    ));
+    let paired64 =
+        paired::run_pipelined(wrk, &plan.dir, broker_port, &base, "echo", round, &mut sent).await;
     drop(up);
     UpFigures {
         raw,
         c1,
         paired,
         c64,
+        paired64,
     }
 }
 
@@ -143,15 +154,18 @@ pub fn table(up: &UpFigures) -> String {
             dur(r.p99)
         )))
     ));
+    out.push_str(&format!(
+        "| … / raw QoS 1 pipelined through its broker, median of interleaved rounds (smallest to largest) | {} | ≥ {C64_SHARE_TARGET:.0} % |\n",
+        cell(up.paired64.as_ref().map(|p| share_cell(p, C64_SHARE_TARGET)))
+    ));
     let share = match (&up.c64, &up.raw) {
         (Ok(c64), Ok(raw)) => {
-            let pct = 100.0 * c64.per_s() / raw.qos1.pipelined_per_s;
-            format!("{pct:.0} %{}", verdict(pct >= C64_SHARE_TARGET))
+            format!("{:.0} %", 100.0 * c64.per_s() / raw.qos1.pipelined_per_s)
         }
         (Err(e), _) | (_, Err(e)) => format!("not measured: {e}"),
     };
     out.push_str(&format!(
-        "| … / raw QoS 1 pipelined through its broker | {share} | ≥ {C64_SHARE_TARGET:.0} % |\n"
+        "| … / raw QoS 1 pipelined through its broker of the first row (measured minutes apart) | {share} | reference |\n"
     ));
     out
 }

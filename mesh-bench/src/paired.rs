@@ -1,6 +1,8 @@
-//! The concurrency-1 ratio, measured in interleaved rounds: raw MQTT QoS 1 round trips, then
-//! HTTP `message/send` through the mesh at concurrency 1, then raw again, and so on, each
-//! round giving one ratio of the two medians.
+//! The ratios the targets are checked against, measured in interleaved rounds: at
+//! concurrency 1, raw MQTT QoS 1 round trips, then HTTP `message/send` through the mesh, then
+//! raw again, and so on, each round giving one ratio of the two medians; at concurrency 64,
+//! raw QoS 1 pipelined (64 in flight) and the mesh's requests per second, each round giving
+//! one share of the two rates.
 //!
 //! On a shared VM the speed of everything drifts by a fifth within minutes, and the raw case
 //! runs minutes before the HTTP cases; a ratio of two figures taken that far apart measures
@@ -46,11 +48,50 @@ impl Paired {
 
     /// The median ratio (the lower middle one for an even count); zero without rounds.
     pub fn median_ratio(&self) -> f64 {
-        let ratios = self.sorted_ratios();
-        match ratios.len() {
-            0 => 0.0,
-            n => ratios[(n - 1) / 2],
-        }
+        lower_median(&self.sorted_ratios())
+    }
+}
+
+/// One round at concurrency 64: raw QoS 1 pipelined replies per second, then the mesh's
+/// requests per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateRound {
+    pub raw_per_s: f64,
+    pub mesh_per_s: f64,
+}
+
+impl RateRound {
+    /// The mesh's rate as a percentage of raw.
+    pub fn share(&self) -> f64 {
+        100.0 * self.mesh_per_s / self.raw_per_s.max(1e-9)
+    }
+}
+
+/// Every round of the concurrency-64 comparison.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairedRates {
+    pub rounds: Vec<RateRound>,
+}
+
+impl PairedRates {
+    /// The shares (percent), smallest first.
+    pub fn sorted_shares(&self) -> Vec<f64> {
+        let mut shares: Vec<f64> = self.rounds.iter().map(RateRound::share).collect();
+        shares.sort_by(f64::total_cmp);
+        shares
+    }
+
+    /// The median share (the lower middle one for an even count); zero without rounds.
+    pub fn median_share(&self) -> f64 {
+        lower_median(&self.sorted_shares())
+    }
+}
+
+/// The middle value of `sorted` (the lower middle one for an even count); zero when empty.
+fn lower_median(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        n => sorted[(n - 1) / 2],
     }
 }
 
@@ -96,6 +137,50 @@ pub async fn run(
     Ok(Paired { rounds })
 }
 
+/// How many concurrency-64 rounds (each one raw case and one HTTP case).
+pub const RATE_ROUNDS: usize = 5;
+
+/// Runs [`RATE_ROUNDS`] rounds of `round` each: raw QoS 1 pipelined through the broker on
+/// `port`, then JSON-RPC `message/send` to `agent` at the gateway's `base` from 64
+/// connections. `sent` counts the HTTP answers.
+pub async fn run_pipelined(
+    wrk: &Path,
+    dir: &Path,
+    port: u16,
+    base: &str,
+    agent: &str,
+    round: Duration,
+    sent: &mut u64,
+) -> Result<PairedRates, String> {
+    let mut raw = RawPair::connect(port, QoS::AtLeastOnce).await?; // closed when dropped
+    let load = Load::jsonrpc(agent);
+    let mut rounds = Vec::with_capacity(RATE_ROUNDS);
+    for _ in 0..RATE_ROUNDS {
+        let raw_per_s = raw.pipelined(round).await?;
+        let mesh: LoadResult = e2e::run(wrk, dir, base, &load, 64, round, None, *sent)?;
+        *sent += mesh.responses;
+        if mesh.errors > 0 {
+            return Err(format!(
+                "{} errors in a concurrency-64 round through the mesh",
+                mesh.errors
+            ));
+        }
+        let round = RateRound {
+            raw_per_s,
+            mesh_per_s: mesh.per_s(),
+        };
+        crate::log(&format!(
+            "  round {}: raw {:.0}/s, mesh {:.0}/s ({:.0} %)",
+            rounds.len() + 1,
+            round.raw_per_s,
+            round.mesh_per_s,
+            round.share()
+        ));
+        rounds.push(round);
+    }
+    Ok(PairedRates { rounds })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +216,31 @@ mod tests {
         };
         assert!(close(even.median_ratio(), 1.0), "the lower middle one");
         assert_eq!(Paired { rounds: vec![] }.median_ratio(), 0.0);
+    }
+
+    #[test]
+    fn the_median_share_is_the_middle_round() {
+        let rate = |raw_per_s: f64, mesh_per_s: f64| RateRound {
+            raw_per_s,
+            mesh_per_s,
+        };
+        let paired = PairedRates {
+            rounds: vec![
+                rate(20_000.0, 15_000.0),
+                rate(10_000.0, 8_000.0),
+                rate(20_000.0, 12_000.0),
+            ],
+        };
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        let sorted = paired.sorted_shares();
+        assert!(
+            sorted
+                .iter()
+                .zip([60.0, 75.0, 80.0])
+                .all(|(&a, b)| close(a, b)),
+            "{sorted:?}"
+        );
+        assert!(close(paired.median_share(), 75.0));
+        assert_eq!(PairedRates { rounds: vec![] }.median_share(), 0.0);
     }
 }

@@ -104,6 +104,20 @@ impl RawPair {
         )
         .await
     }
+
+    /// Replies per second with [`PIPELINE_DEPTH`] requests in flight for `case` (after a
+    /// tenth of it to warm up).
+    pub async fn pipelined(&mut self, case: Duration) -> Result<f64, String> {
+        pipelined(
+            &self.client,
+            &mut self.requester,
+            &self.req_topic,
+            self.qos,
+            &self.body,
+            case,
+        )
+        .await
+    }
 }
 
 impl Drop for RawPair {

@@ -11,7 +11,7 @@
 
 use crate::e2e::{self, CaseCpu, Load, LoadResult};
 use crate::memory::{self, Rss};
-use crate::paired::{self, Paired};
+use crate::paired::{self, Paired, PairedRates};
 use crate::procs::{self, BrokerKind, BrokerProc};
 use crate::raw_mqtt::{self, RawResult};
 use crate::sse::{self, SseResult};
@@ -59,6 +59,9 @@ pub struct Figures {
     pub paired: Figure<Paired>,
     /// JSON-RPC `message/send` at concurrency 64.
     pub c64: Figure<LoadResult>,
+    /// Concurrency 64 and raw MQTT QoS 1 pipelined, in interleaved rounds (the share's
+    /// source).
+    pub paired64: Figure<PairedRates>,
     /// The HTTP+JSON binding's `message:send` at concurrency 64.
     pub c64_rest: Figure<LoadResult>,
     /// gRPC `SendMessage` at concurrency 64.
@@ -96,6 +99,7 @@ impl Figures {
             c1_grpc: Err(why.clone()),
             paired: Err(why.clone()),
             c64: Err(why.clone()),
+            paired64: Err(why.clone()),
             c64_rest: Err(why.clone()),
             c64_grpc: Err(why.clone()),
             c64_durable: Err(why.clone()),
@@ -199,6 +203,18 @@ async fn mesh_cases(
     let c64 = with_cpu(&gateway, || {
         wrk_case(plan, &base, &jsonrpc, &mut sent, 64, plan.case, None)
     });
+    log(&format!(
+        "[{label}] concurrency 64 against raw MQTT QoS 1 pipelined, {} interleaved rounds",
+        paired::RATE_ROUNDS
+    ));
+    let paired64 = match &plan.wrk {
+        None => Err(e2e::WRK_MISSING.to_string()),
+        Some(wrk) => {
+            let round = Duration::from_secs((plan.case.as_secs() / 3).max(1));
+            paired::run_pipelined(wrk, &plan.dir, broker.port, &base, "echo", round, &mut sent)
+                .await
+        }
+    };
     log(&format!("[{label}] HTTP+JSON message:send, concurrency 64"));
     let c64_rest = with_cpu(&gateway, || {
         wrk_case(plan, &base, &rest, &mut sent, 64, plan.case, None)
@@ -290,6 +306,7 @@ async fn mesh_cases(
         c1_rest,
         c1_grpc,
         paired,
+        paired64,
         c64,
         c64_rest,
         c64_grpc,
