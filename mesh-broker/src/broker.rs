@@ -14,6 +14,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::access::AccessHook;
 use crate::reserved::ReservedTopics;
 use crate::retain::MemoryRetainStorage;
+use crate::router::MeshRouter;
 use crate::shared::RoundRobinShared;
 use crate::{BrokerConfig, BrokerError};
 
@@ -144,8 +145,10 @@ impl Broker {
         hooks.start().await;
         *scx.extends.retain_mut().await = Box::new(retained);
         *scx.extends.shared_subscription_mut().await = Box::new(RoundRobinShared::default());
-        // The cluster plugin replaces the session registry and the router, and uses the
-        // retained-message store and shared-subscription strategy installed above.
+        *scx.extends.router_mut().await = Box::new(MeshRouter::new(scx.clone()));
+        // The cluster plugin replaces the session registry and the router (with rmqtt's
+        // matcher), and uses the retained-message store and shared-subscription strategy
+        // installed above.
         #[cfg(feature = "cluster")]
         let cluster = match &config.cluster {
             Some(cluster) => Some(crate::cluster::start(&scx, cluster).await?),
