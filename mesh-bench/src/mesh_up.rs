@@ -90,8 +90,8 @@ pub async fn run(plan: &Plan) -> UpFigures {
         "[mesh up] concurrency 1 against raw MQTT QoS 1, {} interleaved rounds",
         paired::ROUNDS
     ));
-    let round = Duration::from_secs((plan.case.as_secs() / 3).max(1));
-    let paired = paired::run(wrk, &plan.dir, broker_port, &base, "echo", round, &mut sent).await;
+    let setup = plan.rounds_against(wrk, broker_port, &base);
+    let paired = paired::run(&setup, &mut sent).await;
     log("[mesh up] JSON-RPC message/send, concurrency 64");
     let c64 = e2e::run(wrk, &plan.dir, &base, &load, 64, plan.case, None, sent);
     sent += c64.as_ref().map_or(0, |r| r.responses);
@@ -99,8 +99,7 @@ pub async fn run(plan: &Plan) -> UpFigures {
         "[mesh up] concurrency 64 against raw MQTT QoS 1 pipelined, {} interleaved rounds",
         paired::RATE_ROUNDS
     ));
-    let paired64 =
-        paired::run_pipelined(wrk, &plan.dir, broker_port, &base, "echo", round, &mut sent).await;
+    let paired64 = paired::run_pipelined(&setup, &mut sent).await;
     drop(up);
     UpFigures {
         raw,
@@ -140,8 +139,8 @@ pub fn table(up: &UpFigures) -> String {
     out.push_str(&format!(
         "| … p50 / raw QoS 1 p50, median of interleaved rounds (smallest to largest) | {} | ≤ {C1_RATIO_TARGET}× |\n",
         cell(up.paired.as_ref().map(|p| {
-            let ratio = p.median_ratio();
-            let all: Vec<String> = p.sorted_ratios().iter().map(|r| format!("{r:.2}")).collect();
+            let ratio = p.median();
+            let all: Vec<String> = p.sorted().iter().map(|r| format!("{r:.2}")).collect();
             format!("{ratio:.2}×{} ({})", verdict(ratio <= C1_RATIO_TARGET), all.join(", "))
         }))
     ));

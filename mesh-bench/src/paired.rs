@@ -18,6 +18,12 @@ use std::time::Duration;
 /// How many rounds (each one raw case and one HTTP case).
 pub const ROUNDS: usize = 9;
 
+/// A round of a comparison: the figure its target is checked against.
+pub trait Compared {
+    /// The mesh against raw in this round.
+    fn figure(&self) -> f64;
+}
+
 /// One round: the raw QoS 1 p50 and the end-to-end p50, measured one after the other.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Round {
@@ -25,30 +31,10 @@ pub struct Round {
     pub mesh_p50: Duration,
 }
 
-impl Round {
+impl Compared for Round {
     /// End to end over raw.
-    pub fn ratio(&self) -> f64 {
+    fn figure(&self) -> f64 {
         self.mesh_p50.as_secs_f64() / self.raw_p50.as_secs_f64().max(1e-9)
-    }
-}
-
-/// Every round of the comparison.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Paired {
-    pub rounds: Vec<Round>,
-}
-
-impl Paired {
-    /// The ratios, smallest first.
-    pub fn sorted_ratios(&self) -> Vec<f64> {
-        let mut ratios: Vec<f64> = self.rounds.iter().map(Round::ratio).collect();
-        ratios.sort_by(f64::total_cmp);
-        ratios
-    }
-
-    /// The median ratio (the lower middle one for an even count); zero without rounds.
-    pub fn median_ratio(&self) -> f64 {
-        lower_median(&self.sorted_ratios())
     }
 }
 
@@ -60,67 +46,107 @@ pub struct RateRound {
     pub mesh_per_s: f64,
 }
 
-impl RateRound {
+impl Compared for RateRound {
     /// The mesh's rate as a percentage of raw.
-    pub fn share(&self) -> f64 {
+    fn figure(&self) -> f64 {
         100.0 * self.mesh_per_s / self.raw_per_s.max(1e-9)
     }
 }
 
-/// Every round of the concurrency-64 comparison.
+/// Every round of a comparison.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PairedRates {
-    pub rounds: Vec<RateRound>,
+pub struct Rounds<R> {
+    pub rounds: Vec<R>,
 }
 
-impl PairedRates {
-    /// The shares (percent), smallest first.
-    pub fn sorted_shares(&self) -> Vec<f64> {
-        let mut shares: Vec<f64> = self.rounds.iter().map(RateRound::share).collect();
-        shares.sort_by(f64::total_cmp);
-        shares
+impl<R: Compared> Rounds<R> {
+    /// The rounds' figures, smallest first.
+    pub fn sorted(&self) -> Vec<f64> {
+        let mut figures: Vec<f64> = self.rounds.iter().map(R::figure).collect();
+        figures.sort_by(f64::total_cmp);
+        figures
     }
 
-    /// The median share (the lower middle one for an even count); zero without rounds.
-    pub fn median_share(&self) -> f64 {
-        lower_median(&self.sorted_shares())
-    }
-}
-
-/// The middle value of `sorted` (the lower middle one for an even count); zero when empty.
-fn lower_median(sorted: &[f64]) -> f64 {
-    match sorted.len() {
-        0 => 0.0,
-        n => sorted[(n - 1) / 2],
+    /// The median figure (the lower middle one for an even count); zero without rounds.
+    pub fn median(&self) -> f64 {
+        let sorted = self.sorted();
+        match sorted.len() {
+            0 => 0.0,
+            n => sorted[(n - 1) / 2],
+        }
     }
 }
 
-/// Runs [`ROUNDS`] rounds of `round` each against the broker on `port` and JSON-RPC
-/// `message/send` to `agent` at the gateway's `base`. `sent` counts the HTTP answers
-/// (request ids stay unique across wrk runs).
-pub async fn run(
-    wrk: &Path,
-    dir: &Path,
-    port: u16,
-    base: &str,
-    agent: &str,
-    round: Duration,
-    sent: &mut u64,
-) -> Result<Paired, String> {
-    let mut raw = RawPair::connect(port, QoS::AtLeastOnce).await?; // closed when dropped
-    let load = Load::jsonrpc(agent);
-    let mut rounds = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        let raw_p50 = raw.rtt(round).await?.percentile(50.0);
-        let first = *sent;
-        let mesh: LoadResult = e2e::run(wrk, dir, base, &load, 1, round, None, first)?;
-        *sent += mesh.responses;
+/// The concurrency-1 comparison: p50 ratios.
+pub type Paired = Rounds<Round>;
+
+/// The concurrency-64 comparison: shares of raw's rate, in percent.
+pub type PairedRates = Rounds<RateRound>;
+
+/// What a comparison runs against: wrk (writing its scripts into `dir`), the broker on
+/// `port`, the gateway at `base` and its `agent`, each case of a round `round` long.
+pub struct Setup<'a> {
+    pub wrk: &'a Path,
+    pub dir: &'a Path,
+    pub port: u16,
+    pub base: &'a str,
+    pub agent: &'a str,
+    pub round: Duration,
+}
+
+impl Setup<'_> {
+    /// The raw pair (closed when dropped) and the mesh's side, JSON-RPC `message/send` to
+    /// the agent, counting its answers in `sent`.
+    async fn sides<'s>(&'s self, sent: &'s mut u64) -> Result<(RawPair, MeshSide<'s>), String> {
+        let raw = RawPair::connect(self.port, QoS::AtLeastOnce).await?;
+        let mesh = MeshSide {
+            wrk: self.wrk,
+            dir: self.dir,
+            base: self.base,
+            load: Load::jsonrpc(self.agent),
+            sent,
+        };
+        Ok((raw, mesh))
+    }
+}
+
+/// The mesh's side of a round: wrk against the gateway at `base`, each answer counted in
+/// `sent` (so that request ids stay unique across wrk runs).
+struct MeshSide<'a> {
+    wrk: &'a Path,
+    dir: &'a Path,
+    base: &'a str,
+    load: Load,
+    sent: &'a mut u64,
+}
+
+impl MeshSide<'_> {
+    /// One wrk run of `length` from `connections` connections; an answer that is not a
+    /// completed task fails the comparison.
+    fn round(&mut self, connections: usize, length: Duration) -> Result<LoadResult, String> {
+        let (wrk, dir, base, load) = (self.wrk, self.dir, self.base, &self.load);
+        let mesh = e2e::run(wrk, dir, base, load, connections, length, None, *self.sent)?;
+        *self.sent += mesh.responses;
         if mesh.errors > 0 {
             return Err(format!(
-                "{} errors in a concurrency-1 round through the mesh",
+                "{} errors in a concurrency-{connections} round through the mesh",
                 mesh.errors
             ));
         }
+        Ok(mesh)
+    }
+}
+
+/// Runs [`ROUNDS`] rounds of `setup`: raw QoS 1 round trips, then JSON-RPC `message/send`
+/// from one connection. `sent` counts the HTTP answers (request ids stay unique across wrk
+/// runs).
+pub async fn run(setup: &Setup<'_>, sent: &mut u64) -> Result<Paired, String> {
+    let (mut raw, mut mesh_side) = setup.sides(sent).await?;
+    let round = setup.round;
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let raw_p50 = raw.rtt(round).await?.percentile(50.0);
+        let mesh = mesh_side.round(1, round)?;
         let round = Round {
             raw_p50,
             mesh_p50: mesh.p50,
@@ -130,7 +156,7 @@ pub async fn run(
             rounds.len() + 1,
             raw_p50.as_micros(),
             mesh.p50.as_micros(),
-            round.ratio()
+            round.figure()
         ));
         rounds.push(round);
     }
@@ -140,31 +166,15 @@ pub async fn run(
 /// How many concurrency-64 rounds (each one raw case and one HTTP case).
 pub const RATE_ROUNDS: usize = 5;
 
-/// Runs [`RATE_ROUNDS`] rounds of `round` each: raw QoS 1 pipelined through the broker on
-/// `port`, then JSON-RPC `message/send` to `agent` at the gateway's `base` from 64
-/// connections. `sent` counts the HTTP answers.
-pub async fn run_pipelined(
-    wrk: &Path,
-    dir: &Path,
-    port: u16,
-    base: &str,
-    agent: &str,
-    round: Duration,
-    sent: &mut u64,
-) -> Result<PairedRates, String> {
-    let mut raw = RawPair::connect(port, QoS::AtLeastOnce).await?; // closed when dropped
-    let load = Load::jsonrpc(agent);
+/// Runs [`RATE_ROUNDS`] rounds of `setup`: raw QoS 1 pipelined, then JSON-RPC
+/// `message/send` from 64 connections. `sent` counts the HTTP answers.
+pub async fn run_pipelined(setup: &Setup<'_>, sent: &mut u64) -> Result<PairedRates, String> {
+    let (mut raw, mut mesh_side) = setup.sides(sent).await?;
+    let round = setup.round;
     let mut rounds = Vec::with_capacity(RATE_ROUNDS);
     for _ in 0..RATE_ROUNDS {
         let raw_per_s = raw.pipelined(round).await?;
-        let mesh: LoadResult = e2e::run(wrk, dir, base, &load, 64, round, None, *sent)?;
-        *sent += mesh.responses;
-        if mesh.errors > 0 {
-            return Err(format!(
-                "{} errors in a concurrency-64 round through the mesh",
-                mesh.errors
-            ));
-        }
+        let mesh = mesh_side.round(64, round)?;
         let round = RateRound {
             raw_per_s,
             mesh_per_s: mesh.per_s(),
@@ -174,7 +184,7 @@ pub async fn run_pipelined(
             rounds.len() + 1,
             round.raw_per_s,
             round.mesh_per_s,
-            round.share()
+            round.figure()
         ));
         rounds.push(round);
     }
@@ -204,18 +214,18 @@ mod tests {
             ],
         };
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        let sorted = paired.sorted_ratios();
+        let sorted = paired.sorted();
         let expected = [1.5, 1.9, 2.0, 3.0, 10.0];
         assert!(
             sorted.iter().zip(expected).all(|(&a, b)| close(a, b)),
             "{sorted:?}"
         );
-        assert!(close(paired.median_ratio(), 2.0));
+        assert!(close(paired.median(), 2.0));
         let even = Paired {
             rounds: vec![round(100, 300), round(100, 100)],
         };
-        assert!(close(even.median_ratio(), 1.0), "the lower middle one");
-        assert_eq!(Paired { rounds: vec![] }.median_ratio(), 0.0);
+        assert!(close(even.median(), 1.0), "the lower middle one");
+        assert_eq!(Paired { rounds: vec![] }.median(), 0.0);
     }
 
     #[test]
@@ -232,7 +242,7 @@ mod tests {
             ],
         };
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        let sorted = paired.sorted_shares();
+        let sorted = paired.sorted();
         assert!(
             sorted
                 .iter()
@@ -240,7 +250,7 @@ mod tests {
                 .all(|(&a, b)| close(a, b)),
             "{sorted:?}"
         );
-        assert!(close(paired.median_share(), 75.0));
-        assert_eq!(PairedRates { rounds: vec![] }.median_share(), 0.0);
+        assert!(close(paired.median(), 75.0));
+        assert_eq!(PairedRates { rounds: vec![] }.median(), 0.0);
     }
 }

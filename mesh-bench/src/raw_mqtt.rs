@@ -42,15 +42,7 @@ pub async fn run(port: u16, case: Duration) -> Result<RawResult, String> {
 async fn run_qos(port: u16, qos: QoS, case: Duration) -> Result<RawQos, String> {
     let mut pair = RawPair::connect(port, qos).await?;
     let rtt = pair.rtt(case).await?;
-    let pipelined_per_s = pipelined(
-        &pair.client,
-        &mut pair.requester,
-        &pair.req_topic,
-        qos,
-        &pair.body,
-        case,
-    )
-    .await?;
+    let pipelined_per_s = pair.pipelined(case).await?;
     Ok(RawQos {
         rtt,
         pipelined_per_s,
@@ -94,29 +86,25 @@ impl RawPair {
 
     /// Sequential round trips for `case`, after 200 to warm up.
     pub async fn rtt(&mut self, case: Duration) -> Result<Latencies, String> {
-        sequential(
-            &self.client,
-            &mut self.requester,
-            &self.req_topic,
-            self.qos,
-            &self.body,
-            case,
-        )
-        .await
+        sequential(self, case).await
     }
 
     /// Replies per second with [`PIPELINE_DEPTH`] requests in flight for `case` (after a
     /// tenth of it to warm up).
     pub async fn pipelined(&mut self, case: Duration) -> Result<f64, String> {
-        pipelined(
+        pipelined(self, case).await
+    }
+
+    /// What a measurement uses: the requester's client and event loop, the request topic,
+    /// the QoS and the payload.
+    fn parts(&mut self) -> (&AsyncClient, &mut EventLoop, &str, QoS, &[u8]) {
+        (
             &self.client,
             &mut self.requester,
             &self.req_topic,
             self.qos,
             &self.body,
-            case,
         )
-        .await
     }
 }
 
@@ -194,14 +182,8 @@ async fn next_reply(el: &mut EventLoop) -> Result<(), String> {
     }
 }
 
-async fn sequential(
-    client: &AsyncClient,
-    el: &mut EventLoop,
-    topic: &str,
-    qos: QoS,
-    body: &[u8],
-    case: Duration,
-) -> Result<Latencies, String> {
+async fn sequential(pair: &mut RawPair, case: Duration) -> Result<Latencies, String> {
+    let (client, el, topic, qos, body) = pair.parts();
     let publish = |c: &AsyncClient| {
         c.try_publish(topic, qos, false, body.to_vec())
             .map_err(|e| e.to_string())
@@ -221,14 +203,8 @@ async fn sequential(
     Ok(lat)
 }
 
-async fn pipelined(
-    client: &AsyncClient,
-    el: &mut EventLoop,
-    topic: &str,
-    qos: QoS,
-    body: &[u8],
-    case: Duration,
-) -> Result<f64, String> {
+async fn pipelined(pair: &mut RawPair, case: Duration) -> Result<f64, String> {
+    let (client, el, topic, qos, body) = pair.parts();
     let publish = |c: &AsyncClient| {
         c.try_publish(topic, qos, false, body.to_vec())
             .map_err(|e| e.to_string())

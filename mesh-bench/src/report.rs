@@ -56,12 +56,8 @@ pub fn rate(r: f64) -> String {
 /// The concurrency-64 share against raw pipelined: the median of the interleaved rounds,
 /// marked against `target` (percent), then every round's (smallest first).
 pub fn share_cell(p: &PairedRates, target: f64) -> String {
-    let share = p.median_share();
-    let all: Vec<String> = p
-        .sorted_shares()
-        .iter()
-        .map(|s| format!("{s:.0}"))
-        .collect();
+    let share = p.median();
+    let all: Vec<String> = p.sorted().iter().map(|s| format!("{s:.0}")).collect();
     format!(
         "{share:.0} %{} ({})",
         verdict(share >= target),
@@ -150,12 +146,8 @@ pub fn render(all: &[Figures], codecs: &[CodecCost], header: &str) -> String {
         "≤ 1.5×",
         &mut |f, n| {
             cell(&f.paired, n, |p| {
-                let ratio = p.median_ratio();
-                let all: Vec<String> = p
-                    .sorted_ratios()
-                    .iter()
-                    .map(|r| format!("{r:.2}"))
-                    .collect();
+                let ratio = p.median();
+                let all: Vec<String> = p.sorted().iter().map(|r| format!("{r:.2}")).collect();
                 format!(
                     "{ratio:.2}×{} ({})",
                     verdict(ratio <= C1_RATIO_TARGET),

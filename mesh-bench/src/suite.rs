@@ -11,7 +11,7 @@
 
 use crate::e2e::{self, CaseCpu, Load, LoadResult};
 use crate::memory::{self, Rss};
-use crate::paired::{self, Paired, PairedRates};
+use crate::paired::{self, Paired, PairedRates, Setup};
 use crate::procs::{self, BrokerKind, BrokerProc};
 use crate::raw_mqtt::{self, RawResult};
 use crate::sse::{self, SseResult};
@@ -39,6 +39,22 @@ pub struct Plan {
     pub postgres: String,
     /// The directory for configs, scripts and logs.
     pub dir: PathBuf,
+}
+
+impl Plan {
+    /// The interleaved comparisons' setup (see [`crate::paired`]) against the broker on
+    /// `port` and the gateway at `base`'s echo agent: rounds of a third of a case, a second
+    /// at least.
+    pub fn rounds_against<'a>(&'a self, wrk: &'a Path, port: u16, base: &'a str) -> Setup<'a> {
+        Setup {
+            wrk,
+            dir: &self.dir,
+            port,
+            base,
+            agent: "echo",
+            round: Duration::from_secs((self.case.as_secs() / 3).max(1)),
+        }
+    }
 }
 
 /// The figure of a case, or why there is none.
@@ -194,10 +210,7 @@ async fn mesh_cases(
     ));
     let paired = match &plan.wrk {
         None => Err(e2e::WRK_MISSING.to_string()),
-        Some(wrk) => {
-            let round = Duration::from_secs((plan.case.as_secs() / 3).max(1));
-            paired::run(wrk, &plan.dir, broker.port, &base, "echo", round, &mut sent).await
-        }
+        Some(wrk) => paired::run(&plan.rounds_against(wrk, broker.port, &base), &mut sent).await,
     };
     log(&format!("[{label}] JSON-RPC message/send, concurrency 64"));
     let c64 = with_cpu(&gateway, || {
@@ -210,9 +223,7 @@ async fn mesh_cases(
     let paired64 = match &plan.wrk {
         None => Err(e2e::WRK_MISSING.to_string()),
         Some(wrk) => {
-            let round = Duration::from_secs((plan.case.as_secs() / 3).max(1));
-            paired::run_pipelined(wrk, &plan.dir, broker.port, &base, "echo", round, &mut sent)
-                .await
+            paired::run_pipelined(&plan.rounds_against(wrk, broker.port, &base), &mut sent).await
         }
     };
     log(&format!("[{label}] HTTP+JSON message:send, concurrency 64"));

@@ -20,21 +20,13 @@ use rmqtt::router::{DefaultRouter, Router};
 use rmqtt::topic::{Level, TopicError};
 use rmqtt::trie::TopicTree;
 use rmqtt::types::{
-    AllRelationsMap, ClientId, HashMap, Id, IsOnline, NodeId, Route, SharedGroup, SubRelationsMap,
-    SubsSearchParams, SubsSearchResult, SubscriptioRelationsCollectorMap, SubscriptionIdentifier,
-    SubscriptionOptions, TopicFilter, TopicName,
+    AllRelationsMap, HashMap, Id, NodeId, Route, SharedGroup, SubRelationsMap, SubsSearchParams,
+    SubsSearchResult, SubscriptioRelationsCollectorMap, SubscriptionOptions, TopicFilter,
+    TopicName,
 };
 use rmqtt::utils::Counter;
 
-/// A member of a shared group that a message could go to, as rmqtt's shared-subscription
-/// strategy takes them.
-type Candidate = (
-    NodeId,
-    ClientId,
-    SubscriptionOptions,
-    Option<Vec<SubscriptionIdentifier>>,
-    Option<IsOnline>,
-);
+use crate::shared::Candidate;
 
 /// How many parsed topics [`MeshRouter`] keeps for reuse (one per publish being matched at
 /// once; a publish finding none parses into a new one).

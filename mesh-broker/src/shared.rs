@@ -17,7 +17,7 @@ use rmqtt::types::{
 };
 
 /// One candidate of a shared group, as rmqtt hands it to [`SharedSubscription::choice`].
-type Candidate = (
+pub(crate) type Candidate = (
     NodeId,
     ClientId,
     SubscriptionOptions,
