@@ -504,6 +504,7 @@ impl Requester {
             topic,
             task_id: task_id.to_owned(),
             credited: next_seq,
+            owed: None,
         }))
     }
 
@@ -537,15 +538,21 @@ struct Flow {
     task_id: String,
     /// The position last credited.
     credited: u64,
+    /// A credit owed since the reader took an event: sent when it asks for the next one.
+    owed: Option<u64>,
 }
 
 impl Flow {
-    /// The reader took every event before position `next`: credit it once it is
-    /// [`CREDIT_EVERY`] past the last credit.
-    async fn taken(&mut self, next: u64) {
-        if next < self.credited + CREDIT_EVERY {
-            return;
+    /// The reader took every event before position `next`: a credit is owed once it is
+    /// [`CREDIT_EVERY`] past the last one.
+    fn taken(&mut self, next: u64) {
+        if next >= self.credited + CREDIT_EVERY {
+            self.owed = Some(next);
         }
+    }
+
+    /// Credits the agent with every event before position `next` (see [`Flow::taken`]).
+    async fn credit(&mut self, next: u64) {
         self.credited = next;
         let credit = crate::flow::encode_credit(&self.task_id, next);
         if let Err(error) = self
@@ -579,6 +586,14 @@ impl ReplyStream {
     pub async fn next(&mut self) -> Option<Delivery> {
         if self.finished {
             return None;
+        }
+        // The credit the last event made due, now that the reader asks for more. Boxed: a
+        // publish's future is large, and this one is held by every task in flight (in the
+        // gateway, by its pump) for as long as it runs.
+        if let Some(flow) = self.flow.as_mut()
+            && let Some(next) = flow.owed.take()
+        {
+            Box::pin(flow.credit(next)).await;
         }
         loop {
             let delivery = match tokio::time::timeout_at(self.deadline, self.rx.recv_async()).await
@@ -625,7 +640,7 @@ impl ReplyStream {
                     return Some(events_lost(lost, delivery.instance));
                 }
                 if let Some(flow) = self.flow.as_mut() {
-                    flow.taken(seq + 1).await;
+                    flow.taken(seq + 1);
                 }
             }
             self.finished = is_final;
