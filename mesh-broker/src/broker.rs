@@ -15,6 +15,10 @@ use crate::access::AccessHook;
 use crate::reserved::ReservedTopics;
 use crate::retain::MemoryRetainStorage;
 use crate::router::MeshRouter;
+
+/// The most levels a subscription's filter may have (rmqtt counts them); a
+/// deeper one gets a failure in its SUBACK. The mesh's own topics have at most eleven.
+pub const MAX_TOPIC_LEVELS: usize = 128;
 use crate::shared::RoundRobinShared;
 use crate::{BrokerConfig, BrokerError};
 
@@ -98,6 +102,9 @@ impl Broker {
             // workers keep what a stopped broker leaks small.
             .max_handshaking_limit(config.max_concurrent_handshakes)
             .max_packet_size(config.max_packet_size)
+            // Bounds the depth of the subscription trie, and so of matching a topic
+            // against it (rmqtt's insert and the router's walk recurse by level).
+            .max_topic_levels(MAX_TOPIC_LEVELS)
             .allow_anonymous(config.access.is_none())
             .max_inflight(max_inflight)
             .max_mqueue_len(config.max_queued_messages)

@@ -47,6 +47,8 @@
 //!   can run later). A message retained while the subscription is being made can
 //!   still arrive twice, live and as retained. A new shared subscription gets no
 //!   retained messages.
+//! - A subscription whose filter has more than [`MAX_TOPIC_LEVELS`] levels gets a failure
+//!   in its SUBACK (rmqtt's trie and matching recurse by level).
 //! - A client publish to a topic that starts with `$` (`$SYS/…`, reserved to brokers) is
 //!   acknowledged and dropped, never delivered or retained.
 //! - [`Broker::stop`] frees the port and every session, but rmqtt keeps one idle
@@ -67,7 +69,7 @@ mod router;
 mod shared;
 
 pub use access::{Access, Acl, HASH_ITERATIONS, Passwords, hash_password, random_password};
-pub use broker::Broker;
+pub use broker::{Broker, MAX_TOPIC_LEVELS};
 #[cfg(feature = "cluster")]
 pub use cluster::{ClusterConfig, ClusterPeer, MAX_CLUSTER_PEERS};
 pub use config::BrokerConfig;

@@ -32,6 +32,10 @@ use crate::shared::Candidate;
 /// once; a publish finding none parses into a new one).
 const SPARE_TOPICS: usize = 16;
 
+/// The most levels a parsed topic kept for reuse has (the mesh's topics have at most
+/// eleven): a deeper topic's strings are freed with it.
+const SPARE_LEVELS: usize = 32;
+
 /// The default router with [`matched_filters`] for matching.
 pub(crate) struct MeshRouter {
     inner: DefaultRouter,
@@ -64,11 +68,19 @@ impl MeshRouter {
             Ok(()) => Ok(matched_filters(&*self.inner.topics.read().await, &levels)),
             Err(e) => Err(e.into()),
         };
-        let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
-        if spare.len() < SPARE_TOPICS {
-            spare.push(levels);
-        }
+        keep_for_reuse(
+            &mut self.spare.lock().unwrap_or_else(PoisonError::into_inner),
+            levels,
+        );
         found
+    }
+}
+
+/// Keeps `levels` in `spare` for the next topic, unless `spare` is full or the topic was
+/// deeper than [`SPARE_LEVELS`].
+fn keep_for_reuse(spare: &mut Vec<Vec<Level>>, levels: Vec<Level>) {
+    if spare.len() < SPARE_TOPICS && levels.len() <= SPARE_LEVELS {
+        spare.push(levels);
     }
 }
 
@@ -493,6 +505,21 @@ mod tests {
                 "{refused} is refused"
             );
         }
+    }
+
+    #[test]
+    fn only_so_many_parsed_topics_of_so_many_levels_are_kept() {
+        let mut spare = Vec::new();
+        let mut deep = Vec::new();
+        parse_levels(&vec!["x"; SPARE_LEVELS + 1].join("/"), &mut deep).unwrap();
+        keep_for_reuse(&mut spare, deep);
+        assert!(spare.is_empty(), "a deep topic's strings are freed");
+        for _ in 0..SPARE_TOPICS + 5 {
+            let mut levels = Vec::new();
+            parse_levels("ns/a2a/v1/agent/request/echo/t-1", &mut levels).unwrap();
+            keep_for_reuse(&mut spare, levels);
+        }
+        assert_eq!(spare.len(), SPARE_TOPICS);
     }
 
     #[test]

@@ -649,3 +649,53 @@ async fn clients_cannot_write_to_reserved_topics() {
     assert_eq!(first.topic, "after");
     broker.stop().await;
 }
+
+/// A subscription deeper than the broker takes ([`mesh_broker::MAX_TOPIC_LEVELS`]) is
+/// refused to its client alone, and a publish to a topic of any depth is matched without
+/// the broker's matching going as deep as the topic: everyone else carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deep_topics_are_refused_or_matched_and_the_broker_carries_on() {
+    let broker = broker().await;
+    let addr = broker.local_addr();
+    let mut watcher = connect(addr, "watcher").await;
+    watcher.subscribe("deep/#", QoS::AtLeastOnce).await;
+    let limit = mesh_broker::MAX_TOPIC_LEVELS;
+    let at_limit = vec!["+"; limit].join("/");
+    watcher.subscribe(&at_limit, QoS::AtLeastOnce).await;
+
+    let mut deep = connect(addr, "deep").await;
+    let too_deep = vec!["+"; limit + 1].join("/");
+    deep.client
+        .subscribe(&too_deep, QoS::AtLeastOnce)
+        .await
+        .expect("queued");
+    let Packet::SubAck(ack) = deep.next_packet().await else {
+        panic!("expected a SUBACK");
+    };
+    assert_eq!(ack.return_codes, [rumqttc::SubscribeReasonCode::Failure]);
+    // A topic of 30,000 levels (60 kB, near the 64 kB MQTT allows), and one of exactly the
+    // subscribed depth.
+    let topic = format!("deep/{}", vec!["x"; 30_000].join("/"));
+    deep.client
+        .publish(&topic, QoS::AtLeastOnce, false, "down there")
+        .await
+        .expect("queued");
+    deep.client
+        .publish(
+            vec!["y"; limit].join("/"),
+            QoS::AtLeastOnce,
+            false,
+            "at the limit",
+        )
+        .await
+        .expect("queued");
+    deep.wait_pubacks(2).await;
+    let first = watcher.next_publish().await;
+    assert_eq!(first.topic.len(), topic.len());
+    assert_eq!(first.payload.as_ref(), b"down there");
+    assert_eq!(
+        watcher.next_publish().await.payload.as_ref(),
+        b"at the limit"
+    );
+    broker.stop().await;
+}
