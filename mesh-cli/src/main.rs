@@ -283,7 +283,7 @@ fn main() {
             | Command::Agent { .. }
     );
     init_logging(settings.log_format, serving);
-    // `up` runs each part on a runtime of its own (`serve::up`): its main thread only waits.
+    // `up` runs its parts on runtimes of their own (`serve::up`): its main thread only waits.
     let workers = match cli.command {
         Command::Up { .. } => 1,
         Command::Broker { .. } | Command::Gateway { .. } | Command::Agent { .. } => {

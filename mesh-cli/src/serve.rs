@@ -24,11 +24,12 @@ use std::time::Instant;
 /// directory (generated first when it has none): the broker authenticates and enforces the
 /// ACL, and each part connects with its own account.
 ///
-/// The broker, the agents and the gateway each run on a thread and runtime of their own
+/// The broker and the gateway each run on a thread and runtime of their own
 /// (`runtime::on_own_thread`), with the workers the separate commands have (one unless
-/// --worker-threads says otherwise): a request then crosses threads only where it crosses
-/// parts, as between the separate processes, instead of wherever two workers of one shared
-/// runtime happen to hand it over.
+/// --worker-threads says otherwise), and the agents on the embedded broker's (on a thread of
+/// their own with an external broker): a request crosses threads where it enters and leaves
+/// the broker, as a raw MQTT round trip does, instead of also into and out of the agents, or
+/// wherever two workers of one shared runtime happen to hand it over.
 pub async fn up(settings: &Settings, secure: Option<&Path>) -> Outcome {
     let started = Instant::now();
     let mut settings = settings.clone();
@@ -78,31 +79,29 @@ pub async fn up(settings: &Settings, secure: Option<&Path>) -> Outcome {
     let gateway_url = url_of(&settings.gateway_name)?;
     let agents = {
         let settings = settings.clone();
-        runtime::on_own_thread(
-            "agents",
-            workers,
-            move || async move {
-                let starts = parts
-                    .iter()
-                    .map(|(name, url, key)| start_agent(&settings, url, name, key.as_deref()));
-                let mut agents = Vec::new();
-                let mut failure = None;
-                for result in futures_util::future::join_all(starts).await {
-                    match result {
-                        Ok(agent) => agents.push(agent),
-                        Err(e) => failure = Some(e),
-                    }
+        let start = move || async move {
+            let starts = parts
+                .iter()
+                .map(|(name, url, key)| start_agent(&settings, url, name, key.as_deref()));
+            let mut agents = Vec::new();
+            let mut failure = None;
+            for result in futures_util::future::join_all(starts).await {
+                match result {
+                    Ok(agent) => agents.push(agent),
+                    Err(e) => failure = Some(e),
                 }
-                if let Some(failure) = failure {
-                    stop_agents(agents).await;
-                    return Err(failure);
-                }
-                let names: Vec<String> = agents.iter().map(|a| a.name().to_owned()).collect();
-                Ok((names, agents))
-            },
-            stop_agents,
-        )
-        .await
+            }
+            if let Some(failure) = failure {
+                stop_agents(agents).await;
+                return Err(failure);
+            }
+            let names: Vec<String> = agents.iter().map(|a| a.name().to_owned()).collect();
+            Ok((names, agents))
+        };
+        match &broker {
+            Some(broker) => runtime::on_thread_of(broker, "agents", start, stop_agents).await,
+            None => runtime::on_own_thread("agents", workers, start, stop_agents).await,
+        }
     };
     let agents = match agents {
         Ok(agents) => agents,
