@@ -191,6 +191,17 @@ impl McpConnection {
         }
     }
 
+    /// Why `live` is down, once the supervisor has seen it end (told by
+    /// [`Live::report_broken`]); `None` if that takes longer than `timeout` or a newer
+    /// connection is already up.
+    pub async fn why_down(&self, live: &Live, timeout: Duration) -> Option<String> {
+        let mut state = self.state.clone();
+        let ended = state
+            .wait_for(|s| !matches!(s, State::Up(now) if Arc::ptr_eq(&now.broken, &live.broken)));
+        let _ = tokio::time::timeout(timeout, ended).await;
+        self.live().err()
+    }
+
     /// Resolves when the tool list may have changed (a new connection, or a new listing);
     /// `None` once the connection is stopped.
     pub async fn tools_changed(&self, seen: &mut Option<Arc<Vec<Tool>>>) -> Option<Arc<Vec<Tool>>> {

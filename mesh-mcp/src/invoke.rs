@@ -4,6 +4,7 @@
 //! reach the server reports the connection broken (see [`Live::report_broken`]).
 
 use std::pin::Pin;
+use std::time::Duration;
 
 use rmcp::ServiceError;
 use rmcp::model::{
@@ -14,6 +15,10 @@ use rmcp::service::PeerRequestOptions;
 use serde_json::{Map, Value};
 
 use crate::connection::{Live, McpConnection, Progress, ProgressRoute};
+
+/// How long a call that could not reach the server waits for the connection to be marked
+/// down, to say why and when it is tried again.
+const DOWN_NOTICE: Duration = Duration::from_secs(1);
 
 type Response = Pin<Box<dyn Future<Output = Result<ServerResult, ServiceError>> + Send>>;
 
@@ -55,6 +60,11 @@ impl McpConnection {
             Err(error) => {
                 if unreachable(&error) {
                     live.report_broken();
+                    // What a call made a moment later is told: not available, and when it is
+                    // tried again.
+                    if let Some(why) = self.why_down(&live, DOWN_NOTICE).await {
+                        return Err(why);
+                    }
                 }
                 return Err(format!(
                     "the MCP server did not take the call of {tool}: {error}"
