@@ -948,6 +948,26 @@ mod tests {
         Message::new(role, vec![Part::text(words)])
     }
 
+    /// The future of `ReplyStream::next` is held by every task in flight (the gateway's pump
+    /// awaits it for as long as the task runs): what it holds across its awaits is its size.
+    #[test]
+    fn the_future_of_the_next_reply_stays_small() {
+        let (_tx, rx) = flume::bounded(1);
+        let mut stream = ReplyStream {
+            rx,
+            rpc_id: "r".into(),
+            pending: Pending::default(),
+            unexpected: Arc::default(),
+            deadline: Instant::now(),
+            window: SeqWindow::default(),
+            flow: None,
+            finished: false,
+        };
+        let next = std::mem::size_of_val(&stream.next());
+        println!("ReplyStream::next: {next} bytes");
+        assert!(next <= 256, "ReplyStream::next's future is {next} bytes");
+    }
+
     #[test]
     fn the_history_left_out_is_put_back_before_what_the_event_carries() {
         let known = [
