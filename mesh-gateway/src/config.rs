@@ -87,9 +87,9 @@ pub struct GatewayConfig {
     /// connection is closed as soon as it is accepted. Each needs an open file: the
     /// process's limit must be higher.
     pub max_connections: usize,
-    /// How long a client has to send a request head: from connecting to its first byte, and
-    /// over HTTP/1.1 from a head's first byte to its end, and between two requests on a
-    /// keep-alive connection.
+    /// How long a client has to send a request head: from connecting to the first bytes that
+    /// tell its version (HTTP/2's preface, or any other first byte), and over HTTP/1.1 from a
+    /// head's first byte to its end, and between two requests on a keep-alive connection.
     pub header_timeout: Duration,
     /// The most streams open at once on one HTTP/2 connection (each request, and each event
     /// stream, is one).

@@ -267,7 +267,7 @@ async fn a_1_0_client_gets_the_1_0_card_and_others_the_combined_one() {
 // nothing, or half a request head, is closed after the header timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_are_bounded_in_number_and_in_time_to_a_request() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let mesh = GatewayMesh::start_with(|c| {
         c.max_connections = 2;
         c.header_timeout = std::time::Duration::from_secs(1);
@@ -313,22 +313,60 @@ async fn connections_are_bounded_in_number_and_in_time_to_a_request() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+}
 
-    /// What a connection reads until the gateway closes it (bounded: a hang fails).
-    async fn read_to_close(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
-        let mut read = Vec::new();
-        let closed = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            stream.read_to_end(&mut read),
-        )
-        .await
-        .expect("the gateway closes the connection");
-        // A reset is as closed as an end of file.
-        if let Err(error) = closed {
-            assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
-        }
-        read
+/// What a connection reads until the gateway closes it (bounded: a hang fails).
+async fn read_to_close(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut read = Vec::new();
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut read),
+    )
+    .await
+    .expect("the gateway closes the connection");
+    // A reset is as closed as an end of file.
+    if let Err(error) = closed {
+        assert_eq!(error.kind(), std::io::ErrorKind::ConnectionReset, "{error}");
     }
+    read
+}
+
+// A connection's version is read from its first bytes however they come: an HTTP/1.1
+// request whose first bytes arrive alone is served (HTTP/2 by prior knowledge:
+// `event_streams_share_one_http2_connection`), and a client that sends part of HTTP/2's
+// preface and then nothing is closed, unanswered, at the header timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connections_version_is_read_from_its_first_bytes_however_they_come() {
+    use tokio::io::AsyncWriteExt;
+    let mesh = GatewayMesh::start_with(|c| {
+        c.header_timeout = std::time::Duration::from_secs(1);
+    })
+    .await;
+    let addr = mesh.gateway.local_addr();
+    let mut part = tokio::net::TcpStream::connect(addr).await.unwrap();
+    part.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.set_nodelay(true).unwrap();
+    slow.write_all(b"G").await.unwrap();
+    // The first byte goes alone: nothing comes back for it (100 ms), then the rest.
+    let mut probe = [0u8; 1];
+    let nothing =
+        tokio::time::timeout(std::time::Duration::from_millis(100), slow.peek(&mut probe)).await;
+    assert!(
+        nothing.is_err(),
+        "the gateway answered one byte: {nothing:?}"
+    );
+    slow.write_all(b"ET /healthz HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_to_close(&mut slow).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let answer = read_to_close(&mut part).await;
+    assert!(answer.is_empty(), "{}", String::from_utf8_lossy(&answer));
 }
 
 // Event streams over HTTP/2 (h2c by prior knowledge, as a client that holds many streams
