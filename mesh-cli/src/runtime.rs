@@ -24,8 +24,8 @@ pub fn build(workers: usize) -> std::io::Result<tokio::runtime::Runtime> {
     builder.enable_all().build()
 }
 
-/// A part running on a thread and runtime of its own; [`OwnThread::stop`] shuts it down
-/// and waits until it has.
+/// A part running on a thread and runtime of its own ([`on_own_thread`]), or on another
+/// part's ([`on_thread_of`]); [`OwnThread::stop`] shuts it down and waits until it has.
 pub struct OwnThread<I> {
     /// What the part said of itself once started (its address, its names).
     pub info: I,
