@@ -12,6 +12,7 @@
 //! it comes (`Cache-Control: no-cache`, `X-Accel-Buffering: no`).
 
 use crate::bridge::{LiveEvent, Seq, status_event, task_as_updates, view};
+use crate::http_server::LongLived;
 use crate::service::TaskEvents;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -118,6 +119,7 @@ pub(crate) fn stream_response(
         HeaderName::from_static("x-accel-buffering"),
         HeaderValue::from_static("no"),
     );
+    response.extensions_mut().insert(LongLived);
     response
 }
 

@@ -407,3 +407,98 @@ async fn event_streams_share_one_http2_connection() {
     let open = metric_through(&h2, &mesh, "mesh_gateway_http_connections_open").await;
     assert_eq!(open, 1.0);
 }
+
+// Over HTTP/1.1 an event stream is written by the gateway once hyper has written its head
+// (without hyper's buffers), and the connection goes on after it: a request sent right
+// behind the stream's (pipelined) is answered after the stream's last chunk, on the same
+// connection. A stream whose client asked to close is the connection's last answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http1_connection_goes_on_after_its_event_stream() {
+    use tokio::io::AsyncWriteExt;
+    let mut mesh = GatewayMesh::start().await;
+    mesh.run(mesh_example_agents::writer::agent()).await;
+    let addr = mesh.gateway.local_addr();
+    let stream_request = |connection: &str| {
+        let body = rpc("message/stream", msg03("chunks: 3")).to_string();
+        format!(
+            "POST /agents/writer HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n\
+             Accept: text/event-stream\r\nConnection: {connection}\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+
+    let mut connection = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let pipelined = stream_request("keep-alive")
+        + "GET /healthz HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n";
+    connection.write_all(pipelined.as_bytes()).await.unwrap();
+    let answer = read_to_close(&mut connection).await;
+    let (events, rest) = chunked_event_stream(&answer);
+    assert_whole_stream(&events);
+    let rest = String::from_utf8_lossy(rest);
+    assert!(rest.starts_with("HTTP/1.1 200"), "the next answer: {rest}");
+    assert!(rest.ends_with(r#"{"status":"ok"}"#), "{rest}");
+
+    let mut closing = tokio::net::TcpStream::connect(addr).await.unwrap();
+    closing
+        .write_all(stream_request("close").as_bytes())
+        .await
+        .unwrap();
+    let answer = read_to_close(&mut closing).await;
+    let (events, rest) = chunked_event_stream(&answer);
+    assert_whole_stream(&events);
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(rest));
+}
+
+/// The `data:` lines of a chunked event-stream answer at the start of `answer`, as JSON, and
+/// what follows its last chunk.
+fn chunked_event_stream(answer: &[u8]) -> (Vec<Value>, &[u8]) {
+    let text = String::from_utf8_lossy(answer);
+    let head_end = text.find("\r\n\r\n").expect("a head") + 4;
+    let head = text[..head_end].to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{text}");
+    assert!(head.contains("content-type: text/event-stream"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    let mut at = head_end;
+    let mut body = Vec::new();
+    loop {
+        let line_end = at
+            + answer[at..]
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .expect("a chunk size line");
+        let size = std::str::from_utf8(&answer[at..line_end]).unwrap();
+        let size = usize::from_str_radix(size, 16).expect("a chunk size in hex");
+        at = line_end + 2;
+        if size == 0 {
+            assert_eq!(
+                &answer[at..at + 2],
+                b"\r\n",
+                "the last chunk has no trailers"
+            );
+            at += 2;
+            break;
+        }
+        body.extend_from_slice(&answer[at..at + size]);
+        assert_eq!(&answer[at + size..at + size + 2], b"\r\n", "a chunk's end");
+        at += size + 2;
+    }
+    let events = String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(|data| serde_json::from_str(data.trim()).expect("an event's JSON"))
+        .collect();
+    (events, &answer[at..])
+}
+
+/// The stream of the writer's three chunks: each artifact update, then the task completed.
+fn assert_whole_stream(events: &[Value]) {
+    let chunks = events
+        .iter()
+        .filter(|e| e["result"]["kind"] == "artifact-update")
+        .count();
+    assert_eq!(chunks, 3, "{events:?}");
+    let last = events.last().expect("events");
+    assert_eq!(task_state(&last["result"]), "completed", "{last}");
+}

@@ -1,6 +1,9 @@
 //! The gateway's HTTP server: accepts connections and serves each over HTTP/1.1 or HTTP/2
 //! (by prior knowledge in plain text, or as TLS's ALPN chose: a connection that opens with
-//! HTTP/2's preface is HTTP/2), within bounds a hostile client cannot move:
+//! HTTP/2's preface is HTTP/2; see `rewound`). Over HTTP/1.1 a long-lived response (an SSE
+//! stream: [`LongLived`]) is written by the server itself once hyper has written its head,
+//! without hyper's 16 KiB of buffers (see `handoff` and `http1`). Within bounds a hostile
+//! client cannot move:
 //!
 //! - **connections**: at most [`HttpLimits::max_connections`] at once (`--max-connections`);
 //!   past it a new connection is closed as soon as it is accepted, and counted
@@ -19,21 +22,26 @@
 //! (HTTP/1.1 closes once its current answer is written, HTTP/2 sends GOAWAY) and returns when
 //! every connection has ended: the connection permits double as the count of open ones.
 
-use std::io;
-use std::pin::Pin;
+mod handoff;
+mod http1;
+mod rewound;
+
+pub(crate) use handoff::LongLived;
+
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use http1::{Http1, Http1Server, Open};
+use rewound::{Rewound, Version, sniff};
 
 /// How often an HTTP/2 connection is pinged.
 pub const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -60,10 +68,11 @@ pub(crate) async fn serve<L>(
 ) where
     L: axum::serve::Listener,
 {
-    let builders = Arc::new(Builders {
-        http1: builder(&limits).http1_only(),
-        http2: builder(&limits).http2_only(),
+    let http1 = Arc::new(Http1Server {
+        builder: http1_builder(&limits),
+        shutdown: shutdown.clone(),
     });
+    let http2 = Arc::new(http2_builder(&limits));
     // `acquire_many` counts in u32 (the configured limit is checked far below it).
     let permits = limits.max_connections.min(u32::MAX as usize);
     let connections = Arc::new(Semaphore::new(permits));
@@ -80,14 +89,17 @@ pub(crate) async fn serve<L>(
             );
             continue;
         };
-        let service = TowerToHyperService::new(app.clone());
-        let builders = builders.clone();
-        let shutdown = shutdown.clone();
-        let open = metrics.connection_opened();
-        tokio::spawn(async move {
-            serve_connection(io, service, &builders, limits.header_timeout, &shutdown).await;
-            drop((open, permit));
-        });
+        let open = Open {
+            _counted: metrics.connection_opened(),
+            _permit: permit,
+        };
+        tokio::spawn(serve_connection(
+            io,
+            app.clone(),
+            open,
+            (http1.clone(), http2.clone()),
+            limits.header_timeout,
+        ));
     }
     drop(listener);
     // Every connection holds a permit until it ends.
@@ -95,20 +107,20 @@ pub(crate) async fn serve<L>(
 }
 
 /// Serves one connection until it ends: first its version is read (within `header_timeout`),
-/// then hyper serves it; on `shutdown` a connection not yet read is closed and a served one
-/// finishes what it is answering.
+/// then it is served over HTTP/1.1 (`http1`) or by hyper's HTTP/2; on shutdown a connection
+/// not yet read is closed and a served one finishes what it is answering.
 async fn serve_connection<I>(
     io: I,
-    service: TowerToHyperService<Router>,
-    builders: &Builders,
+    router: Router,
+    open: Open,
+    (http1, http2): (Arc<Http1Server>, Arc<Builder<TokioExecutor>>),
     header_timeout: Duration,
-    shutdown: &CancellationToken,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let sniffed = tokio::select! {
         sniffed = tokio::time::timeout(header_timeout, sniff(io)) => sniffed,
-        () = shutdown.cancelled() => return,
+        () = http1.shutdown.cancelled() => return,
     };
     let (io, version) = match sniffed {
         Ok(Ok(sniffed)) => sniffed,
@@ -121,10 +133,32 @@ async fn serve_connection<I>(
             return;
         }
     };
-    let builder = match version {
-        Version::Http1 => &builders.http1,
-        Version::Http2 => &builders.http2,
-    };
+    match version {
+        Version::Http1 => {
+            let server = http1;
+            http1::serve(Http1 {
+                io,
+                router,
+                server,
+                open,
+            })
+            .await;
+        }
+        Version::Http2 => serve_http2(io, router, &http2, &http1.shutdown).await,
+    }
+}
+
+/// Serves an HTTP/2 connection until it ends; on `shutdown` it sends GOAWAY and finishes
+/// the streams it has.
+async fn serve_http2<I>(
+    io: Rewound<I>,
+    router: Router,
+    builder: &Builder<TokioExecutor>,
+    shutdown: &CancellationToken,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = TowerToHyperService::new(router);
     let connection = builder.serve_connection(TokioIo::new(io), service);
     let mut connection = std::pin::pin!(connection);
     let ended = tokio::select! {
@@ -139,17 +173,22 @@ async fn serve_connection<I>(
         }
     };
     if let Err(error) = ended {
-        tracing::trace!(%error, "an HTTP connection ended with an error");
+        tracing::trace!(%error, "an HTTP/2 connection ended with an error");
     }
 }
 
-/// hyper's builder with the gateway's settings.
-fn builder(limits: &HttpLimits) -> Builder<TokioExecutor> {
-    let mut builder = Builder::new(TokioExecutor::new());
+/// hyper's HTTP/1.1 builder with the gateway's settings.
+fn http1_builder(limits: &HttpLimits) -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
     builder
-        .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout);
+    builder
+}
+
+/// hyper's HTTP/2 builder with the gateway's settings.
+fn http2_builder(limits: &HttpLimits) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new()).http2_only();
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -157,107 +196,4 @@ fn builder(limits: &HttpLimits) -> Builder<TokioExecutor> {
         .keep_alive_interval(HTTP2_PING_INTERVAL)
         .keep_alive_timeout(HTTP2_PING_TIMEOUT);
     builder
-}
-
-/// The builders of the two versions: a connection is served by the one its first bytes say.
-struct Builders {
-    http1: Builder<TokioExecutor>,
-    http2: Builder<TokioExecutor>,
-}
-
-/// What a connection speaks.
-enum Version {
-    Http1,
-    Http2,
-}
-
-/// The first bytes of an HTTP/2 connection (RFC 9113, section 3.4).
-const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-/// The most bytes the first read of a connection takes (a request head and a small body
-/// usually arrive whole).
-const FIRST_READ: usize = 4096;
-
-/// Reads a connection's first bytes, as many as its first segment brings (at most
-/// [`FIRST_READ`]), until they tell HTTP/2's preface from anything else, and gives the
-/// connection back with those bytes to be read again. hyper's automatic builder reads at
-/// most the preface's 24 bytes to tell: hyper then reads an HTTP/1.1 request's first 24
-/// bytes alone and its read buffer, 8 KiB, grows to 16 KiB for the rest, for as long as the
-/// connection lasts (an idle SSE stream's among them).
-async fn sniff<I: AsyncRead + Unpin>(mut io: I) -> io::Result<(Sniffed<I>, Version)> {
-    use tokio::io::AsyncReadExt;
-    let mut first = Vec::with_capacity(FIRST_READ);
-    let version = loop {
-        if io.read_buf(&mut first).await? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        let seen = first.len().min(HTTP2_PREFACE.len());
-        if first[..seen] != HTTP2_PREFACE[..seen] {
-            break Version::Http1;
-        }
-        if seen == HTTP2_PREFACE.len() {
-            break Version::Http2;
-        }
-    };
-    Ok((Sniffed { io, first, at: 0 }, version))
-}
-
-/// A connection whose first bytes were read by [`sniff`]: its reads give them again first
-/// (their buffer freed once they are all read), then read the connection.
-struct Sniffed<I> {
-    io: I,
-    first: Vec<u8>,
-    /// How many of `first` were read again.
-    at: usize,
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for Sniffed<I> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if self.at < self.first.len() {
-            let this = &mut *self;
-            let n = (this.first.len() - this.at).min(buf.remaining());
-            buf.put_slice(&this.first[this.at..this.at + n]);
-            this.at += n;
-            if this.at == this.first.len() {
-                this.first = Vec::new();
-                this.at = 0;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Sniffed<I> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
 }
