@@ -22,6 +22,7 @@
 //! (HTTP/1.1 closes once its current answer is written, HTTP/2 sends GOAWAY) and returns when
 //! every connection has ended: the connection permits double as the count of open ones.
 
+mod chunked;
 mod handoff;
 mod http1;
 mod rewound;
