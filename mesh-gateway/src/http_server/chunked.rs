@@ -209,6 +209,11 @@ impl Buf for SizeLine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::poll_fn;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const WAIT: Duration = Duration::from_secs(10);
 
     fn wire(mut chunk: Chunk) -> Vec<u8> {
         let mut bytes = Vec::new();
@@ -231,5 +236,105 @@ mod tests {
         assert_eq!(wire(chunk(Bytes::new())), b"0\r\n\r\n");
         let line = SizeLine::new(usize::MAX);
         assert_eq!(line.chunk(), b"ffffffffffffffff\r\n");
+    }
+
+    type Receiver = tokio::sync::mpsc::Receiver<&'static str>;
+
+    /// A body fed through a channel, and its sender.
+    fn fed_body() -> (tokio::sync::mpsc::Sender<&'static str>, Body) {
+        let (send, receive) = tokio::sync::mpsc::channel(4);
+        let frames = futures_util::stream::unfold(receive, |mut receive: Receiver| async move {
+            let event = receive.recv().await?;
+            Some((
+                Ok::<_, io::Error>(Bytes::from_static(event.as_bytes())),
+                receive,
+            ))
+        });
+        (send, Body::from_stream(frames))
+    }
+
+    /// Reads `client` until the last chunk has come.
+    async fn read_until_last_chunk(client: &mut (impl AsyncRead + Unpin)) -> Vec<u8> {
+        let mut read = Vec::new();
+        while !read.ends_with(b"0\r\n\r\n") {
+            let mut buf = [0; 64];
+            let n = client.read(&mut buf).await.unwrap();
+            assert!(
+                n > 0,
+                "the connection ended: {:?}",
+                String::from_utf8_lossy(&read)
+            );
+            read.extend_from_slice(&buf[..n]);
+        }
+        read
+    }
+
+    // Through a connection that takes 7 bytes at a time, every chunk arrives whole and in
+    // order, then the last chunk; what the client sent meanwhile is kept for hyper.
+    #[tokio::test]
+    async fn a_body_is_written_whole_however_little_the_connection_takes() {
+        let (server, client) = tokio::io::duplex(7);
+        let (mut client_reads, mut client_writes) = tokio::io::split(client);
+        let (events, body) = fed_body();
+        let mut stream = Chunked::new(server, body, b"GET".to_vec(), true);
+        let writing = tokio::spawn(async move {
+            let resumable = poll_fn(|cx| stream.poll_write(cx)).await;
+            (resumable, stream.ahead)
+        });
+        let reading = tokio::spawn(async move { read_until_last_chunk(&mut client_reads).await });
+        events.send("data: one\n\n").await.unwrap();
+        client_writes
+            .write_all(b" /next HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        events.send("data: two\n\n").await.unwrap();
+        drop(events);
+        let read = tokio::time::timeout(WAIT, reading)
+            .await
+            .expect("the stream ends")
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(read).unwrap(),
+            "b\r\ndata: one\n\n\r\nb\r\ndata: two\n\n\r\n0\r\n\r\n"
+        );
+        let (resumable, ahead) = tokio::time::timeout(WAIT, writing).await.unwrap().unwrap();
+        assert!(resumable);
+        assert_eq!(ahead, b"GET /next HTTP/1.1\r\n");
+    }
+
+    // A client that closes its connection ends its stream while the body waits, and the
+    // connection is not served again.
+    #[tokio::test]
+    async fn a_client_that_goes_away_ends_its_waiting_stream() {
+        let (server, client) = tokio::io::duplex(64);
+        let (_events, body) = fed_body();
+        let mut stream = Chunked::new(server, body, Vec::new(), true);
+        drop(client);
+        let resumable = tokio::time::timeout(WAIT, poll_fn(|cx| stream.poll_write(cx)))
+            .await
+            .expect("the stream ends when its client goes");
+        assert!(!resumable);
+    }
+
+    // A client that sends more than the stream keeps for hyper is no longer read, and its
+    // connection closes after the stream.
+    #[tokio::test]
+    async fn a_client_that_sends_too_much_ahead_is_closed_after_its_stream() {
+        let (server, mut client) = tokio::io::duplex(64 * 1024);
+        let (events, body) = fed_body();
+        let mut stream = Chunked::new(server, body, Vec::new(), true);
+        client.write_all(&[b'x'; SENT_AHEAD_MAX + 1]).await.unwrap();
+        let writing = tokio::spawn(async move {
+            let resumable = poll_fn(|cx| stream.poll_write(cx)).await;
+            (resumable, stream.ahead)
+        });
+        events.send("data: one\n\n").await.unwrap();
+        drop(events);
+        tokio::time::timeout(WAIT, read_until_last_chunk(&mut client))
+            .await
+            .expect("the stream ends");
+        let (resumable, ahead) = tokio::time::timeout(WAIT, writing).await.unwrap().unwrap();
+        assert!(!resumable);
+        assert!(ahead.is_empty());
     }
 }
