@@ -99,10 +99,11 @@ impl hyper::service::Service<Request<Incoming>> for HandingOff {
                 let handoff = handoff.clone();
                 request.map(|body| Body::new(ReadToEnd { body, handoff }))
             }
-            _ => {
-                self.handoff.request_read.store(true, Relaxed);
+            Some(handoff) => {
+                handoff.request_read.store(true, Relaxed);
                 request.map(Body::new)
             }
+            None => request.map(Body::new),
         };
         Answering {
             answer: self.router.clone().oneshot(request),
