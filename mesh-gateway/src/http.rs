@@ -3,7 +3,7 @@
 //! checks, the trace context, and JSON responses.
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use mesh_core::dialect::Dialect;
 use mesh_core::error::A2aError;
@@ -40,16 +40,23 @@ pub(crate) fn closing(mut response: Response, version: axum::http::Version) -> R
     response
 }
 
+/// The request headers the bindings read that `http` has no constant for: names already
+/// parsed, so that a lookup only hashes them (a `&str` name is checked and lowercased first,
+/// on every request).
+static A2A_VERSION: HeaderName = HeaderName::from_static("a2a-version");
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+
 /// The `A2A-Version` a request asks for (the header, else the query parameter of that name).
-pub(crate) fn version_asked(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
-    if let Some(v) = headers.get("a2a-version").and_then(|v| v.to_str().ok()) {
-        return Some(v.trim().to_owned());
+pub(crate) fn version_asked<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> Option<&'a str> {
+    if let Some(v) = headers.get(&A2A_VERSION).and_then(|v| v.to_str().ok()) {
+        return Some(v.trim());
     }
     query?
         .split('&')
         .filter_map(|pair| pair.split_once('='))
         .find(|(k, _)| k.eq_ignore_ascii_case("a2a-version"))
-        .map(|(_, v)| v.trim().to_owned())
+        .map(|(_, v)| v.trim())
 }
 
 /// The version asked for when it is one this gateway does not serve (absent, 0.3 and 1.0 are
@@ -59,16 +66,16 @@ pub(crate) fn bad_version(headers: &HeaderMap, query: Option<&str>) -> Option<St
     if version.is_empty() {
         return None;
     }
-    let served = matches!(version.as_str(), "0.3" | "0.3.0" | "1.0" | "1.0.0" | "1")
-        || matches!(Dialect::from_version(&version), Some(Dialect::V1_0))
+    let served = matches!(version, "0.3" | "0.3.0" | "1.0" | "1.0.0" | "1")
+        || matches!(Dialect::from_version(version), Some(Dialect::V1_0))
             && version.starts_with("1.0");
-    (!served).then_some(version)
+    (!served).then(|| version.to_owned())
 }
 
 /// The generation of the answers written before a JSON-RPC request is read: 1.0 when the
 /// client asked for it, else 0.3.
 pub(crate) fn fallback_dialect(headers: &HeaderMap, query: Option<&str>) -> Dialect {
-    match version_asked(headers, query).as_deref() {
+    match version_asked(headers, query) {
         Some(v) if Dialect::from_version(v) == Some(Dialect::V1_0) => Dialect::V1_0,
         _ => Dialect::V0_3,
     }
@@ -78,23 +85,30 @@ pub(crate) fn fallback_dialect(headers: &HeaderMap, query: Option<&str>) -> Dial
 pub(crate) fn bad_content_type(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::CONTENT_TYPE)?;
     let text = value.to_str().unwrap_or("");
-    let essence = text
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    let json = essence == "application/json"
-        || essence == "application/json-rpc"
-        || essence == "application/jsonrequest"
-        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    let essence = text.split(';').next().unwrap_or("").trim();
+    let is = |name: &str| essence.eq_ignore_ascii_case(name);
+    let json = is("application/json")
+        || is("application/json-rpc")
+        || is("application/jsonrequest")
+        || (starts_with_ignore_case(essence, "application/")
+            && ends_with_ignore_case(essence, "+json"));
     (!json).then(|| text.to_owned())
+}
+
+fn starts_with_ignore_case(text: &str, prefix: &str) -> bool {
+    text.len() >= prefix.len()
+        && text.as_bytes()[..prefix.len()].eq_ignore_ascii_case(prefix.as_bytes())
+}
+
+fn ends_with_ignore_case(text: &str, suffix: &str) -> bool {
+    text.len() >= suffix.len()
+        && text.as_bytes()[text.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
 }
 
 /// The W3C trace context of a request, forwarded to the agent.
 pub(crate) fn traceparent(headers: &HeaderMap) -> Option<String> {
     headers
-        .get("traceparent")
+        .get(&TRACEPARENT)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned)
 }
@@ -104,7 +118,7 @@ pub(crate) fn traceparent(headers: &HeaderMap) -> Option<String> {
 /// number is not an id this gateway wrote: invalid params, rather than a stream that starts
 /// over while the client believes it resumed.
 pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, A2aError> {
-    let Some(value) = headers.get("last-event-id") else {
+    let Some(value) = headers.get(&LAST_EVENT_ID) else {
         return Ok(None);
     };
     let text = value.to_str().unwrap_or("\u{fffd}").trim();
@@ -169,4 +183,73 @@ pub(crate) async fn read_body(
         Some(first) => first,
         None => bytes::Bytes::from(rest),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(name: &'static str, value: &'static str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(name, HeaderValue::from_static(value));
+        headers
+    }
+
+    #[test]
+    fn json_content_types_are_told_apart_in_any_case() {
+        for json in [
+            "application/json",
+            "Application/JSON; charset=utf-8",
+            " application/json-rpc ",
+            "application/JsonRequest",
+            "application/vnd.a2a+JSON",
+        ] {
+            assert_eq!(
+                bad_content_type(&with("content-type", json)),
+                None,
+                "{json}"
+            );
+        }
+        assert_eq!(bad_content_type(&HeaderMap::new()), None);
+        for other in ["text/plain", "application/xml", "+json", "text/x+json"] {
+            assert_eq!(
+                bad_content_type(&with("content-type", other)).as_deref(),
+                Some(other)
+            );
+        }
+    }
+
+    #[test]
+    fn the_version_asked_is_the_header_else_the_query_parameter() {
+        let headers = with("A2A-Version", " 1.0 ");
+        assert_eq!(
+            version_asked(&headers, Some("a2a-version=0.3")),
+            Some("1.0")
+        );
+        let none = HeaderMap::new();
+        assert_eq!(
+            version_asked(&none, Some("x=1&A2A-Version=0.3")),
+            Some("0.3")
+        );
+        assert_eq!(version_asked(&none, None), None);
+        assert_eq!(
+            bad_version(&with("a2a-version", "2.0"), None).as_deref(),
+            Some("2.0")
+        );
+        assert_eq!(bad_version(&headers, None), None);
+        assert_eq!(fallback_dialect(&headers, None), Dialect::V1_0);
+        assert_eq!(fallback_dialect(&none, None), Dialect::V0_3);
+    }
+
+    #[test]
+    fn the_trace_context_and_the_last_event_id_are_read_by_their_names() {
+        let headers = with("traceparent", "00-abc-def-01");
+        assert_eq!(traceparent(&headers).as_deref(), Some("00-abc-def-01"));
+        assert_eq!(
+            last_event_id(&with("Last-Event-ID", " 42 ")).unwrap(),
+            Some(42)
+        );
+        assert!(last_event_id(&with("last-event-id", "x")).is_err());
+        assert_eq!(last_event_id(&HeaderMap::new()).unwrap(), None);
+    }
 }

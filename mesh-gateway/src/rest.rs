@@ -283,13 +283,13 @@ async fn serve(rest: &Rest, agent: String, operation: Operation, request: Reques
         }
     };
     if let Some(version) = crate::http::version_asked(&parts.headers, parts.uri.query())
-        .filter(|v| !(v.is_empty() || v == "1" || v.starts_with("1.")))
+        .filter(|v| !(v.is_empty() || *v == "1" || v.starts_with("1.")))
     {
         return unread(failed(
             rest,
             method,
             began,
-            A2aError::version_not_supported(&version),
+            A2aError::version_not_supported(version),
         ));
     }
     let body = if operation.has_body() {
