@@ -149,8 +149,8 @@ impl Future for Answering {
     }
 }
 
-/// The body hyper is given for a parked one: of unknown length (so hyper writes the head
-/// with `Transfer-Encoding: chunked`), and never a frame.
+/// The body hyper is given for a parked one: of unknown length (`http_body`'s default size
+/// hint, so hyper writes the head with `Transfer-Encoding: chunked`), and never a frame.
 struct Parked;
 
 impl http_body::Body for Parked {
@@ -162,10 +162,6 @@ impl http_body::Body for Parked {
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         Poll::Pending
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
     }
 }
 

@@ -136,11 +136,10 @@ async fn serve_connection<I>(
     };
     match version {
         Version::Http1 => {
-            let server = http1;
             http1::serve(Http1 {
                 io,
                 router,
-                server,
+                server: http1,
                 open,
             })
             .await;

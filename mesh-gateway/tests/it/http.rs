@@ -411,7 +411,8 @@ async fn event_streams_share_one_http2_connection() {
 // Over HTTP/1.1 an event stream is written by the gateway once hyper has written its head
 // (without hyper's buffers), and the connection goes on after it: a request sent right
 // behind the stream's (pipelined) is answered after the stream's last chunk, on the same
-// connection. A stream whose client asked to close is the connection's last answer.
+// connection. A stream whose client asked to close stays with hyper and is the connection's
+// last answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http1_connection_goes_on_after_its_event_stream() {
     use tokio::io::AsyncWriteExt;
@@ -433,8 +434,11 @@ async fn an_http1_connection_goes_on_after_its_event_stream() {
         + "GET /healthz HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n";
     connection.write_all(pipelined.as_bytes()).await.unwrap();
     let answer = read_to_close(&mut connection).await;
-    let (events, rest) = chunked_event_stream(&answer);
+    let (events, sizes, rest) = chunked_event_stream(&answer);
     assert_whole_stream(&events);
+    // Written by the gateway, not by hyper: hyper writes chunk sizes in upper-case hex, the
+    // gateway's writer (which took the connection back) in lower case.
+    assert_eq!(hex_case(&sizes), Some(Case::Lower), "{sizes:?}");
     let rest = String::from_utf8_lossy(rest);
     assert!(rest.starts_with("HTTP/1.1 200"), "the next answer: {rest}");
     assert!(rest.ends_with(r#"{"status":"ok"}"#), "{rest}");
@@ -445,14 +449,16 @@ async fn an_http1_connection_goes_on_after_its_event_stream() {
         .await
         .unwrap();
     let answer = read_to_close(&mut closing).await;
-    let (events, rest) = chunked_event_stream(&answer);
+    let (events, sizes, rest) = chunked_event_stream(&answer);
     assert_whole_stream(&events);
+    // Asked to close, the connection stays with hyper for the stream (nothing to go on with).
+    assert_eq!(hex_case(&sizes), Some(Case::Upper), "{sizes:?}");
     assert!(rest.is_empty(), "{}", String::from_utf8_lossy(rest));
 }
 
-/// The `data:` lines of a chunked event-stream answer at the start of `answer`, as JSON, and
-/// what follows its last chunk.
-fn chunked_event_stream(answer: &[u8]) -> (Vec<Value>, &[u8]) {
+/// The `data:` lines of a chunked event-stream answer at the start of `answer`, as JSON, the
+/// size lines of its chunks, and what follows its last chunk.
+fn chunked_event_stream(answer: &[u8]) -> (Vec<Value>, Vec<String>, &[u8]) {
     let text = String::from_utf8_lossy(answer);
     let head_end = text.find("\r\n\r\n").expect("a head") + 4;
     let head = text[..head_end].to_ascii_lowercase();
@@ -461,6 +467,7 @@ fn chunked_event_stream(answer: &[u8]) -> (Vec<Value>, &[u8]) {
     assert!(head.contains("transfer-encoding: chunked"), "{head}");
     let mut at = head_end;
     let mut body = Vec::new();
+    let mut sizes = Vec::new();
     loop {
         let line_end = at
             + answer[at..]
@@ -468,6 +475,7 @@ fn chunked_event_stream(answer: &[u8]) -> (Vec<Value>, &[u8]) {
                 .position(|w| w == b"\r\n")
                 .expect("a chunk size line");
         let size = std::str::from_utf8(&answer[at..line_end]).unwrap();
+        sizes.push(size.to_owned());
         let size = usize::from_str_radix(size, 16).expect("a chunk size in hex");
         at = line_end + 2;
         if size == 0 {
@@ -489,7 +497,31 @@ fn chunked_event_stream(answer: &[u8]) -> (Vec<Value>, &[u8]) {
         .filter_map(|line| line.strip_prefix("data:"))
         .map(|data| serde_json::from_str(data.trim()).expect("an event's JSON"))
         .collect();
-    (events, &answer[at..])
+    (events, sizes, &answer[at..])
+}
+
+#[derive(Debug, PartialEq)]
+enum Case {
+    Lower,
+    Upper,
+}
+
+/// The case of the hex letters in chunk size lines, if they have any and agree.
+fn hex_case(sizes: &[String]) -> Option<Case> {
+    let letters: String = sizes
+        .concat()
+        .chars()
+        .filter(char::is_ascii_alphabetic)
+        .collect();
+    if letters.is_empty() {
+        None
+    } else if letters.chars().all(|c| c.is_ascii_lowercase()) {
+        Some(Case::Lower)
+    } else if letters.chars().all(|c| c.is_ascii_uppercase()) {
+        Some(Case::Upper)
+    } else {
+        None
+    }
 }
 
 /// The stream of the writer's three chunks: each artifact update, then the task completed.
