@@ -481,11 +481,14 @@ impl InstanceState {
         self.running.locked()
     }
 
-    /// Task `id` ended: it leaves the running tasks, and a shutdown waiting for them to end
-    /// is told when it was the last.
-    pub(crate) fn task_ended(&self, id: &str) {
+    /// Task `id`'s run `run` ended: it leaves the running tasks (unless the task's next
+    /// message has already started a new run), and a shutdown waiting for them to end is
+    /// told when it was the last.
+    pub(crate) fn task_ended(&self, id: &str, run: &Arc<Running>) {
         let mut running = self.lock_running();
-        running.remove(id);
+        if running.get(id).is_some_and(|now| Arc::ptr_eq(now, run)) {
+            running.remove(id);
+        }
         if running.is_empty() {
             self.idle.notify_waiters();
         }

@@ -24,6 +24,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -42,6 +43,10 @@ pub(crate) struct Running {
     pub(crate) cancel_waiters: std::sync::Mutex<Vec<(String, JsonRpcId, Dialect)>>,
     /// Where the requester's credits go, when the request asked for flow control.
     pub(crate) credit: Option<CreditSender>,
+    /// Set once the task's end is decided, before its final event is published: a requester
+    /// may read that event and send the task's next message (an answer to `input-required`)
+    /// before this run has left the running tasks, and that message starts a new run.
+    pub(crate) ending: AtomicBool,
 }
 
 /// A send request, decoded, with its `_mesh` metadata already taken out.
@@ -131,10 +136,13 @@ pub(crate) fn start(
         cancel: cancel.clone(),
         cancel_waiters: Default::default(),
         credit,
+        ending: AtomicBool::new(false),
     });
     let already_running = {
         let mut tasks = shared.lock_running();
-        let busy = tasks.contains_key(&task_id);
+        let busy = tasks
+            .get(&task_id)
+            .is_some_and(|run| !run.ending.load(Ordering::Acquire));
         if !busy {
             tasks.insert(task_id.clone(), running.clone());
         }
@@ -251,6 +259,7 @@ pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
             ))),
         ),
     };
+    running.ending.store(true, Ordering::Release);
     let result = match ending {
         Ending::Status(state, message) => emitter.status(state, message).await,
         Ending::Reply(message) => emitter.reply(message).await,
@@ -259,7 +268,7 @@ pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
         tracing::warn!(agent = %shared.name, task = %task_id, %error, "could not publish the end of a task");
     }
 
-    shared.task_ended(&task_id);
+    shared.task_ended(&task_id, &running);
     let waiters = std::mem::take(&mut *running.cancel_waiters.locked());
     if !waiters.is_empty() {
         let task = emitter.task().await;

@@ -99,6 +99,48 @@ async fn a_handler_may_answer_with_a_direct_message_and_no_task(broker: TestBrok
     running.shutdown().await;
 }
 
+mesh_testkit::both_brokers!(an_answer_sent_the_moment_the_question_arrives_continues_the_task);
+/// The requester may read a task's `input-required` event and send its answer before the run
+/// that asked has left the agent's running tasks (a thread preempted between the two on a busy
+/// machine): the answer starts the next run all the same instead of being refused as "still
+/// running". Many turns in several conversations, each answer sent the moment it may be.
+async fn an_answer_sent_the_moment_the_question_arrives_continues_the_task(broker: TestBroker) {
+    let mesh = BusMesh::on(broker).await;
+    let agent = Agent::new(
+        "asker",
+        handler_fn(|_ctx: TaskContext| async move { Ok(Outcome::input_required("and then?")) }),
+    );
+    let running = mesh.run(agent).await;
+    let mesh = Arc::new(mesh);
+    // Several conversations at once, so that the agent's runtime is busy while it ends a run.
+    let conversations = (0..8).map(|conversation| {
+        let mesh = mesh.clone();
+        tokio::spawn(async move {
+            let (task_id, stream) = mesh.send("asker", "hello", Method::SendMessage).await;
+            let Some(Reply::Task(mut task)) = replies(collect(stream).await).pop() else {
+                panic!("a task")
+            };
+            for turn in 0..25 {
+                assert_eq!(task.status.state, TaskState::InputRequired);
+                let mut answer = user("more");
+                answer.task_id = Some(task_id.clone());
+                let (_, stream) = mesh
+                    .send_message("asker", answer, Method::SendMessage, Some(task))
+                    .await;
+                let deliveries = collect(stream).await;
+                task = match deliveries.last().map(|d| d.reply.clone()) {
+                    Some(Ok(Reply::Task(next))) => next,
+                    _ => panic!("conversation {conversation}, turn {turn}: {deliveries:#?}"),
+                };
+            }
+        })
+    });
+    for conversation in conversations.collect::<Vec<_>>() {
+        conversation.await.unwrap();
+    }
+    running.shutdown().await;
+}
+
 mesh_testkit::both_brokers!(
     a_multi_turn_task_resumes_from_its_snapshot_and_a_terminal_task_refuses_more
 );
