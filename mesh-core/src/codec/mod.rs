@@ -27,6 +27,7 @@
 //!   client's 1.0 request in 0.3 for the bus);
 //! - [`encode_reply`] / [`encode_reply_to`] / [`encode_task`] / [`encode_task_page`] /
 //!   [`encode_error`]: JSON-RPC responses (and SSE stream events) in a dialect;
+//!   [`encode_task_with_mesh`] an agent's answer with its `_mesh` written from the fields;
 //! - [`write_reply_json`], [`write_reply_to_json`], [`write_task_json`],
 //!   [`write_task_page_json`], [`write_stream_task_json`]: the same results without the
 //!   JSON-RPC envelope (the HTTP+JSON binding's bodies, push-notification bodies, the task
@@ -71,6 +72,7 @@ use serde_json::Value;
 use crate::dialect::{Dialect, Method};
 use crate::error::A2aError;
 use crate::jsonrpc::JsonRpcId;
+use crate::meta::MeshMeta;
 use crate::model::Task;
 use crate::rpc::{Call, Reply, Request, RequestError};
 
@@ -148,16 +150,38 @@ pub fn encode_task(
 ) -> Vec<u8> {
     writer::to_vec(writer::size_hint::task(task, view), |out| {
         writer::result(out, id, |out| {
-            writer::task_answer(out, method, task, dialect, view)
+            writer::task_answer(out, method, task, dialect, view, None)
         })
     })
 }
+
+/// [`encode_task`] with `mesh` as the task's `metadata._mesh`, written from its fields rather
+/// than put into the task's metadata as a `Value` first: how an agent answers with the task
+/// it keeps. `mesh` replaces a `_mesh` the task's own metadata holds (the caller puts such a
+/// one into the metadata instead, to merge them).
+pub fn encode_task_with_mesh(
+    method: Method,
+    dialect: Dialect,
+    id: &JsonRpcId,
+    task: &Task,
+    view: TaskView,
+    mesh: &MeshMeta,
+) -> Vec<u8> {
+    writer::to_vec(writer::size_hint::task(task, view) + MESH_HINT, |out| {
+        writer::result(out, id, |out| {
+            writer::task_answer(out, method, task, dialect, view, Some(mesh))
+        })
+    })
+}
+
+/// Room for an agent's `_mesh` in an answer (instance, position, history kept).
+const MESH_HINT: usize = 96;
 
 /// The `result` of [`encode_task`] alone (no JSON-RPC envelope): the body of the
 /// HTTP+JSON binding's answer.
 pub fn write_task_json(method: Method, dialect: Dialect, task: &Task, view: TaskView) -> Vec<u8> {
     writer::to_vec(writer::size_hint::task(task, view), |out| {
-        writer::task_answer(out, method, task, dialect, view)
+        writer::task_answer(out, method, task, dialect, view, None)
     })
 }
 
@@ -200,7 +224,14 @@ pub fn write_task_page_json(dialect: Dialect, page: &TaskPage<'_>) -> Vec<u8> {
 /// bare task in 0.x. The body of a push notification.
 pub fn write_stream_task_json(task: &Task, dialect: Dialect) -> Vec<u8> {
     writer::to_vec(writer::size_hint::task(task, TaskView::WHOLE), |out| {
-        writer::task_answer(out, Method::SendMessage, task, dialect, TaskView::WHOLE)
+        writer::task_answer(
+            out,
+            Method::SendMessage,
+            task,
+            dialect,
+            TaskView::WHOLE,
+            None,
+        )
     })
 }
 

@@ -394,6 +394,37 @@ proptest! {
         }
     }
 
+    /// An agent's answer with its `_mesh` written from the fields reads back as the same
+    /// answer with the `_mesh` put into the task's metadata first.
+    #[test]
+    fn a_task_with_mesh_written_from_its_fields_reads_as_one_put_into_its_metadata(
+        t in task(), instance in "[a-z0-9]{1,12}", seq in 0u64..1_000_000,
+        history_from in proptest::option::of(0u64..10), id in id()
+    ) {
+        // What an agent's answer carries: its instance, its position, the history it left out.
+        let mesh = crate::meta::MeshMeta {
+            instance: Some(instance),
+            seq: Some(seq),
+            history_from,
+            ..Default::default()
+        };
+        let id = id.unwrap_or(JsonRpcId::Null);
+        let mut t = written_back(&Reply::Task(t), Dialect::V1_0);
+        let Reply::Task(t) = &mut t else { unreachable!() };
+        if let Some(own) = t.metadata.as_mut() {
+            own.remove(crate::model::MESH_KEY);
+        }
+        let mut put = t.clone();
+        mesh.clone().put(&mut put.metadata);
+        for d in Dialect::ALL {
+            for view in [super::TaskView::WHOLE, super::TaskView::history(Some(1))] {
+                let fields = super::encode_task_with_mesh(Method::SendMessage, d, &id, t, view, &mesh);
+                let value = super::encode_task(Method::SendMessage, d, &id, &put, view);
+                prop_assert_eq!(parse(&fields), parse(&value), "dialect {}", d);
+            }
+        }
+    }
+
     #[test]
     fn written_requests_read_back_as_written((method, call) in call(), id in id(), mesh in mesh()) {
         // A model the writer can carry whole (see `written_back`).

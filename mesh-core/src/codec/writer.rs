@@ -290,6 +290,12 @@ fn artifact(
 
 /// A task as `view` shows it.
 pub(crate) fn task(out: &mut JsonOut, t: &Task, d: Dialect, view: TaskView) {
+    task_with(out, t, d, view, None);
+}
+
+/// [`task`], with `mesh` (when given) written as its `metadata._mesh` next to the task's own
+/// entries, in place of any `_mesh` of its own.
+fn task_with(out: &mut JsonOut, t: &Task, d: Dialect, view: TaskView, mesh: Option<&MeshMeta>) {
     let mut o = out.obj();
     if d == Dialect::V0_3 {
         o.key("kind").raw("\"task\"");
@@ -318,7 +324,10 @@ pub(crate) fn task(out: &mut JsonOut, t: &Task, d: Dialect, view: TaskView) {
         };
         o.key("history").array(h, |out, m| message(out, m, d));
     }
-    metadata(&mut o, meta_out(t.metadata.as_ref(), Map::new()));
+    match mesh {
+        Some(mesh) => params_metadata(&mut o, t.metadata.as_ref(), mesh),
+        None => metadata(&mut o, meta_out(t.metadata.as_ref(), Map::new())),
+    }
     o.end();
 }
 
@@ -742,11 +751,18 @@ pub(crate) fn error(out: &mut JsonOut, rpc_id: Option<&JsonRpcId>, error: &Value
 
 /// The answer to `method` carrying a task: wrapped (`{"task": …}`) for a 1.0 SendMessage (and
 /// a stream event), else bare.
-pub(crate) fn task_answer(out: &mut JsonOut, method: Method, t: &Task, d: Dialect, view: TaskView) {
+pub(crate) fn task_answer(
+    out: &mut JsonOut,
+    method: Method,
+    t: &Task,
+    d: Dialect,
+    view: TaskView,
+    mesh: Option<&MeshMeta>,
+) {
     if d == Dialect::V1_0 && matches!(method, Method::SendMessage | Method::SendStreamingMessage) {
-        wrap(out, "task", |out| task(out, t, d, view));
+        wrap(out, "task", |out| task_with(out, t, d, view, mesh));
     } else {
-        task(out, t, d, view);
+        task_with(out, t, d, view, mesh);
     }
 }
 
