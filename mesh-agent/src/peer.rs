@@ -238,13 +238,11 @@ fn events(
             };
             let Delivery { reply, .. } = delivery;
             let event = match reply {
-                Ok(mut reply) => {
-                    mesh_core::requester::strip_reply_meta(&mut reply);
-                    stream_event(reply).map_err(|error| PeerError::Remote {
-                        agent: agent.to_string(),
-                        error,
-                    })
-                }
+                // Its `_mesh` taken out by the requester.
+                Ok(reply) => stream_event(reply).map_err(|error| PeerError::Remote {
+                    agent: agent.to_string(),
+                    error,
+                }),
                 Err(error) => Err(PeerError::Remote {
                     agent: agent.to_string(),
                     error,

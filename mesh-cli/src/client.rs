@@ -16,7 +16,7 @@ use mesh_core::model::{
     Message, Part, PartContent, Role, Task, TaskState, send_params, state_name,
 };
 use mesh_core::registry::Registry;
-use mesh_core::requester::{Requester, RequesterKind, SendOptions, strip_reply_meta};
+use mesh_core::requester::{Requester, RequesterKind, SendOptions};
 use mesh_core::rpc::{Call, Reply, Request};
 use mesh_core::sse::SseParser;
 use mesh_core::topic::Topics;
@@ -231,10 +231,8 @@ async fn send_over_bus(
         .map_err(|e| Failure::Unreachable(e.to_string()))?;
     while let Some(delivery) = replies.next().await {
         match delivery.reply {
-            Ok(mut reply) => {
-                strip_reply_meta(&mut reply);
-                printer.event(reply);
-            }
+            // Its `_mesh` taken out by the requester.
+            Ok(reply) => printer.event(reply),
             Err(error) => return Err(Failure::Other(format!("{agent} answered: {error}"))),
         }
     }

@@ -104,6 +104,10 @@ pub struct Delivery {
     pub reply: Result<Reply, A2aError>,
     /// The agent instance that sent it (`_mesh.instance`), when it said.
     pub instance: Option<String>,
+    /// The rest of the reply's `_mesh` (its position `seq`, the history it left out, what a
+    /// 0.x event has no field for), taken out of the reply: no client sees it. Empty for an
+    /// error.
+    pub meta: MeshMeta,
     /// Set when the requester ended the stream itself (the error is its own, not the
     /// agent's), and why.
     pub ended: Option<Ended>,
@@ -164,6 +168,7 @@ impl PendingEntry {
         let _ = self.tx.try_send(Box::new(Delivery {
             reply: Err(A2aError::internal(message)),
             instance: self.instance.clone(),
+            meta: MeshMeta::default(),
             ended: Some(ended),
             ack: None,
         }));
@@ -608,14 +613,18 @@ impl ReplyStream {
                     return Some(Delivery {
                         reply: Err(A2aError::internal(DEADLINE_MESSAGE)),
                         instance: None,
+                        meta: MeshMeta::default(),
                         ended: Some(Ended::Deadline),
                         ack: None,
                     });
                 }
             };
-            let is_final = delivery.reply.as_ref().map(Reply::is_final).unwrap_or(true);
-            if let Ok(reply) = &delivery.reply
-                && let Some(seq) = reply_position(reply).0
+            let is_final = match &delivery.reply {
+                Ok(reply) => reply.is_final_given(&delivery.meta),
+                Err(_) => true,
+            };
+            if delivery.reply.is_ok()
+                && let Some(seq) = delivery.meta.seq
             {
                 match self.window.admit(seq) {
                     Admit::New => {}
@@ -679,40 +688,15 @@ fn events_lost(lost: u64, instance: Option<String>) -> Delivery {
              what came of the task is incomplete"
         ))),
         instance,
+        meta: MeshMeta::default(),
         ended: Some(Ended::EventsLost),
         ack: None,
     }
 }
 
-/// A reply's `_mesh.seq` and `_mesh.instance`, read in place (on every reply: no copy).
-fn reply_position(reply: &Reply) -> (Option<u64>, Option<&str>) {
-    let metadata = match reply {
-        Reply::Task(task) => &task.metadata,
-        Reply::Message(message) => &message.metadata,
-        Reply::StatusUpdate(event) => &event.metadata,
-        Reply::ArtifactUpdate(event) => &event.metadata,
-        _ => return (None, None),
-    };
-    let mesh = metadata
-        .as_ref()
-        .and_then(|map| map.get(crate::meta::MESH_KEY))
-        .and_then(serde_json::Value::as_object);
-    let field = |key: &str| mesh.and_then(|mesh| mesh.get(key));
-    (
-        field("seq").and_then(serde_json::Value::as_u64),
-        field("instance").and_then(serde_json::Value::as_str),
-    )
-}
-
 /// Removes the `_mesh` metadata from a reply (before a client sees it) and returns it.
 pub fn strip_reply_meta(reply: &mut Reply) -> MeshMeta {
-    match reply {
-        Reply::Task(task) => MeshMeta::take(&mut task.metadata),
-        Reply::Message(message) => MeshMeta::take(&mut message.metadata),
-        Reply::StatusUpdate(event) => MeshMeta::take(&mut event.metadata),
-        Reply::ArtifactUpdate(event) => MeshMeta::take(&mut event.metadata),
-        _ => MeshMeta::default(),
-    }
+    reply.take_mesh()
 }
 
 /// Puts back into a whole-task event the history its agent left out (`_mesh.historyFrom`,
@@ -741,7 +725,7 @@ async fn route(
     payload: &[u8],
     ack: Option<crate::bus::Ack>,
 ) {
-    let (id, reply) = match codec::decode_reply(payload, Dialect::V0_3) {
+    let (id, reply) = match codec::decode_reply_and_mesh(payload, Dialect::V0_3) {
         Ok(decoded) => decoded,
         Err(error) => {
             tracing::warn!(%error, "undecodable reply on the response topic, dropped");
@@ -752,10 +736,11 @@ async fn route(
         JsonRpcId::String(s) => s.clone(),
         other => other.to_string(),
     };
-    let instance = reply
-        .as_ref()
-        .ok()
-        .and_then(|r| reply_position(r).1.map(str::to_owned));
+    let (reply, mut meta) = match reply {
+        Ok((reply, meta)) => (Ok(reply), meta),
+        Err(error) => (Err(error), MeshMeta::default()),
+    };
+    let instance = meta.instance.take();
     let tx = {
         let mut pending = pending.locked();
         let Some(entry) = pending.get_mut(&key) else {
@@ -787,6 +772,7 @@ async fn route(
         .send_async(Box::new(Delivery {
             reply,
             instance,
+            meta,
             ended: None,
             ack,
         }))

@@ -137,6 +137,31 @@ impl Reply {
             _ => true,
         }
     }
+
+    /// [`Reply::is_final`] of a reply whose `_mesh` was taken out into `mesh` (a 0.x `final`
+    /// is in its `other` entries).
+    pub fn is_final_given(&self, mesh: &MeshMeta) -> bool {
+        match self {
+            Reply::StatusUpdate(e) => mesh
+                .other
+                .get("final")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or_else(|| is_final_state(&e.status.state)),
+            _ => self.is_final(),
+        }
+    }
+
+    /// Takes the `_mesh` metadata out of a task, message or event (what a client never sees)
+    /// and returns it: empty when there is none, or for the other replies.
+    pub fn take_mesh(&mut self) -> MeshMeta {
+        match self {
+            Reply::Task(task) => MeshMeta::take(&mut task.metadata),
+            Reply::Message(message) => MeshMeta::take(&mut message.metadata),
+            Reply::StatusUpdate(event) => MeshMeta::take(&mut event.metadata),
+            Reply::ArtifactUpdate(event) => MeshMeta::take(&mut event.metadata),
+            _ => MeshMeta::default(),
+        }
+    }
 }
 
 impl From<StreamResponse> for Reply {

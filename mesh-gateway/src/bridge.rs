@@ -28,7 +28,7 @@ use foldhash::HashMap;
 use mesh_core::bus::ConnectionState;
 use mesh_core::error::A2aError;
 use mesh_core::model::{Artifact, Task, TaskArtifactUpdateEvent, TaskState, TaskStatusUpdateEvent};
-use mesh_core::requester::{Ended, ReplyStream, Requester, restore_history, strip_reply_meta};
+use mesh_core::requester::{Ended, ReplyStream, Requester, restore_history};
 use mesh_core::rpc::Reply;
 use mesh_core::sync::MutexExt;
 use std::future::Future;
@@ -465,8 +465,9 @@ impl Bridge {
                 self.cancel_at_agent(id, &record.agent);
             }
             match delivery.reply {
+                // Its `_mesh` taken out by the requester (`delivery.meta`).
                 Ok(mut reply) => {
-                    let meta = strip_reply_meta(&mut reply);
+                    let meta = &delivery.meta;
                     if let (Reply::Task(task), Some(from)) = (&mut reply, meta.history_from) {
                         self.restore_history(id, task, from);
                     }

@@ -32,7 +32,8 @@
 //!   [`write_task_page_json`], [`write_stream_task_json`]: the same results without the
 //!   JSON-RPC envelope (the HTTP+JSON binding's bodies, push-notification bodies, the task
 //!   store's event log);
-//! - [`decode_reply`]: a response or stream event of a dialect into a [`Reply`];
+//! - [`decode_reply`]: a response or stream event of a dialect into a [`Reply`]
+//!   ([`decode_reply_and_mesh`]: with its `_mesh` taken out, as a requester reads it);
 //!   [`read_reply_json`] a bare result; [`read_task`] a task already parsed;
 //!   [`read_params`] the params of a method gathered by another binding.
 //!
@@ -289,6 +290,27 @@ pub fn decode_reply(bytes: &[u8], dialect: Dialect) -> Result<DecodedReply, A2aE
         Some(r) => Ok(r),
         None => lenient_reader::reply::decode_reply(bytes, dialect),
     }
+}
+
+/// [`DecodedReply`] with the reply's `_mesh` metadata taken out of it (empty when it has
+/// none): how a requester reads an agent's answers, whose `_mesh` no client sees.
+pub type DecodedReplyAndMesh = (JsonRpcId, Result<(Reply, MeshMeta), A2aError>);
+
+/// [`decode_reply`], then [`Reply::take_mesh`]; the typed reader reads a task's `_mesh`
+/// straight into the [`MeshMeta`] (an agent's answer to SendMessage), without a `Value` tree.
+pub fn decode_reply_and_mesh(
+    bytes: &[u8],
+    dialect: Dialect,
+) -> Result<DecodedReplyAndMesh, A2aError> {
+    if let Some(r) = typed_reader::decode_reply_and_mesh(bytes, dialect) {
+        return Ok(r);
+    }
+    let (id, reply) = lenient_reader::reply::decode_reply(bytes, dialect)?;
+    let reply = reply.map(|mut reply| {
+        let mesh = reply.take_mesh();
+        (reply, mesh)
+    });
+    Ok((id, reply))
 }
 
 /// Reads a bare task written in any dialect (`-32602` naming the field).

@@ -688,6 +688,17 @@ fn check_reply(bytes: &[u8], d: Dialect) -> Result<(), TestCaseError> {
             String::from_utf8_lossy(bytes)
         );
     }
+    // With the `_mesh` taken out as it is read: what the lenient reader reads, then taken out.
+    if let Some(fast) = fast::decode_reply_and_mesh(bytes, d) {
+        let lenient = lenient_reader::reply::decode_reply(bytes, d).map(|(id, reply)| {
+            let reply = reply.map(|mut reply| {
+                let mesh = reply.take_mesh();
+                (reply, mesh)
+            });
+            (id, reply)
+        });
+        prop_assert_eq!(lenient, Ok(fast), "{}", String::from_utf8_lossy(bytes));
+    }
     Ok(())
 }
 
@@ -695,8 +706,31 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(500))]
 
     #[test]
-    fn typed_reader_matches_lenient_replies(r in reply(), id in id(), muts in prop::collection::vec(mutation(), 1..3)) {
+    fn typed_reader_matches_lenient_replies(r in reply(), id in id(), seq in prop::option::of(0u64..1000), history_from in prop::option::of(0u64..5), unknown in prop::bool::ANY, muts in prop::collection::vec(mutation(), 1..3)) {
         let id = id.unwrap_or(JsonRpcId::Null);
+        // As an agent sends it: its `_mesh` in the metadata (the lenient reader's own `_mesh`
+        // cases come from `meta()`).
+        let mut r = r;
+        if seq.is_some() || history_from.is_some() {
+            let mut other = serde_json::Map::new();
+            if unknown {
+                other.insert("futureField".into(), json!([true, "x"]));
+            }
+            let mesh = crate::meta::MeshMeta {
+                instance: seq.map(|s| format!("i{s}")),
+                seq,
+                history_from,
+                other,
+                ..Default::default()
+            };
+            match &mut r {
+                Reply::Task(t) => mesh.put(&mut t.metadata),
+                Reply::Message(m) => mesh.put(&mut m.metadata),
+                Reply::StatusUpdate(e) => mesh.put(&mut e.metadata),
+                Reply::ArtifactUpdate(e) => mesh.put(&mut e.metadata),
+                _ => {}
+            }
+        }
         for d in Dialect::ALL {
             for m in [Method::GetTask, Method::SendMessage] {
                 let bytes = super::encode_reply_to(m, d, &id, &r);
@@ -947,4 +981,33 @@ fn decoded_lists_hold_no_more_room_than_their_items() {
     assert_eq!(history[0].parts.capacity(), history[0].parts.len());
     assert_eq!(artifacts.capacity(), artifacts.len());
     assert_eq!(artifacts[0].parts.capacity(), artifacts[0].parts.len());
+}
+
+#[test]
+fn an_answer_reads_its_mesh_apart_and_leaves_a_snapshot_in_it_to_the_lenient_reader() {
+    let answer = |mesh: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"r1","result":{{"kind":"task","id":"t","contextId":"c","status":{{"state":"completed"}},"metadata":{{"k":1,"_mesh":{mesh}}}}}}}"#
+        )
+    };
+    let plain = answer(r#"{"instance":"i","seq":3,"historyFrom":1}"#);
+    let (id, read) = fast::decode_reply_and_mesh(plain.as_bytes(), Dialect::V0_3).unwrap();
+    assert_eq!(id, JsonRpcId::String("r1".into()));
+    let (Reply::Task(task), mesh) = read.unwrap() else {
+        panic!("a task")
+    };
+    assert_eq!(task.metadata, Some(HashMap::from([("k".into(), json!(1))])));
+    assert_eq!(
+        (mesh.instance.as_deref(), mesh.seq, mesh.history_from),
+        (Some("i"), Some(3), Some(1))
+    );
+    // A snapshot is a request's: the typed reader declines, the lenient one keeps it as is.
+    let snapshot = answer(
+        r#"{"seq":3,"task":{"kind":"task","id":"s","contextId":"c","status":{"state":"working"}}}"#,
+    );
+    assert!(fast::decode_reply_and_mesh(snapshot.as_bytes(), Dialect::V0_3).is_none());
+    let (_, read) = super::decode_reply_and_mesh(snapshot.as_bytes(), Dialect::V0_3).unwrap();
+    let (_, mesh) = read.unwrap();
+    assert_eq!(mesh.seq, Some(3));
+    assert_eq!(mesh.other["task"]["id"], "s");
 }

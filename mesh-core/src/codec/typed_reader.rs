@@ -363,9 +363,10 @@ fn artifact(a: FArtifact) -> Option<Artifact> {
     })
 }
 
+/// A task; `Md` its metadata: a map, or [`FParamsMetadata`] to read its `_mesh` apart.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct FTask<'a> {
+struct FTask<'a, Md = Metadata> {
     #[serde(default, borrow, deserialize_with = "borrowed")]
     kind: Option<Str<'a>>,
     id: String,
@@ -376,7 +377,27 @@ struct FTask<'a> {
     artifacts: Option<Vec<M<FArtifact<'a>>>>,
     #[serde(borrow)]
     history: Option<Vec<M<FMessage<'a>>>>,
-    metadata: Option<Metadata>,
+    metadata: Option<Md>,
+}
+
+/// A task read with its `_mesh` apart: the task as [`task`] takes it, and the `_mesh`, as
+/// [`MeshMeta::take`] would have taken it out (a map left with nothing but `_mesh` is
+/// absent). Its `_mesh` holds no task snapshot, which only a request's envelope reads as one.
+fn split_task_mesh(t: FTask<'_, FParamsMetadata<false>>) -> (FTask<'_>, MeshMeta) {
+    let (metadata, mesh) = match t.metadata {
+        Some(m) => (Some(m.entries), m.mesh),
+        None => (None, MeshMeta::default()),
+    };
+    let task = FTask {
+        kind: t.kind,
+        id: t.id,
+        context_id: t.context_id,
+        status: t.status,
+        artifacts: t.artifacts,
+        history: t.history,
+        metadata,
+    };
+    (task, mesh)
 }
 
 fn task(t: FTask) -> Option<Task> {
@@ -526,17 +547,18 @@ struct FSend<'a> {
 
 /// The metadata of send params: its entries, with `_mesh` read straight into a
 /// [`MeshMeta`] instead of a `Value` tree (the request's envelope, on every request an agent
-/// serves).
-struct FParamsMetadata {
+/// serves). `SNAPSHOT`: whether its `_mesh` may hold a task snapshot (a request's; an
+/// answer's `_mesh` with one is left to the lenient reader).
+struct FParamsMetadata<const SNAPSHOT: bool = true> {
     entries: Metadata,
     mesh: MeshMeta,
 }
 
-impl<'de> Deserialize<'de> for FParamsMetadata {
+impl<'de, const SNAPSHOT: bool> Deserialize<'de> for FParamsMetadata<SNAPSHOT> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = FParamsMetadata;
+        struct V<const SNAPSHOT: bool>;
+        impl<'de, const SNAPSHOT: bool> Visitor<'de> for V<SNAPSHOT> {
+            type Value = FParamsMetadata<SNAPSHOT>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("an object")
             }
@@ -548,7 +570,7 @@ impl<'de> Deserialize<'de> for FParamsMetadata {
                         if mesh.is_some() {
                             return Err(de::Error::duplicate_field(MESH_KEY));
                         }
-                        mesh = Some(map.next_value::<FMesh>()?.0);
+                        mesh = Some(map.next_value::<FMesh<SNAPSHOT>>()?.0);
                     } else {
                         entries.insert(key.into_owned(), map.next_value()?);
                     }
@@ -559,7 +581,7 @@ impl<'de> Deserialize<'de> for FParamsMetadata {
                 })
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V::<SNAPSHOT>)
     }
 }
 
@@ -588,17 +610,18 @@ impl<'de> Deserialize<'de> for Key<'de> {
 /// `_mesh` read strictly into a [`MeshMeta`]: an object whose known members have their
 /// types (`null` as absent) and appear once; unknown members are kept in `other`. Anything
 /// else makes this reader decline, and the lenient reading ([`MeshMeta::take`]) decides.
-struct FMesh(MeshMeta);
+/// `SNAPSHOT`: whether a `task` member is read (see [`FParamsMetadata`]); without, it declines.
+struct FMesh<const SNAPSHOT: bool = true>(MeshMeta);
 
-impl<'de> Deserialize<'de> for FMesh {
+impl<'de, const SNAPSHOT: bool> Deserialize<'de> for FMesh<SNAPSHOT> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = FMesh;
+        struct V<const SNAPSHOT: bool>;
+        impl<'de, const SNAPSHOT: bool> Visitor<'de> for V<SNAPSHOT> {
+            type Value = FMesh<SNAPSHOT>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("an object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FMesh, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FMesh<SNAPSHOT>, A::Error> {
                 let mut m = MeshMeta::default();
                 let mut seen = 0u16;
                 while let Some(Key(key)) = map.next_key()? {
@@ -635,6 +658,9 @@ impl<'de> Deserialize<'de> for FMesh {
                         4 => m.depth = map.next_value()?,
                         5 => m.traceparent = map.next_value()?,
                         6 => m.task_id = map.next_value()?,
+                        7 if !SNAPSHOT => {
+                            return Err(de::Error::custom("a task snapshot in this _mesh"));
+                        }
                         // The snapshot of a follow-up: a 0.3 task (null: none).
                         7 => {
                             if let Some(M(t)) = map.next_value::<Option<M<FTask<'de>>>>()? {
@@ -652,7 +678,7 @@ impl<'de> Deserialize<'de> for FMesh {
                 Ok(FMesh(m))
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V::<SNAPSHOT>)
     }
 }
 
@@ -889,8 +915,13 @@ fn typed<'a, T: Deserialize<'a>>(raw: &'a str) -> Option<T> {
 /// any) checked, which is how the lenient reader dispatches such an object too; a wrapper
 /// that decodes has exactly its one member.
 fn reply(raw: &str, d: Dialect) -> Option<Reply> {
-    fn bare(raw: &str) -> Option<Option<Reply>> {
-        if let Some(t) = typed(raw) {
+    reply_after(raw, d, false)
+}
+
+/// [`reply`], the attempt as a bare task left out when `not_a_bare_task` (already made).
+fn reply_after(raw: &str, d: Dialect, not_a_bare_task: bool) -> Option<Reply> {
+    let bare = |raw: &str| -> Option<Option<Reply>> {
+        if !not_a_bare_task && let Some(t) = typed(raw) {
             return Some(task(t).map(Reply::Task));
         }
         if let Some(e) = typed(raw) {
@@ -903,7 +934,7 @@ fn reply(raw: &str, d: Dialect) -> Option<Reply> {
             return Some(message(m).map(Reply::Message));
         }
         None
-    }
+    };
     fn wrapped(raw: &str) -> Option<Option<Reply>> {
         if let Some(w) = typed::<WrapTask>(raw) {
             return Some(task(w.task.0).map(Reply::Task));
@@ -928,6 +959,23 @@ fn reply(raw: &str, d: Dialect) -> Option<Reply> {
         Some(r) => r,
         None => (typed::<Members>(raw)?.0 == 0).then_some(Reply::Empty),
     }
+}
+
+/// [`reply`] with the reply's `_mesh` taken out: a bare task (a 0.x answer to SendMessage,
+/// the first event of a stream) reads its `_mesh` straight into a [`MeshMeta`], without a
+/// `Value` tree; any other reply is read by [`reply`] and its `_mesh` taken out after.
+fn reply_and_mesh(raw: &str, d: Dialect) -> Option<(Reply, MeshMeta)> {
+    let mut tried_task = false;
+    if d != Dialect::V1_0 {
+        if let Some(t) = typed::<FTask<FParamsMetadata<false>>>(raw) {
+            let (t, mesh) = split_task_mesh(t);
+            return Some((Reply::Task(task(t)?), mesh));
+        }
+        tried_task = true;
+    }
+    let mut reply = reply_after(raw, d, tried_task)?;
+    let mesh = reply.take_mesh();
+    Some((reply, mesh))
 }
 
 /// The typed decode of a bare canonical result (see [`super::read_reply_json`]); `None`: use
@@ -965,10 +1013,28 @@ fn split_response(text: &str) -> Option<(JsonRpcId, &str)> {
 pub(crate) fn decode_reply(
     bytes: &[u8],
     dialect: Dialect,
-) -> Option<(JsonRpcId, Result<Reply, A2aError>)> {
+) -> Option<super::DecodedReply> {
+    decode_response(bytes, dialect, reply)
+}
+
+/// [`decode_reply`] with the reply's `_mesh` taken out (see
+/// [`super::decode_reply_and_mesh`]).
+pub(crate) fn decode_reply_and_mesh(
+    bytes: &[u8],
+    dialect: Dialect,
+) -> Option<super::DecodedReplyAndMesh> {
+    decode_response(bytes, dialect, reply_and_mesh)
+}
+
+/// A response's id and its result read by `read` (or its error).
+fn decode_response<T>(
+    bytes: &[u8],
+    dialect: Dialect,
+    read: impl Fn(&str, Dialect) -> Option<T>,
+) -> Option<(JsonRpcId, Result<T, A2aError>)> {
     let text = std::str::from_utf8(bytes).ok()?;
     if let Some((id, result)) = split_response(text) {
-        return Some((id, Ok(reply(result, dialect)?)));
+        return Some((id, Ok(read(result, dialect)?)));
     }
     let env: FResponse = serde_json::from_str::<M<FResponse>>(text).ok()?.0;
     if env.jsonrpc != "2.0" {
@@ -982,5 +1048,5 @@ pub(crate) fn decode_reply(
         let v: Value = serde_json::from_str(err.get()).ok()?;
         return Some((id, Err(A2aError::from_json(v, dialect).ok()?)));
     }
-    Some((id, Ok(reply(env.result?.get(), dialect)?)))
+    Some((id, Ok(read(env.result?.get(), dialect)?)))
 }
