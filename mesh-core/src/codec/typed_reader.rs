@@ -22,8 +22,8 @@ use std::marker::PhantomData;
 use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use super::lenient_reader::{
     MessageFields, mesh_str, mesh_strings, parse_timestamp, put_back_mesh, read_base64, take_mesh,
@@ -420,9 +420,47 @@ fn task(t: FTask) -> Option<Task> {
     })
 }
 
+/// How a stream event's metadata is read: a map whose `_mesh` stays in it ([`Metadata`]),
+/// or with its `_mesh` read apart ([`FParamsMetadata`]). Either way the event's readers take
+/// what 0.x has no field for out of the `_mesh` entries they do not know (the stash).
+trait EventMetadata: Sized {
+    /// The entries (absent when empty), the stash, and the rest of `_mesh` as read.
+    fn open(metadata: Option<Self>) -> (Option<Metadata>, Map<String, Value>, MeshMeta);
+    /// Puts back what the readers left of the stash: under `_mesh` in the entries, or among
+    /// the `_mesh`'s other entries.
+    fn close(metadata: &mut Option<Metadata>, stash: Map<String, Value>, mesh: &mut MeshMeta);
+}
+
+impl EventMetadata for Metadata {
+    fn open(metadata: Option<Metadata>) -> (Option<Metadata>, Map<String, Value>, MeshMeta) {
+        let mut metadata = metadata.filter(|x| !x.is_empty());
+        let stash = take_mesh(&mut metadata);
+        (metadata, stash, MeshMeta::default())
+    }
+    fn close(metadata: &mut Option<Metadata>, stash: Map<String, Value>, _: &mut MeshMeta) {
+        put_back_mesh(metadata, stash);
+    }
+}
+
+impl EventMetadata for FParamsMetadata<false> {
+    fn open(metadata: Option<Self>) -> (Option<Metadata>, Map<String, Value>, MeshMeta) {
+        match metadata {
+            Some(m) => {
+                let mut mesh = m.mesh;
+                let stash = std::mem::take(&mut mesh.other);
+                (Some(m.entries).filter(|x| !x.is_empty()), stash, mesh)
+            }
+            None => (None, Map::new(), MeshMeta::default()),
+        }
+    }
+    fn close(_: &mut Option<Metadata>, stash: Map<String, Value>, mesh: &mut MeshMeta) {
+        mesh.other = stash;
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct FStatusEvent<'a> {
+struct FStatusEvent<'a, Md = Metadata> {
     #[serde(default, borrow, deserialize_with = "borrowed")]
     kind: Option<Str<'a>>,
     task_id: String,
@@ -431,10 +469,17 @@ struct FStatusEvent<'a> {
     status: M<FStatus<'a>>,
     #[serde(rename = "final")]
     fin: Option<bool>,
-    metadata: Option<Metadata>,
+    metadata: Option<Md>,
 }
 
 fn status_event(e: FStatusEvent) -> Option<TaskStatusUpdateEvent> {
+    status_event_and_mesh(e).map(|(event, _)| event)
+}
+
+/// A status event, and its `_mesh` when `Md` reads it apart.
+fn status_event_and_mesh<Md: EventMetadata>(
+    e: FStatusEvent<'_, Md>,
+) -> Option<(TaskStatusUpdateEvent, MeshMeta)> {
     if e.kind
         .as_ref()
         .is_some_and(|k| k != "status-update" && k != "TaskStatusUpdateEvent")
@@ -442,30 +487,30 @@ fn status_event(e: FStatusEvent) -> Option<TaskStatusUpdateEvent> {
         return None;
     }
     let status = status(e.status.0)?;
-    let mut metadata = e.metadata.filter(|x| !x.is_empty());
-    let mut mesh = take_mesh(&mut metadata);
+    let (mut metadata, mut stash, mut mesh) = Md::open(e.metadata);
     let context_id = e
         .context_id
-        .or_else(|| mesh_str(&mut mesh, "contextId"))
+        .or_else(|| mesh_str(&mut stash, "contextId"))
         .unwrap_or_default();
     if let Some(f) = e.fin {
-        mesh.remove("final");
+        stash.remove("final");
         if f != is_final_state(&status.state) {
-            mesh.insert("final".into(), Value::Bool(f));
+            stash.insert("final".into(), Value::Bool(f));
         }
     }
-    put_back_mesh(&mut metadata, mesh);
-    Some(TaskStatusUpdateEvent {
+    Md::close(&mut metadata, stash, &mut mesh);
+    let event = TaskStatusUpdateEvent {
         task_id: e.task_id,
         context_id,
         status,
         metadata,
-    })
+    };
+    Some((event, mesh))
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct FArtifactEvent<'a> {
+struct FArtifactEvent<'a, Md = Metadata> {
     #[serde(default, borrow, deserialize_with = "borrowed")]
     kind: Option<Str<'a>>,
     task_id: String,
@@ -474,10 +519,17 @@ struct FArtifactEvent<'a> {
     artifact: M<FArtifact<'a>>,
     append: Option<bool>,
     last_chunk: Option<bool>,
-    metadata: Option<Metadata>,
+    metadata: Option<Md>,
 }
 
 fn artifact_event(e: FArtifactEvent) -> Option<TaskArtifactUpdateEvent> {
+    artifact_event_and_mesh(e).map(|(event, _)| event)
+}
+
+/// An artifact event, and its `_mesh` when `Md` reads it apart.
+fn artifact_event_and_mesh<Md: EventMetadata>(
+    e: FArtifactEvent<'_, Md>,
+) -> Option<(TaskArtifactUpdateEvent, MeshMeta)> {
     if e.kind
         .as_ref()
         .is_some_and(|k| k != "artifact-update" && k != "TaskArtifactUpdateEvent")
@@ -485,21 +537,21 @@ fn artifact_event(e: FArtifactEvent) -> Option<TaskArtifactUpdateEvent> {
         return None;
     }
     let artifact = artifact(e.artifact.0)?;
-    let mut metadata = e.metadata.filter(|x| !x.is_empty());
-    let mut mesh = take_mesh(&mut metadata);
+    let (mut metadata, mut stash, mut mesh) = Md::open(e.metadata);
     let context_id = e
         .context_id
-        .or_else(|| mesh_str(&mut mesh, "contextId"))
+        .or_else(|| mesh_str(&mut stash, "contextId"))
         .unwrap_or_default();
-    put_back_mesh(&mut metadata, mesh);
-    Some(TaskArtifactUpdateEvent {
+    Md::close(&mut metadata, stash, &mut mesh);
+    let event = TaskArtifactUpdateEvent {
         task_id: e.task_id,
         context_id,
         artifact,
         append: e.append,
         last_chunk: e.last_chunk,
         metadata,
-    })
+    };
+    Some((event, mesh))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -918,17 +970,20 @@ fn reply(raw: &str, d: Dialect) -> Option<Reply> {
     reply_after(raw, d, false)
 }
 
-/// [`reply`], the attempt as a bare task left out when `not_a_bare_task` (already made).
-fn reply_after(raw: &str, d: Dialect, not_a_bare_task: bool) -> Option<Reply> {
+/// [`reply`], the attempts as a bare task, status or artifact event left out when
+/// `events_tried` (already made).
+fn reply_after(raw: &str, d: Dialect, events_tried: bool) -> Option<Reply> {
     let bare = |raw: &str| -> Option<Option<Reply>> {
-        if !not_a_bare_task && let Some(t) = typed(raw) {
-            return Some(task(t).map(Reply::Task));
-        }
-        if let Some(e) = typed(raw) {
-            return Some(status_event(e).map(Reply::StatusUpdate));
-        }
-        if let Some(e) = typed(raw) {
-            return Some(artifact_event(e).map(Reply::ArtifactUpdate));
+        if !events_tried {
+            if let Some(t) = typed(raw) {
+                return Some(task(t).map(Reply::Task));
+            }
+            if let Some(e) = typed(raw) {
+                return Some(status_event(e).map(Reply::StatusUpdate));
+            }
+            if let Some(e) = typed(raw) {
+                return Some(artifact_event(e).map(Reply::ArtifactUpdate));
+            }
         }
         if let Some(m) = typed(raw) {
             return Some(message(m).map(Reply::Message));
@@ -961,19 +1016,28 @@ fn reply_after(raw: &str, d: Dialect, not_a_bare_task: bool) -> Option<Reply> {
     }
 }
 
-/// [`reply`] with the reply's `_mesh` taken out: a bare task (a 0.x answer to SendMessage,
-/// the first event of a stream) reads its `_mesh` straight into a [`MeshMeta`], without a
-/// `Value` tree; any other reply is read by [`reply`] and its `_mesh` taken out after.
+/// [`reply`] with the reply's `_mesh` taken out: a bare task, status or artifact event (a 0.x
+/// answer to SendMessage, the events of a stream) reads its `_mesh` straight into a
+/// [`MeshMeta`], without a `Value` tree; any other reply is read by [`reply`] and its `_mesh`
+/// taken out after.
 fn reply_and_mesh(raw: &str, d: Dialect) -> Option<(Reply, MeshMeta)> {
-    let mut tried_task = false;
+    let mut events_tried = false;
     if d != Dialect::V1_0 {
         if let Some(t) = typed::<FTask<FParamsMetadata<false>>>(raw) {
             let (t, mesh) = split_task_mesh(t);
             return Some((Reply::Task(task(t)?), mesh));
         }
-        tried_task = true;
+        if let Some(e) = typed::<FStatusEvent<FParamsMetadata<false>>>(raw) {
+            let (event, mesh) = status_event_and_mesh(e)?;
+            return Some((Reply::StatusUpdate(event), mesh));
+        }
+        if let Some(e) = typed::<FArtifactEvent<FParamsMetadata<false>>>(raw) {
+            let (event, mesh) = artifact_event_and_mesh(e)?;
+            return Some((Reply::ArtifactUpdate(event), mesh));
+        }
+        events_tried = true;
     }
-    let mut reply = reply_after(raw, d, tried_task)?;
+    let mut reply = reply_after(raw, d, events_tried)?;
     let mesh = reply.take_mesh();
     Some((reply, mesh))
 }
@@ -1010,10 +1074,7 @@ fn split_response(text: &str) -> Option<(JsonRpcId, &str)> {
 
 /// The typed decode of a canonical response (see [`super::decode_reply`]); `None`: use the
 /// lenient reader.
-pub(crate) fn decode_reply(
-    bytes: &[u8],
-    dialect: Dialect,
-) -> Option<super::DecodedReply> {
+pub(crate) fn decode_reply(bytes: &[u8], dialect: Dialect) -> Option<super::DecodedReply> {
     decode_response(bytes, dialect, reply)
 }
 
