@@ -307,9 +307,15 @@ impl Emitter {
         self.encode_in_place(guard, &mut reply)
     }
 
-    /// [`Emitter::encode`] of a reply the caller keeps (its metadata then holds the `_mesh`).
+    /// [`Emitter::encode`] of a reply the caller keeps (its metadata may then hold the
+    /// `_mesh`). A stream event's `_mesh` is written from the fields where the codec can.
     fn encode_in_place(&self, guard: &mut State, reply: &mut Reply) -> Vec<u8> {
         let meta = self.next_meta(guard);
+        if let Some(payload) =
+            codec::encode_event_with_mesh(self.dialect, &self.rpc_id, reply, &meta)
+        {
+            return payload;
+        }
         match reply {
             Reply::Task(task) => meta.put(&mut task.metadata),
             Reply::Message(message) => meta.put(&mut message.metadata),

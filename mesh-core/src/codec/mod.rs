@@ -27,7 +27,8 @@
 //!   client's 1.0 request in 0.3 for the bus);
 //! - [`encode_reply`] / [`encode_reply_to`] / [`encode_task`] / [`encode_task_page`] /
 //!   [`encode_error`]: JSON-RPC responses (and SSE stream events) in a dialect;
-//!   [`encode_task_with_mesh`] an agent's answer with its `_mesh` written from the fields;
+//!   [`encode_task_with_mesh`], [`encode_event_with_mesh`]: an agent's answer, an agent's
+//!   stream event, with its `_mesh` written from the fields;
 //! - [`write_reply_json`], [`write_reply_to_json`], [`write_task_json`],
 //!   [`write_task_page_json`], [`write_stream_task_json`]: the same results without the
 //!   JSON-RPC envelope (the HTTP+JSON binding's bodies, push-notification bodies, the task
@@ -173,6 +174,29 @@ pub fn encode_task_with_mesh(
             writer::task_answer(out, method, task, dialect, view, Some(mesh))
         })
     })
+}
+
+/// An agent's stream event (a status or artifact update, 0.3 or 1.0, with no `_mesh` of its
+/// own) with `mesh` as its `metadata._mesh`, written from the fields rather than put into the
+/// event's metadata as a `Value` first; `None` for any other reply (the caller puts `mesh`
+/// into its metadata and writes it with [`encode_reply`]).
+pub fn encode_event_with_mesh(
+    dialect: Dialect,
+    id: &JsonRpcId,
+    reply: &Reply,
+    mesh: &MeshMeta,
+) -> Option<Vec<u8>> {
+    if !writer::event_takes_mesh(reply, dialect) {
+        return None;
+    }
+    Some(writer::to_vec(
+        writer::size_hint::reply(reply) + MESH_HINT,
+        |out| {
+            writer::result(out, id, |out| {
+                writer::event_with_mesh(out, reply, dialect, mesh)
+            })
+        },
+    ))
 }
 
 /// Room for an agent's `_mesh` in an answer (instance, position, history kept).

@@ -425,6 +425,40 @@ proptest! {
         }
     }
 
+    /// An agent's stream event with its `_mesh` written from the fields reads as the same
+    /// event with the `_mesh` put into its metadata first; in 0.1, or with a `_mesh` of its
+    /// own, the event is left to that.
+    #[test]
+    fn an_event_with_mesh_written_from_its_fields_reads_as_one_put_into_its_metadata(
+        r in reply(), instance in "[a-z0-9]{1,12}", seq in 0u64..1_000_000, id in id()
+    ) {
+        let id = id.unwrap_or(JsonRpcId::Null);
+        let mesh = crate::meta::MeshMeta {
+            instance: Some(instance),
+            seq: Some(seq),
+            ..Default::default()
+        };
+        let own_mesh = |m: &Option<Metadata>| m.as_ref().is_some_and(|m| m.contains_key(MESH_KEY));
+        let event = matches!(&r, Reply::StatusUpdate(e) if !own_mesh(&e.metadata))
+            || matches!(&r, Reply::ArtifactUpdate(e) if !own_mesh(&e.metadata));
+        let mut put = r.clone();
+        match &mut put {
+            Reply::Task(t) => mesh.clone().put(&mut t.metadata),
+            Reply::Message(m) => mesh.clone().put(&mut m.metadata),
+            Reply::StatusUpdate(e) => mesh.clone().put(&mut e.metadata),
+            Reply::ArtifactUpdate(e) => mesh.clone().put(&mut e.metadata),
+            _ => {}
+        }
+        for d in Dialect::ALL {
+            let fields = super::encode_event_with_mesh(d, &id, &r, &mesh);
+            prop_assert_eq!(fields.is_some(), event && d != Dialect::V0_1, "dialect {}", d);
+            if let Some(fields) = fields {
+                let value = super::encode_reply(d, &id, &put);
+                prop_assert_eq!(parse(&fields), parse(&value), "dialect {}", d);
+            }
+        }
+    }
+
     #[test]
     fn written_requests_read_back_as_written((method, call) in call(), id in id(), mesh in mesh()) {
         // A model the writer can carry whole (see `written_back`).

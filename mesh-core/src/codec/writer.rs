@@ -372,12 +372,64 @@ fn event_meta<'a>(
 /// A status-update event (0.x `final`: `metadata._mesh.final` if set, else implied by the
 /// state).
 pub(crate) fn status_event(out: &mut JsonOut, e: &TaskStatusUpdateEvent, d: Dialect) {
+    status_event_with(out, e, d, None);
+}
+
+/// Whether [`event_with_mesh`] writes `r` in `d`: a status or artifact event, 0.3 or 1.0,
+/// whose metadata holds no `_mesh` of its own (which the 0.x writers merge with a stash).
+pub(crate) fn event_takes_mesh(r: &Reply, d: Dialect) -> bool {
+    let own_mesh = |m: &Option<Metadata>| m.as_ref().is_some_and(|m| m.contains_key(MESH_KEY));
+    d != Dialect::V0_1
+        && match r {
+            Reply::StatusUpdate(e) => !own_mesh(&e.metadata),
+            Reply::ArtifactUpdate(e) => !own_mesh(&e.metadata),
+            _ => false,
+        }
+}
+
+/// A stream event of an agent ([`event_takes_mesh`]) with `mesh` written as its
+/// `metadata._mesh` (wrapped in 1.0).
+pub(crate) fn event_with_mesh(out: &mut JsonOut, r: &Reply, d: Dialect, mesh: &MeshMeta) {
+    let v1 = d == Dialect::V1_0;
+    match r {
+        Reply::StatusUpdate(e) if v1 => wrap(out, "statusUpdate", |out| {
+            status_event_with(out, e, d, Some(mesh))
+        }),
+        Reply::StatusUpdate(e) => status_event_with(out, e, d, Some(mesh)),
+        Reply::ArtifactUpdate(e) if v1 => wrap(out, "artifactUpdate", |out| {
+            artifact_event_with(out, e, d, Some(mesh))
+        }),
+        Reply::ArtifactUpdate(e) => artifact_event_with(out, e, d, Some(mesh)),
+        _ => reply(out, r, d, false),
+    }
+}
+
+/// [`status_event`]; with `mesh` (0.3 and 1.0, an event without a `_mesh` of its own),
+/// that written as its `metadata._mesh`.
+fn status_event_with(
+    out: &mut JsonOut,
+    e: &TaskStatusUpdateEvent,
+    d: Dialect,
+    mesh: Option<&MeshMeta>,
+) {
     let mut o = out.obj();
     if d == Dialect::V1_0 {
         o.key("taskId").str(&e.task_id);
         o.key("contextId").str(&e.context_id);
         status(o.key("status"), &e.status, d);
-        metadata(&mut o, meta_out(e.metadata.as_ref(), Map::new()));
+        match mesh {
+            Some(mesh) => params_metadata(&mut o, e.metadata.as_ref(), mesh),
+            None => metadata(&mut o, meta_out(e.metadata.as_ref(), Map::new())),
+        }
+        return o.end();
+    }
+    if let Some(mesh) = mesh {
+        o.key("kind").raw("\"status-update\"");
+        o.key("taskId").str(&e.task_id);
+        o.key("contextId").str(&e.context_id);
+        status(o.key("status"), &e.status, d);
+        o.key("final").bool(is_final_state(&e.status.state));
+        params_metadata(&mut o, e.metadata.as_ref(), mesh);
         return o.end();
     }
     let ctx = (d == Dialect::V0_1 && !e.context_id.is_empty()).then_some(e.context_id.as_str());
@@ -397,6 +449,17 @@ pub(crate) fn status_event(out: &mut JsonOut, e: &TaskStatusUpdateEvent, d: Dial
 
 /// An artifact-update event (0.1: append/lastChunk inside the artifact).
 pub(crate) fn artifact_event(out: &mut JsonOut, e: &TaskArtifactUpdateEvent, d: Dialect) {
+    artifact_event_with(out, e, d, None);
+}
+
+/// [`artifact_event`]; with `mesh` (0.3 and 1.0, an event without a `_mesh` of its own),
+/// that written as its `metadata._mesh`.
+fn artifact_event_with(
+    out: &mut JsonOut,
+    e: &TaskArtifactUpdateEvent,
+    d: Dialect,
+    mesh: Option<&MeshMeta>,
+) {
     let mut o = out.obj();
     if d == Dialect::V0_1 {
         o.key("id").str(&e.task_id);
@@ -422,7 +485,10 @@ pub(crate) fn artifact_event(out: &mut JsonOut, e: &TaskArtifactUpdateEvent, d: 
     artifact(o.key("artifact"), &e.artifact, d, 0, None);
     opt_serde(&mut o, "append", e.append.as_ref());
     opt_serde(&mut o, "lastChunk", e.last_chunk.as_ref());
-    metadata(&mut o, meta_out(e.metadata.as_ref(), Map::new()));
+    match mesh {
+        Some(mesh) => params_metadata(&mut o, e.metadata.as_ref(), mesh),
+        None => metadata(&mut o, meta_out(e.metadata.as_ref(), Map::new())),
+    }
     o.end();
 }
 
