@@ -20,7 +20,7 @@ use mesh_core::error::A2aError;
 use mesh_core::jsonrpc::JsonRpcId;
 use mesh_core::meta::MeshMeta;
 use mesh_core::model::{
-    Artifact, MESH_KEY, Message, Part, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    Artifact, Message, Part, Task, TaskArtifactUpdateEvent, TaskState, TaskStatus,
     TaskStatusUpdateEvent, is_final_state,
 };
 use mesh_core::rpc::Reply;
@@ -339,22 +339,17 @@ impl Emitter {
             }
             None => codec::TaskView::WHOLE,
         };
-        // SendMessage's answer is the task's shape in every dialect (wrapped in 1.0).
-        let has_own_mesh = guard
-            .task
-            .metadata
-            .as_ref()
-            .is_some_and(|m| m.contains_key(MESH_KEY));
-        if !has_own_mesh {
-            // The common case: `_mesh` written straight from its fields.
-            return codec::encode_task_with_mesh(
-                Method::SendMessage,
-                self.dialect,
-                &self.rpc_id,
-                &guard.task,
-                view,
-                &meta,
-            );
+        // SendMessage's answer is the task's shape in every dialect (wrapped in 1.0). The
+        // common case: `_mesh` written straight from its fields.
+        if let Some(payload) = codec::encode_task_with_mesh(
+            Method::SendMessage,
+            self.dialect,
+            &self.rpc_id,
+            &guard.task,
+            view,
+            &meta,
+        ) {
+            return payload;
         }
         // The task's own `_mesh` (dialect-preservation fields) merged with this one, for the
         // write only.

@@ -124,30 +124,30 @@ impl Reply {
     /// final state (terminal, input-required, auth-required; a status update's 0.x `final`
     /// read as `metadata._mesh.final` wins); any non-event reply.
     pub fn is_final(&self) -> bool {
-        match self {
-            Reply::Task(t) => is_final_state(&t.status.state),
+        let stashed = match self {
             Reply::StatusUpdate(e) => e
                 .metadata
                 .as_ref()
                 .and_then(|m| m.get(MESH_KEY))
-                .and_then(|m| m.get("final"))
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or_else(|| is_final_state(&e.status.state)),
-            Reply::ArtifactUpdate(_) => false,
-            _ => true,
-        }
+                .and_then(|m| m.get("final")),
+            _ => None,
+        };
+        self.ends_stream(stashed.and_then(serde_json::Value::as_bool))
     }
 
     /// [`Reply::is_final`] of a reply whose `_mesh` was taken out into `mesh` (a 0.x `final`
     /// is in its `other` entries).
     pub fn is_final_given(&self, mesh: &MeshMeta) -> bool {
+        self.ends_stream(mesh.other.get("final").and_then(serde_json::Value::as_bool))
+    }
+
+    /// Whether this event ends a stream, `stashed` being a status update's 0.x `final`.
+    fn ends_stream(&self, stashed: Option<bool>) -> bool {
         match self {
-            Reply::StatusUpdate(e) => mesh
-                .other
-                .get("final")
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or_else(|| is_final_state(&e.status.state)),
-            _ => self.is_final(),
+            Reply::Task(t) => is_final_state(&t.status.state),
+            Reply::StatusUpdate(e) => stashed.unwrap_or_else(|| is_final_state(&e.status.state)),
+            Reply::ArtifactUpdate(_) => false,
+            _ => true,
         }
     }
 

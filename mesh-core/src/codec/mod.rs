@@ -159,8 +159,8 @@ pub fn encode_task(
 
 /// [`encode_task`] with `mesh` as the task's `metadata._mesh`, written from its fields rather
 /// than put into the task's metadata as a `Value` first: how an agent answers with the task
-/// it keeps. `mesh` replaces a `_mesh` the task's own metadata holds (the caller puts such a
-/// one into the metadata instead, to merge them).
+/// it keeps. `None` for a task whose own metadata holds a `_mesh` (the caller puts `mesh`
+/// into it, to merge them, and writes it with [`encode_task`]).
 pub fn encode_task_with_mesh(
     method: Method,
     dialect: Dialect,
@@ -168,12 +168,18 @@ pub fn encode_task_with_mesh(
     task: &Task,
     view: TaskView,
     mesh: &MeshMeta,
-) -> Vec<u8> {
-    writer::to_vec(writer::size_hint::task(task, view) + MESH_HINT, |out| {
-        writer::result(out, id, |out| {
-            writer::task_answer(out, method, task, dialect, view, Some(mesh))
-        })
-    })
+) -> Option<Vec<u8>> {
+    if writer::has_own_mesh(&task.metadata) {
+        return None;
+    }
+    Some(writer::to_vec(
+        writer::size_hint::task(task, view) + MESH_HINT,
+        |out| {
+            writer::result(out, id, |out| {
+                writer::task_answer(out, method, task, dialect, view, Some(mesh))
+            })
+        },
+    ))
 }
 
 /// An agent's stream event (a status or artifact update, 0.3 or 1.0, with no `_mesh` of its

@@ -96,6 +96,21 @@ fn meta_out<'a>(meta: Option<&'a Metadata>, stash: Map<String, Value>) -> Option
     Some(MetaOut::Owned(out))
 }
 
+/// Whether an object's own metadata holds a `_mesh` (which the writers merge with what they
+/// put there, so that it cannot be written from a [`MeshMeta`]'s fields alone).
+pub(crate) fn has_own_mesh(metadata: &Option<Metadata>) -> bool {
+    metadata.as_ref().is_some_and(|m| m.contains_key(MESH_KEY))
+}
+
+/// Writes an object's own metadata with `mesh` as its `_mesh` (an object without one of its
+/// own), or, without `mesh`, as [`metadata`] does.
+fn own_metadata(o: &mut Obj<'_>, own: Option<&Metadata>, mesh: Option<&MeshMeta>) {
+    match mesh {
+        Some(mesh) => params_metadata(o, own, mesh),
+        None => metadata(o, meta_out(own, Map::new())),
+    }
+}
+
 /// Writes `metadata` (the object's own, or merged with a stash) unless there is none.
 fn metadata(o: &mut Obj<'_>, meta: Option<MetaOut<'_>>) {
     match meta {
@@ -324,10 +339,7 @@ fn task_with(out: &mut JsonOut, t: &Task, d: Dialect, view: TaskView, mesh: Opti
         };
         o.key("history").array(h, |out, m| message(out, m, d));
     }
-    match mesh {
-        Some(mesh) => params_metadata(&mut o, t.metadata.as_ref(), mesh),
-        None => metadata(&mut o, meta_out(t.metadata.as_ref(), Map::new())),
-    }
+    own_metadata(&mut o, t.metadata.as_ref(), mesh);
     o.end();
 }
 
@@ -378,11 +390,10 @@ pub(crate) fn status_event(out: &mut JsonOut, e: &TaskStatusUpdateEvent, d: Dial
 /// Whether [`event_with_mesh`] writes `r` in `d`: a status or artifact event, 0.3 or 1.0,
 /// whose metadata holds no `_mesh` of its own (which the 0.x writers merge with a stash).
 pub(crate) fn event_takes_mesh(r: &Reply, d: Dialect) -> bool {
-    let own_mesh = |m: &Option<Metadata>| m.as_ref().is_some_and(|m| m.contains_key(MESH_KEY));
     d != Dialect::V0_1
         && match r {
-            Reply::StatusUpdate(e) => !own_mesh(&e.metadata),
-            Reply::ArtifactUpdate(e) => !own_mesh(&e.metadata),
+            Reply::StatusUpdate(e) => !has_own_mesh(&e.metadata),
+            Reply::ArtifactUpdate(e) => !has_own_mesh(&e.metadata),
             _ => false,
         }
 }
@@ -417,23 +428,18 @@ fn status_event_with(
         o.key("taskId").str(&e.task_id);
         o.key("contextId").str(&e.context_id);
         status(o.key("status"), &e.status, d);
-        match mesh {
-            Some(mesh) => params_metadata(&mut o, e.metadata.as_ref(), mesh),
-            None => metadata(&mut o, meta_out(e.metadata.as_ref(), Map::new())),
+        own_metadata(&mut o, e.metadata.as_ref(), mesh);
+        return o.end();
+    }
+    // With `mesh` (0.3, no `_mesh` of its own): no stash, `final` as the state implies.
+    let (fin, meta) = match mesh {
+        Some(_) => (is_final_state(&e.status.state), None),
+        None => {
+            let ctx =
+                (d == Dialect::V0_1 && !e.context_id.is_empty()).then_some(e.context_id.as_str());
+            event_meta(e.metadata.as_ref(), &e.status.state, ctx)
         }
-        return o.end();
-    }
-    if let Some(mesh) = mesh {
-        o.key("kind").raw("\"status-update\"");
-        o.key("taskId").str(&e.task_id);
-        o.key("contextId").str(&e.context_id);
-        status(o.key("status"), &e.status, d);
-        o.key("final").bool(is_final_state(&e.status.state));
-        params_metadata(&mut o, e.metadata.as_ref(), mesh);
-        return o.end();
-    }
-    let ctx = (d == Dialect::V0_1 && !e.context_id.is_empty()).then_some(e.context_id.as_str());
-    let (fin, meta) = event_meta(e.metadata.as_ref(), &e.status.state, ctx);
+    };
     if d == Dialect::V0_3 {
         o.key("kind").raw("\"status-update\"");
         o.key("taskId").str(&e.task_id);
@@ -443,7 +449,10 @@ fn status_event_with(
     }
     status(o.key("status"), &e.status, d);
     o.key("final").bool(fin);
-    metadata(&mut o, meta);
+    match mesh {
+        Some(mesh) => params_metadata(&mut o, e.metadata.as_ref(), mesh),
+        None => metadata(&mut o, meta),
+    }
     o.end();
 }
 
@@ -485,10 +494,7 @@ fn artifact_event_with(
     artifact(o.key("artifact"), &e.artifact, d, 0, None);
     opt_serde(&mut o, "append", e.append.as_ref());
     opt_serde(&mut o, "lastChunk", e.last_chunk.as_ref());
-    match mesh {
-        Some(mesh) => params_metadata(&mut o, e.metadata.as_ref(), mesh),
-        None => metadata(&mut o, meta_out(e.metadata.as_ref(), Map::new())),
-    }
+    own_metadata(&mut o, e.metadata.as_ref(), mesh);
     o.end();
 }
 

@@ -653,6 +653,82 @@ async fn a_stream_with_a_lost_event_ends_saying_so(broker: TestBroker) {
     agent_bus.disconnect().await.unwrap();
 }
 
+mesh_testkit::both_brokers!(
+    an_answers_mesh_reaches_the_requester_apart_and_a_0x_final_ends_its_stream
+);
+
+/// What an agent puts in an event's `_mesh` comes out of the reply into `Delivery::meta`
+/// (its instance apart, its position read there), and a 0.3 event whose `final` says the
+/// stream ends ends it, whatever its state: the requester reads that from the `_mesh` it
+/// took out. The "agent" is a plain bus client.
+async fn an_answers_mesh_reaches_the_requester_apart_and_a_0x_final_ends_its_stream(
+    broker: TestBroker,
+) {
+    use mesh_core::dialect::Method;
+    use mesh_core::model::{Message, Part, Role, TaskState, send_params};
+    use mesh_core::requester::{Requester, RequesterKind};
+    use mesh_core::rpc::Reply;
+    use serde_json::{Value, json};
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let bus = connect(&broker.url()).await;
+    let agent_bus = connect(&broker.url()).await;
+    let mut requests = agent_bus
+        .subscribe(
+            &topics.agent_request_filter("early").unwrap(),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    let requester = Requester::start(bus.clone(), topics, RequesterKind::Gateway, "gw", "i1")
+        .await
+        .unwrap();
+    let message = Message::new(Role::User, vec![Part::text("hello")]);
+    let mut stream = requester
+        .send(
+            "early",
+            send_params(message),
+            send_options(Method::SendStreamingMessage),
+        )
+        .await
+        .unwrap();
+    let request: Value = serde_json::from_slice(&next(&mut requests).await.payload).unwrap();
+    let reply_to = request
+        .pointer("/params/metadata/_mesh/replyTo")
+        .and_then(Value::as_str)
+        .expect("replyTo")
+        .to_owned();
+    // Still working, yet the last event of the stream.
+    let event = json!({"jsonrpc": "2.0", "id": request["id"], "result": {
+        "kind": "status-update", "taskId": "t", "contextId": "c", "final": true,
+        "status": {"state": "working"},
+        "metadata": {"k": 1, "_mesh": {"instance": "a1", "seq": 0}},
+    }});
+    agent_bus.send(&reply_to, event.to_string()).await.unwrap();
+    let delivery = within("the event", stream.next()).await.unwrap();
+    assert_eq!(delivery.instance.as_deref(), Some("a1"));
+    assert_eq!(delivery.meta.seq, Some(0));
+    let Ok(Reply::StatusUpdate(update)) = &delivery.reply else {
+        panic!("a status update: {delivery:?}")
+    };
+    assert_eq!(update.status.state, TaskState::Working);
+    assert_eq!(
+        update
+            .metadata
+            .as_ref()
+            .map(|m| m.keys().collect::<Vec<_>>()),
+        Some(vec![&"k".to_owned()]),
+        "the reply keeps the agent's own metadata, not its _mesh"
+    );
+    assert!(
+        within("after the final event", stream.next())
+            .await
+            .is_none(),
+        "the stream ends at the event that says it is final"
+    );
+    bus.disconnect().await.unwrap();
+    agent_bus.disconnect().await.unwrap();
+}
+
 /// A request's options for task `t`, with a deadline no test reaches.
 fn send_options(method: mesh_core::dialect::Method) -> mesh_core::requester::SendOptions {
     mesh_core::requester::SendOptions {

@@ -2,7 +2,7 @@
 //! params/result of every method and dialect, arbitrary agent cards).
 
 use mesh_core::codec::card::read_card;
-use mesh_core::codec::{decode, decode_reply, decode_request};
+use mesh_core::codec::{decode, decode_reply, decode_reply_and_mesh, decode_request};
 use mesh_core::dialect::{Dialect, Method, method_name};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -85,6 +85,7 @@ proptest! {
         let _ = decode(&bytes);
         for d in Dialect::ALL {
             let _ = decode_reply(&bytes, d);
+            let _ = decode_reply_and_mesh(&bytes, d);
         }
     }
 
@@ -96,6 +97,7 @@ proptest! {
         let _ = decode_request(&serde_json::to_vec(&req).unwrap_or_default());
         let resp = json!({"jsonrpc":"2.0","id":1,"result":params.clone()});
         let _ = decode_reply(&serde_json::to_vec(&resp).unwrap_or_default(), dialect);
+        let _ = decode_reply_and_mesh(&serde_json::to_vec(&resp).unwrap_or_default(), dialect);
         let resp = json!({"jsonrpc":"2.0","id":1,"error":params.clone()});
         let _ = decode_reply(&serde_json::to_vec(&resp).unwrap_or_default(), dialect);
         let _ = read_card(params);
