@@ -195,9 +195,16 @@ pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
         task_id,
         time_left,
     } = started;
-    let deadline = tokio::time::sleep(time_left);
+    // One reading of the clock for both timers (a year stands for a time past any deadline,
+    // as `sleep` does for a duration it cannot add).
+    let now = tokio::time::Instant::now();
+    let at = |after| {
+        now.checked_add(after)
+            .unwrap_or_else(|| now + Duration::from_secs(365 * 86_400))
+    };
+    let deadline = tokio::time::sleep_until(at(time_left));
     tokio::pin!(deadline);
-    let progress = tokio::time::sleep(PROGRESS_AFTER);
+    let progress = tokio::time::sleep_until(at(PROGRESS_AFTER));
     tokio::pin!(progress);
     let mut progress_sent = false;
 

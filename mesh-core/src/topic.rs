@@ -190,6 +190,24 @@ pub fn check_segment(segment: &str) -> Result<(), SegmentProblem> {
     Ok(())
 }
 
+/// `path` as exactly `N` safe segments, `None` for any other path: the separators found by
+/// one vectorised search, each segment checked once (on every request an agent serves: the
+/// reply topic it is given).
+fn safe_segments<const N: usize>(path: &str) -> Option<[&str; N]> {
+    let mut segments = [""; N];
+    let mut count = 0;
+    let mut start = 0;
+    let bytes = path.as_bytes();
+    for end in memchr::memchr_iter(b'/', bytes).chain(std::iter::once(bytes.len())) {
+        let segment = &path[start..end];
+        *segments.get_mut(count)? = segment;
+        check_segment(segment).ok()?;
+        count += 1;
+        start = end + 1;
+    }
+    (count == N).then_some(segments)
+}
+
 /// Returns whether `segment` is a safe segment.
 pub fn is_safe_segment(segment: &str) -> bool {
     check_segment(segment).is_ok()
@@ -256,8 +274,24 @@ pub fn decode_task_id(segment: &str) -> Result<Cow<'_, str>, TopicError> {
 /// Handles `+` and `#`, strips a `$share/<group>/` prefix from the filter, and follows MQTT's
 /// rule that a filter starting with a wildcard does not match a topic starting with `$`.
 pub fn filter_matches(filter: &str, topic: &str) -> bool {
-    // Runs for every route on every incoming message: one pass over the bytes, no iterators.
-    let filter = strip_share(filter).as_bytes();
+    let (literal, rest) = split_literal(filter);
+    topic.starts_with(literal) && rest_matches(rest, &topic[literal.len()..])
+}
+
+/// A filter as a router keeps it: its [`literal_prefix`], which every matching topic starts
+/// with (compared in one `memcmp`), and the rest of the filter after it, which
+/// [`rest_matches`] matches against the rest of the topic.
+pub fn split_literal(filter: &str) -> (&str, &str) {
+    let literal = literal_prefix(filter);
+    (literal, &strip_share(filter)[literal.len()..])
+}
+
+/// Whether the rest of a topic after a filter's literal prefix matches the rest of the filter
+/// ([`split_literal`]): what [`filter_matches`] is once the prefixes compared equal.
+pub fn rest_matches(rest: &str, topic: &str) -> bool {
+    // Runs for every route on every incoming message: one pass over the bytes, no iterators
+    // (the literal levels, compared already, are not walked again).
+    let filter = rest.as_bytes();
     let topic = topic.as_bytes();
     if topic.first() == Some(&b'$') && matches!(filter.first(), Some(b'+' | b'#')) {
         return false;
@@ -270,16 +304,10 @@ pub fn filter_matches(filter: &str, topic: &str) -> bool {
             Some(b'#') if wildcard => return true,
             Some(b'+') if wildcard => {
                 f += 1;
-                t += topic[t..]
-                    .iter()
-                    .position(|&b| b == b'/')
-                    .unwrap_or(topic.len() - t);
+                t += memchr::memchr(b'/', &topic[t..]).unwrap_or(topic.len() - t);
             }
             _ => {
-                let level = filter[f..]
-                    .iter()
-                    .position(|&b| b == b'/')
-                    .unwrap_or(filter.len() - f);
+                let level = memchr::memchr(b'/', &filter[f..]).unwrap_or(filter.len() - f);
                 let end = t + level;
                 if end > topic.len()
                     || filter[f..f + level] != topic[t..end]
@@ -670,21 +698,11 @@ impl Topics {
         else {
             return false;
         };
-        let mut segs = rest.split('/');
-        let (Some(requester), Some(instance), Some(answering), Some(task), None) = (
-            segs.next(),
-            segs.next(),
-            segs.next(),
-            segs.next(),
-            segs.next(),
-        ) else {
+        let Some([_requester, _instance, answering, task]) = safe_segments(rest) else {
             return false;
         };
-        answering == agent
-            && is_safe_segment(requester)
-            && is_safe_segment(instance)
-            && is_safe_segment(answering)
-            && decode_task_id(task).is_ok()
+        // A task segment not encoded is a safe segment (checked); an encoded one decodes.
+        answering == agent && (!task.starts_with(ENCODED_PREFIX) || decode_task_id(task).is_ok())
     }
 
     /// The filter of every topic of the namespace.

@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::Backoff;
 use super::{BusError, BusMessage, BusStats, ConnectionState, packet_size};
-use crate::topic::{filter_matches, literal_prefix};
+use crate::topic::{rest_matches, split_literal};
 
 /// A subscriber waiting for the SUBACK of its filter.
 pub(crate) struct Waiter {
@@ -48,8 +48,10 @@ struct PendingSub {
 struct Route {
     id: u64,
     filter: String,
-    /// [`literal_prefix`] of the filter: compared before the full match.
+    /// The filter's literal prefix, compared first, and the rest of it, matched against the
+    /// rest of a topic that starts with the prefix ([`split_literal`]).
     literal: String,
+    rest: String,
     qos: QoS,
     /// The consumer acknowledges each message ([`Ack`]); otherwise the bus does, once it is
     /// handed over.
@@ -271,7 +273,8 @@ impl BusState {
         r.routes.push(Route {
             id,
             filter: filter.to_owned(),
-            literal: literal_prefix(filter).to_owned(),
+            literal: split_literal(filter).0.to_owned(),
+            rest: split_literal(filter).1.to_owned(),
             qos,
             by_consumer,
             tx,
@@ -425,7 +428,10 @@ impl BusState {
         let mut matching = router
             .routes
             .iter()
-            .filter(|r| topic.starts_with(r.literal.as_str()) && filter_matches(&r.filter, topic))
+            .filter(|r| {
+                topic.starts_with(r.literal.as_str())
+                    && rest_matches(&r.rest, &topic[r.literal.len()..])
+            })
             .inspect(|r| by_consumer |= r.by_consumer)
             .map(|r| r.tx.clone());
         let first = matching.next();

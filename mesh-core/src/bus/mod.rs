@@ -654,9 +654,9 @@ fn check_topic(topic: &str) -> Result<(), BusError> {
     if topic.len() > usize::from(u16::MAX) {
         return bad("longer than 65535 bytes");
     }
-    // One pass over the bytes (on every publish); the three are ASCII, so a byte match is a
-    // character match.
-    match topic.bytes().find(|&b| matches!(b, b'+' | b'#' | b'\0')) {
+    // One vectorised pass over the bytes (on every publish); the three are ASCII, so a byte
+    // match is a character match.
+    match memchr::memchr3(b'+', b'#', b'\0', topic.as_bytes()).map(|i| topic.as_bytes()[i]) {
         Some(b'\0') => bad("contains NUL"),
         Some(_) => bad("wildcards are not allowed in a topic name"),
         None => Ok(()),

@@ -98,11 +98,13 @@ impl JsonOut {
         }
         let mut text = [0u8; 32];
         let mut len = 0;
-        let mut digits = |n: u32, width: u32| {
-            for i in (0..width).rev() {
-                text[len] = b'0' + (n / 10u32.pow(i) % 10) as u8;
-                len += 1;
+        // Right to left, one division by the constant 10 a digit (a multiply).
+        let mut digits = |mut n: u32, width: usize| {
+            for slot in text[len..len + width].iter_mut().rev() {
+                *slot = b'0' + (n % 10) as u8;
+                n /= 10;
             }
+            len += width;
         };
         digits(year as u32, 4);
         digits(t.month(), 2);
