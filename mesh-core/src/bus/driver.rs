@@ -15,6 +15,7 @@
 //!   keeps closing the connection before acknowledging it.
 
 use crate::sync::MutexExt;
+use futures_core::Stream;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -501,6 +502,10 @@ pub(crate) struct Driver {
     pub(crate) eventloop: EventLoop,
     /// The client's requests, in order; rumqttc's own queue stays empty.
     pub(crate) requests: flume::Receiver<Request>,
+    /// The driver's wait for the next request (a stream of `requests`): it keeps its place in
+    /// the queue's waiters while the network wins the driver's `select!`, instead of a
+    /// waiter allocated, queued and removed again on every turn of the loop.
+    pub(crate) next_request: flume::r#async::RecvStream<'static, Request>,
     pub(crate) shared: Arc<BusState>,
     pub(crate) control: mpsc::UnboundedSender<Command>,
     pub(crate) state: watch::Sender<ConnectionState>,
@@ -592,8 +597,9 @@ impl Driver {
                     // The requests first: a batch empties the queue, so the network has its
                     // turn next, and a poll is not started only to be dropped.
                     biased;
-                    request = self.requests.recv_async(), if may_write(&self.eventloop) => match request {
-                        Ok(first) => match write_requests(&mut self.eventloop, &self.requests, &mut self.acks, first).await {
+                    request = std::future::poll_fn(|cx| std::pin::Pin::new(&mut self.next_request).poll_next(cx)),
+                        if may_write(&self.eventloop) => match request {
+                        Some(first) => match write_requests(&mut self.eventloop, &self.requests, &mut self.acks, first).await {
                             Ok(()) => continue,
                             Err(e) => {
                                 // As rumqttc does after a failed poll: what was in flight is
@@ -602,7 +608,7 @@ impl Driver {
                                 Err(e)
                             }
                         },
-                        Err(_) => break "every handle of the bus dropped".to_owned(),
+                        None => break "every handle of the bus dropped".to_owned(),
                     },
                     polled = self.eventloop.poll() => polled,
                 }

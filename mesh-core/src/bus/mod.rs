@@ -327,6 +327,7 @@ impl Bus {
         let (ready_tx, ready_rx) = oneshot::channel();
         let driver = Driver {
             eventloop,
+            next_request: requests.clone().into_stream(),
             requests,
             shared: shared.clone(),
             control: control_tx.clone(),
