@@ -267,6 +267,7 @@ impl BusState {
         tx: mpsc::Sender<BusMessage>,
     ) -> Option<u64> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (literal, rest) = split_literal(filter);
         let mut r = self.lock();
         if r.closed {
             return None;
@@ -274,8 +275,8 @@ impl BusState {
         r.routes.push(Route {
             id,
             filter: filter.to_owned(),
-            literal: split_literal(filter).0.to_owned(),
-            rest: split_literal(filter).1.to_owned(),
+            literal: literal.to_owned(),
+            rest: rest.to_owned(),
             qos,
             by_consumer,
             tx,

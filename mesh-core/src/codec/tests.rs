@@ -441,7 +441,7 @@ proptest! {
             seq: Some(seq),
             ..Default::default()
         };
-        let own_mesh = |m: &Option<Metadata>| m.as_ref().is_some_and(|m| m.contains_key(MESH_KEY));
+        let own_mesh = super::writer::has_own_mesh;
         let event = matches!(&r, Reply::StatusUpdate(e) if !own_mesh(&e.metadata))
             || matches!(&r, Reply::ArtifactUpdate(e) if !own_mesh(&e.metadata));
         let mut put = r.clone();

@@ -587,35 +587,16 @@ mesh_testkit::both_brokers!(a_stream_with_a_lost_event_ends_saying_so);
 /// pass an incomplete task off as whole. The "agent" here is a plain bus client that
 /// answers with positions 0, 2 and 3 (as if the broker had dropped 1).
 async fn a_stream_with_a_lost_event_ends_saying_so(broker: TestBroker) {
-    use mesh_core::dialect::Method;
-    use mesh_core::model::{Message, Part, Role, send_params};
-    use mesh_core::requester::{Ended, Requester, RequesterKind};
-    use serde_json::{Value, json};
-    let topics = Topics::new(fresh_namespace()).unwrap();
-    let bus = connect(&broker.url()).await;
-    let agent_bus = connect(&broker.url()).await;
-    let mut requests = agent_bus
-        .subscribe(
-            &topics.agent_request_filter("lossy").unwrap(),
-            QoS::AtLeastOnce,
-        )
-        .await
-        .unwrap();
-    let requester = Requester::start(bus.clone(), topics, RequesterKind::Gateway, "gw", "i1")
-        .await
-        .unwrap();
-    let options = send_options(Method::SendStreamingMessage);
-    let message = Message::new(Role::User, vec![Part::text("hello")]);
-    let mut stream = requester
-        .send("lossy", send_params(message), options)
-        .await
-        .unwrap();
-    let request: Value = serde_json::from_slice(&next(&mut requests).await.payload).unwrap();
-    let reply_to = request
-        .pointer("/params/metadata/_mesh/replyTo")
-        .and_then(Value::as_str)
-        .expect("replyTo")
-        .to_owned();
+    use mesh_core::requester::Ended;
+    use serde_json::json;
+    let FakeAgent {
+        bus,
+        agent_bus,
+        mut stream,
+        request,
+        reply_to,
+        _requester,
+    } = stream_to_fake_agent(&broker, "lossy").await;
     let event = |seq: u64, state: &str, last: bool| {
         json!({"jsonrpc": "2.0", "id": request["id"], "result": {
             "kind": "status-update", "taskId": "t", "contextId": "c", "final": last,
@@ -664,39 +645,17 @@ mesh_testkit::both_brokers!(
 async fn an_answers_mesh_reaches_the_requester_apart_and_a_0x_final_ends_its_stream(
     broker: TestBroker,
 ) {
-    use mesh_core::dialect::Method;
-    use mesh_core::model::{Message, Part, Role, TaskState, send_params};
-    use mesh_core::requester::{Requester, RequesterKind};
+    use mesh_core::model::TaskState;
     use mesh_core::rpc::Reply;
-    use serde_json::{Value, json};
-    let topics = Topics::new(fresh_namespace()).unwrap();
-    let bus = connect(&broker.url()).await;
-    let agent_bus = connect(&broker.url()).await;
-    let mut requests = agent_bus
-        .subscribe(
-            &topics.agent_request_filter("early").unwrap(),
-            QoS::AtLeastOnce,
-        )
-        .await
-        .unwrap();
-    let requester = Requester::start(bus.clone(), topics, RequesterKind::Gateway, "gw", "i1")
-        .await
-        .unwrap();
-    let message = Message::new(Role::User, vec![Part::text("hello")]);
-    let mut stream = requester
-        .send(
-            "early",
-            send_params(message),
-            send_options(Method::SendStreamingMessage),
-        )
-        .await
-        .unwrap();
-    let request: Value = serde_json::from_slice(&next(&mut requests).await.payload).unwrap();
-    let reply_to = request
-        .pointer("/params/metadata/_mesh/replyTo")
-        .and_then(Value::as_str)
-        .expect("replyTo")
-        .to_owned();
+    use serde_json::json;
+    let FakeAgent {
+        bus,
+        agent_bus,
+        mut stream,
+        request,
+        reply_to,
+        _requester,
+    } = stream_to_fake_agent(&broker, "early").await;
     // Still working, yet the last event of the stream.
     let event = json!({"jsonrpc": "2.0", "id": request["id"], "result": {
         "kind": "status-update", "taskId": "t", "contextId": "c", "final": true,
@@ -727,6 +686,67 @@ async fn an_answers_mesh_reaches_the_requester_apart_and_a_0x_final_ends_its_str
     );
     bus.disconnect().await.unwrap();
     agent_bus.disconnect().await.unwrap();
+}
+
+/// A streaming request sent to an "agent" that is a plain bus client: the test answers on
+/// `reply_to` with whatever events it needs.
+struct FakeAgent {
+    /// The requester's connection.
+    bus: Bus,
+    /// The fake agent's connection.
+    agent_bus: Bus,
+    stream: mesh_core::requester::ReplyStream,
+    /// The request as the agent received it.
+    request: serde_json::Value,
+    /// Where the agent answers (`_mesh.replyTo`).
+    reply_to: String,
+    /// Held so that the stream's routes stay up.
+    _requester: mesh_core::requester::Requester,
+}
+
+/// Sends a streaming "hello" for task `t` to agent `agent` in a fresh namespace and takes the
+/// request as that agent.
+async fn stream_to_fake_agent(broker: &TestBroker, agent: &str) -> FakeAgent {
+    use mesh_core::dialect::Method;
+    use mesh_core::model::{Message, Part, Role, send_params};
+    use mesh_core::requester::{Requester, RequesterKind};
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let bus = connect(&broker.url()).await;
+    let agent_bus = connect(&broker.url()).await;
+    let mut requests = agent_bus
+        .subscribe(
+            &topics.agent_request_filter(agent).unwrap(),
+            QoS::AtLeastOnce,
+        )
+        .await
+        .unwrap();
+    let requester = Requester::start(bus.clone(), topics, RequesterKind::Gateway, "gw", "i1")
+        .await
+        .unwrap();
+    let message = Message::new(Role::User, vec![Part::text("hello")]);
+    let stream = requester
+        .send(
+            agent,
+            send_params(message),
+            send_options(Method::SendStreamingMessage),
+        )
+        .await
+        .unwrap();
+    let request: serde_json::Value =
+        serde_json::from_slice(&next(&mut requests).await.payload).unwrap();
+    let reply_to = request
+        .pointer("/params/metadata/_mesh/replyTo")
+        .and_then(serde_json::Value::as_str)
+        .expect("replyTo")
+        .to_owned();
+    FakeAgent {
+        bus,
+        agent_bus,
+        stream,
+        request,
+        reply_to,
+        _requester: requester,
+    }
 }
 
 /// A request's options for task `t`, with a deadline no test reaches.
