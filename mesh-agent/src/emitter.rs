@@ -24,6 +24,7 @@ use mesh_core::model::{
     TaskStatusUpdateEvent, is_final_state,
 };
 use mesh_core::rpc::Reply;
+use std::sync::Arc;
 
 /// Why an event could not be emitted.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +49,10 @@ pub enum EmitError {
 }
 
 struct State {
-    task: Task,
+    /// The task as it evolves: shared with the handler's snapshot of it until the first
+    /// change, which copies it only while the handler still holds that snapshot (a handler
+    /// that answers and returns has dropped it, so its task is never copied).
+    task: Arc<Task>,
     next_seq: u64,
     announced: bool,
     closed: bool,
@@ -83,7 +87,7 @@ impl Emitter {
         rpc_id: JsonRpcId,
         instance: String,
         streaming: bool,
-        task: Task,
+        task: Arc<Task>,
     ) -> Emitter {
         Emitter {
             bus,
@@ -117,7 +121,7 @@ impl Emitter {
     }
 
     /// The task as it stands.
-    pub(crate) async fn task(&self) -> Task {
+    pub(crate) async fn task(&self) -> Arc<Task> {
         self.state.lock().await.task.clone()
     }
 
@@ -142,17 +146,14 @@ impl Emitter {
             return Err(EmitError::Closed);
         }
         let mut outbox = self.announce(guard);
-        let message = message.map(|m| bind(&guard.task, m));
+        let task = Arc::make_mut(&mut guard.task);
+        let message = message.map(|m| bind(task, m));
         // As the A2A SDKs do: the status message being replaced becomes history.
-        if let Some(previous) = guard.task.status.message.take() {
-            guard
-                .task
-                .history
-                .get_or_insert_with(Vec::new)
-                .push(previous);
+        if let Some(previous) = task.status.message.take() {
+            task.history.get_or_insert_with(Vec::new).push(previous);
         }
         let is_final = is_final_state(&state);
-        guard.task.status = TaskStatus {
+        task.status = TaskStatus {
             state,
             message,
             timestamp: Some(chrono::Utc::now()),
@@ -204,7 +205,7 @@ impl Emitter {
         } else {
             artifact
         };
-        merge_artifact(&mut guard.task, artifact, append);
+        merge_artifact(Arc::make_mut(&mut guard.task), artifact, append);
         self.send(&mut guard, outbox).await
     }
 
@@ -273,14 +274,14 @@ impl Emitter {
             timestamp: Some(chrono::Utc::now()),
         };
         if !self.streaming {
-            guard.task.status = working;
+            Arc::make_mut(&mut guard.task).status = working;
             return outbox;
         }
         if self.dialect != Dialect::V0_1 {
             // 0.1 streams carry status and artifact updates only.
             outbox.push(self.encode_task(guard));
         }
-        guard.task.status = working.clone();
+        Arc::make_mut(&mut guard.task).status = working.clone();
         let event = TaskStatusUpdateEvent {
             task_id: guard.task.id.clone(),
             context_id: guard.task.context_id.clone(),
@@ -353,16 +354,12 @@ impl Emitter {
         }
         // The task's own `_mesh` (dialect-preservation fields) merged with this one, for the
         // write only.
-        let metadata = guard.task.metadata.clone();
-        meta.put(&mut guard.task.metadata);
-        let payload = codec::encode_task(
-            Method::SendMessage,
-            self.dialect,
-            &self.rpc_id,
-            &guard.task,
-            view,
-        );
-        guard.task.metadata = metadata;
+        let task = Arc::make_mut(&mut guard.task);
+        let metadata = task.metadata.clone();
+        meta.put(&mut task.metadata);
+        let payload =
+            codec::encode_task(Method::SendMessage, self.dialect, &self.rpc_id, task, view);
+        task.metadata = metadata;
         payload
     }
 
@@ -424,8 +421,9 @@ impl Emitter {
              max_packet_size): the task failed"
         );
         let mut message = Message::new(mesh_core::model::Role::Agent, vec![Part::text(text)]);
-        message = bind(&guard.task, message);
-        guard.task.status = TaskStatus {
+        let task = Arc::make_mut(&mut guard.task);
+        message = bind(task, message);
+        task.status = TaskStatus {
             state: TaskState::Failed,
             message: Some(message),
             timestamp: Some(chrono::Utc::now()),
@@ -439,8 +437,9 @@ impl Emitter {
             };
             self.encode(guard, Reply::StatusUpdate(event))
         } else {
-            guard.task.history = None;
-            guard.task.artifacts = None;
+            let task = Arc::make_mut(&mut guard.task);
+            task.history = None;
+            task.artifacts = None;
             self.encode_task(guard)
         };
         self.bus

@@ -89,7 +89,7 @@ pub(crate) fn start(
         ..
     } = request;
     let keeps_history = meta.keeps_history == Some(true);
-    let emitter = |task: Task, flow: Option<FlowGate>| {
+    let emitter = |task: Arc<Task>, flow: Option<FlowGate>| {
         // The requester keeps the history as the turn begins: the resumed task's, the
         // question, this message.
         let kept = keeps_history.then(|| task.history.as_ref().map_or(0, Vec::len));
@@ -109,12 +109,12 @@ pub(crate) fn start(
     };
 
     if let Err(error) = check_envelope(&meta, shared.config.max_call_depth) {
-        return Err((emitter(empty_task(), None), error));
+        return Err((emitter(Arc::new(empty_task()), None), error));
     }
     let snapshot = meta.task.take();
     let (task, resumed) = match resolve_task(snapshot, &meta, dialect, params.message) {
         Ok(resolved) => resolved,
-        Err(error) => return Err((emitter(empty_task(), None), error)),
+        Err(error) => return Err((emitter(Arc::new(empty_task()), None), error)),
     };
     let depth = meta.depth.unwrap_or(0);
 
@@ -152,13 +152,15 @@ pub(crate) fn start(
         let error = A2aError::unsupported_operation(format!(
             "task {task_id} is still running; wait for it to end or cancel it"
         ));
-        return Err((emitter(task, None), error));
+        return Err((emitter(Arc::new(task), None), error));
     }
 
+    // The handler's snapshot and the emitter's task are one until the emitter's first change.
+    let task = Arc::new(task);
     let emitter = emitter(task.clone(), flow);
     let principal = meta.caller.as_ref().and_then(|c| c.principal.clone());
     let ctx = TaskContext {
-        snapshot: Arc::new(task),
+        snapshot: task,
         resumed,
         caller: meta.caller,
         emitter: emitter.clone(),
@@ -280,8 +282,11 @@ pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
     if !waiters.is_empty() {
         let task = emitter.task().await;
         for (topic, id, dialect) in waiters {
-            let payload =
-                codec::encode_reply(dialect, &id, &mesh_core::rpc::Reply::Task(task.clone()));
+            let payload = codec::encode_reply(
+                dialect,
+                &id,
+                &mesh_core::rpc::Reply::Task(Task::clone(&task)),
+            );
             if let Err(error) = shared
                 .bus
                 .publish(&topic, payload, mesh_core::bus::QoS::AtLeastOnce, false)
