@@ -91,6 +91,10 @@ pub struct GatewayConfig {
     /// tell its version (HTTP/2's preface, or any other first byte), and over HTTP/1.1 from a
     /// head's first byte to its end, and between two requests on a keep-alive connection.
     pub header_timeout: Duration,
+    /// How long an answer being written may wait for its client to accept a byte (a client
+    /// that stops reading a stream, or a large answer): past it the connection is closed.
+    /// Each byte accepted starts the clock again, so a slow reader is not cut off.
+    pub write_timeout: Duration,
     /// The most streams open at once on one HTTP/2 connection (each request, and each event
     /// stream, is one).
     pub http2_max_streams: u32,
@@ -180,6 +184,7 @@ impl Default for GatewayConfig {
             shutdown_grace: Duration::from_secs(5),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(60),
             http2_max_streams: 200,
             data_dir: None,
             store_url: None,

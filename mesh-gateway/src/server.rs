@@ -422,6 +422,7 @@ impl Gateway {
         let http_limits = HttpLimits {
             max_connections: config.max_connections,
             header_timeout: config.header_timeout,
+            write_timeout: config.write_timeout,
             http2_max_streams: config.http2_max_streams,
         };
         let server = match tls {

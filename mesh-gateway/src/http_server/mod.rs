@@ -13,6 +13,9 @@
 //!   (hyper's own timer); a keep-alive connection that sends no next request within it is
 //!   closed. Without it a client that connects and sends nothing (or a head a byte at a
 //!   time) holds a connection, and its buffers, for ever;
+//! - **writes**: a connection whose client accepts no byte for
+//!   [`HttpLimits::write_timeout`] while an answer waits to be written is closed (see
+//!   `write_deadline`), over either version; a slow reader that keeps accepting bytes is not;
 //! - **HTTP/2**: [`HttpLimits::http2_max_streams`] streams at once on a connection, and a
 //!   ping every [`HTTP2_PING_INTERVAL`] that the client must answer within
 //!   [`HTTP2_PING_TIMEOUT`], or the connection and its streams close (a vanished client's
@@ -26,6 +29,7 @@ mod chunked;
 mod handoff;
 mod http1;
 mod rewound;
+mod write_deadline;
 
 pub(crate) use handoff::LongLived;
 
@@ -43,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 use http1::{Http1, Http1Server, Open};
 use rewound::{Rewound, Version, sniff};
+use write_deadline::WriteDeadline;
 
 /// How often an HTTP/2 connection is pinged.
 pub const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(30);
@@ -55,6 +60,7 @@ pub const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 pub(crate) struct HttpLimits {
     pub max_connections: usize,
     pub header_timeout: Duration,
+    pub write_timeout: Duration,
     pub http2_max_streams: u32,
 }
 
@@ -95,7 +101,7 @@ pub(crate) async fn serve<L>(
             _permit: permit,
         };
         tokio::spawn(serve_connection(
-            io,
+            WriteDeadline::new(io, limits.write_timeout),
             app.clone(),
             open,
             (http1.clone(), http2.clone()),

@@ -315,6 +315,79 @@ async fn connections_are_bounded_in_number_and_in_time_to_a_request() {
     }
 }
 
+// A client that stops reading its answer is cut off once it has accepted no byte for the
+// write timeout, whether its event stream was handed off to the gateway's own writer
+// (keep-alive) or stays with hyper (close): its connection leaves the open count, while the
+// task goes on and the other connections are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_closed_after_the_write_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut mesh = GatewayMesh::start_with(|c| {
+        c.write_timeout = std::time::Duration::from_secs(1);
+    })
+    .await;
+    mesh.run(mesh_example_agents::writer::agent()).await;
+    let addr = mesh.gateway.local_addr();
+    for connection in ["keep-alive", "close"] {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        // A small window, so that the gateway's writes soon wait for room.
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stalled = socket.connect(addr).await.unwrap();
+        let body = rpc("message/stream", msg03("stall chunks: 100000")).to_string();
+        let request = format!(
+            "POST /agents/writer HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n\
+             Accept: text/event-stream\r\nConnection: {connection}\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stalled.write_all(request.as_bytes()).await.unwrap();
+        // The stream's first event (the task), then nothing more is read.
+        let marker = r#""kind":"task","id":""#;
+        let mut head = Vec::new();
+        let task_id = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            loop {
+                let mut buf = [0; 1024];
+                let n = stalled.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed before the first event");
+                head.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&head);
+                if let Some(at) = text.find(marker) {
+                    let rest = &text[at + marker.len()..];
+                    if let Some(end) = rest.find('"') {
+                        break rest[..end].to_owned();
+                    }
+                }
+            }
+        })
+        .await
+        .expect("the stream's first event");
+
+        // The gateway gives the connection up: only the one asking for the metrics is open.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let open = metric(&mesh, "mesh_gateway_http_connections_open").await;
+            if open == 1.0 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{connection}: {open} connections still open 30 s after the client stopped reading"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        // What the client had not read yet ends where the gateway stopped: no final event.
+        let rest = read_to_close(&mut stalled).await;
+        let rest = String::from_utf8_lossy(&rest);
+        assert!(
+            !rest.contains(r#""final":true"#),
+            "{connection}: the stream was not cut"
+        );
+        // The task went on without its client; it is not needed any more.
+        mesh.call("writer", "tasks/cancel", json!({ "id": task_id }))
+            .await;
+    }
+}
+
 /// What a connection reads until the gateway closes it (bounded: a hang fails).
 async fn read_to_close(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
     use tokio::io::AsyncReadExt;
