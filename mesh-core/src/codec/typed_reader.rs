@@ -959,52 +959,95 @@ fn typed<'a, T: Deserialize<'a>>(raw: &'a str) -> Option<T> {
 }
 
 /// The typed decode of a canonical result: a task, message or event (bare, with or without
-/// its 0.3 `kind`, or 1.0-wrapped), or an empty object.
+/// its 0.3 `kind`, or 1.0-wrapped), or an empty object. 0.1 results are never canonical
+/// (`sessionId`, `type`-tagged parts): they go to the lenient reader at once.
 ///
-/// Each typed struct fails at the first member it does not know, so the attempts are cheap;
-/// the order puts the likeliest shape of the dialect first. Every attempt is exact: a bare
-/// struct that decodes has at least two members, only its own members and its kind (if
-/// any) checked, which is how the lenient reader dispatches such an object too; a wrapper
-/// that decodes has exactly its one member.
+/// Each typed struct fails at the first member it does not know, but a failure costs
+/// serde_json an error and its message (about 3,000 instructions): the shape the result
+/// names first ([`leading_shape`]) is tried first, then the likeliest shapes of the
+/// dialect. Every attempt is exact: a bare struct that decodes has at least two members,
+/// only its own members and its kind (if any) checked, which is how the lenient reader
+/// dispatches such an object too; a wrapper that decodes has exactly its one member. So the
+/// order changes the cost, never the answer.
 fn reply(raw: &str, d: Dialect) -> Option<Reply> {
     reply_after(raw, d, false)
+}
+
+/// Which shape a result names in its first member, laid out as the writers lay results
+/// out (no space): a 0.3 object's `"kind"` (`{"kind":"status-update",…`) or a 1.0
+/// wrapper's one member (`{"statusUpdate":{…`); with whether it is wrapped. A hint for the
+/// order of the typed attempts only (see [`reply`]).
+fn leading_shape(raw: &str) -> Option<(Shape, bool)> {
+    const BARE: [(&str, Shape); 4] = [
+        (r#""kind":"task""#, Shape::Task),
+        (r#""kind":"status-update""#, Shape::Status),
+        (r#""kind":"artifact-update""#, Shape::Artifact),
+        (r#""kind":"message""#, Shape::Message),
+    ];
+    const WRAPPED: [(&str, Shape); 4] = [
+        (r#""task":"#, Shape::Task),
+        (r#""statusUpdate":"#, Shape::Status),
+        (r#""artifactUpdate":"#, Shape::Artifact),
+        (r#""message":"#, Shape::Message),
+    ];
+    let first = raw.trim_ascii_start().strip_prefix('{')?;
+    let named = |names: &[(&str, Shape)]| {
+        names
+            .iter()
+            .find(|(name, _)| first.starts_with(name))
+            .map(|&(_, shape)| shape)
+    };
+    match named(&BARE) {
+        Some(shape) => Some((shape, false)),
+        None => named(&WRAPPED).map(|shape| (shape, true)),
+    }
+}
+
+/// The shapes of a result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Task,
+    Status,
+    Artifact,
+    Message,
+}
+
+/// One typed attempt: `raw` as a `shape`, bare or `wrapped` (`None`: not that shape).
+fn attempt(raw: &str, shape: Shape, wrapped: bool) -> Option<Option<Reply>> {
+    Some(match (shape, wrapped) {
+        (Shape::Task, false) => task(typed(raw)?).map(Reply::Task),
+        (Shape::Status, false) => status_event(typed(raw)?).map(Reply::StatusUpdate),
+        (Shape::Artifact, false) => artifact_event(typed(raw)?).map(Reply::ArtifactUpdate),
+        (Shape::Message, false) => message(typed(raw)?).map(Reply::Message),
+        (Shape::Task, true) => task(typed::<WrapTask>(raw)?.task.0).map(Reply::Task),
+        (Shape::Status, true) => {
+            status_event(typed::<WrapStatus>(raw)?.status_update.0).map(Reply::StatusUpdate)
+        }
+        (Shape::Artifact, true) => {
+            artifact_event(typed::<WrapArtifact>(raw)?.artifact_update.0).map(Reply::ArtifactUpdate)
+        }
+        (Shape::Message, true) => message(typed::<WrapMessage>(raw)?.message.0).map(Reply::Message),
+    })
 }
 
 /// [`reply`], the attempts as a bare task, status or artifact event left out when
 /// `events_tried` (already made).
 fn reply_after(raw: &str, d: Dialect, events_tried: bool) -> Option<Reply> {
-    let bare = |raw: &str| -> Option<Option<Reply>> {
-        if !events_tried {
-            if let Some(t) = typed(raw) {
-                return Some(task(t).map(Reply::Task));
-            }
-            if let Some(e) = typed(raw) {
-                return Some(status_event(e).map(Reply::StatusUpdate));
-            }
-            if let Some(e) = typed(raw) {
-                return Some(artifact_event(e).map(Reply::ArtifactUpdate));
-            }
-        }
-        if let Some(m) = typed(raw) {
-            return Some(message(m).map(Reply::Message));
-        }
-        None
-    };
-    fn wrapped(raw: &str) -> Option<Option<Reply>> {
-        if let Some(w) = typed::<WrapTask>(raw) {
-            return Some(task(w.task.0).map(Reply::Task));
-        }
-        if let Some(w) = typed::<WrapStatus>(raw) {
-            return Some(status_event(w.status_update.0).map(Reply::StatusUpdate));
-        }
-        if let Some(w) = typed::<WrapArtifact>(raw) {
-            return Some(artifact_event(w.artifact_update.0).map(Reply::ArtifactUpdate));
-        }
-        if let Some(w) = typed::<WrapMessage>(raw) {
-            return Some(message(w.message.0).map(Reply::Message));
-        }
-        None
+    if d == Dialect::V0_1 {
+        return None;
     }
+    if let Some((shape, wrapped)) = leading_shape(raw)
+        && (wrapped || shape == Shape::Message || !events_tried)
+        && let Some(found) = attempt(raw, shape, wrapped)
+    {
+        return found;
+    }
+    const ALL: [Shape; 4] = [Shape::Task, Shape::Status, Shape::Artifact, Shape::Message];
+    let bare = |raw: &str| -> Option<Option<Reply>> {
+        let shapes = if events_tried { &ALL[3..] } else { &ALL[..] };
+        shapes.iter().find_map(|&shape| attempt(raw, shape, false))
+    };
+    let wrapped = |raw: &str| ALL.iter().find_map(|&shape| attempt(raw, shape, true));
     let found = if d == Dialect::V1_0 {
         wrapped(raw).or_else(|| bare(raw))
     } else {
@@ -1021,19 +1064,43 @@ fn reply_after(raw: &str, d: Dialect, events_tried: bool) -> Option<Reply> {
 /// [`MeshMeta`], without a `Value` tree; any other reply is read by [`reply`] and its `_mesh`
 /// taken out after.
 fn reply_and_mesh(raw: &str, d: Dialect) -> Option<(Reply, MeshMeta)> {
+    if d == Dialect::V0_1 {
+        return None;
+    }
     let mut events_tried = false;
-    if d != Dialect::V1_0 {
-        if let Some(t) = typed::<FTask<FParamsMetadata<false>>>(raw) {
-            let (t, mesh) = split_task_mesh(t);
-            return Some((Reply::Task(task(t)?), mesh));
-        }
-        if let Some(e) = typed::<FStatusEvent<FParamsMetadata<false>>>(raw) {
-            let (event, mesh) = status_event_and_mesh(e)?;
-            return Some((Reply::StatusUpdate(event), mesh));
-        }
-        if let Some(e) = typed::<FArtifactEvent<FParamsMetadata<false>>>(raw) {
-            let (event, mesh) = artifact_event_and_mesh(e)?;
-            return Some((Reply::ArtifactUpdate(event), mesh));
+    // A 0.3 event or task, the one its `kind` names first (see [`reply`] on the order).
+    let first = match leading_shape(raw) {
+        Some((Shape::Status, false)) => Some(Shape::Status),
+        Some((Shape::Artifact, false)) => Some(Shape::Artifact),
+        Some((Shape::Task, false)) | None => Some(Shape::Task),
+        Some(_) => None,
+    };
+    if let Some(first) = first
+        && d != Dialect::V1_0
+    {
+        let rest = [Shape::Task, Shape::Status, Shape::Artifact];
+        for shape in std::iter::once(first).chain(rest.into_iter().filter(|&s| s != first)) {
+            match shape {
+                Shape::Task => {
+                    if let Some(t) = typed::<FTask<FParamsMetadata<false>>>(raw) {
+                        let (t, mesh) = split_task_mesh(t);
+                        return Some((Reply::Task(task(t)?), mesh));
+                    }
+                }
+                Shape::Status => {
+                    if let Some(e) = typed::<FStatusEvent<FParamsMetadata<false>>>(raw) {
+                        let (event, mesh) = status_event_and_mesh(e)?;
+                        return Some((Reply::StatusUpdate(event), mesh));
+                    }
+                }
+                Shape::Artifact => {
+                    if let Some(e) = typed::<FArtifactEvent<FParamsMetadata<false>>>(raw) {
+                        let (event, mesh) = artifact_event_and_mesh(e)?;
+                        return Some((Reply::ArtifactUpdate(event), mesh));
+                    }
+                }
+                Shape::Message => {}
+            }
         }
         events_tried = true;
     }
@@ -1110,4 +1177,71 @@ fn decode_response<T>(
         return Some((id, Err(A2aError::from_json(v, dialect).ok()?)));
     }
     Some((id, Ok(read(env.result?.get(), dialect)?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Part, TaskStatus};
+
+    /// Every result the writers lay out names its shape first, so that the typed reader
+    /// tries the right struct first (0.1's results are left to the lenient reader).
+    #[test]
+    fn the_writers_results_name_their_shape_first() {
+        let task = super::super::read_task(serde_json::json!({
+            "kind": "task", "id": "t", "contextId": "c",
+            "status": {"state": "working"}
+        }))
+        .unwrap();
+        let status = TaskStatusUpdateEvent {
+            task_id: "t".into(),
+            context_id: "c".into(),
+            status: TaskStatus {
+                state: TaskState::Working,
+                message: None,
+                timestamp: None,
+            },
+            metadata: None,
+        };
+        let artifact = TaskArtifactUpdateEvent {
+            task_id: "t".into(),
+            context_id: "c".into(),
+            artifact: Artifact {
+                artifact_id: "a".into(),
+                name: None,
+                description: None,
+                parts: vec![Part::text("x")],
+                metadata: None,
+                extensions: None,
+            },
+            append: None,
+            last_chunk: None,
+            metadata: None,
+        };
+        let message = Message::new(Role::Agent, vec![Part::text("x")]);
+        let id = JsonRpcId::Number(1.into());
+        for d in [Dialect::V0_3, Dialect::V1_0] {
+            let wrapped = d == Dialect::V1_0;
+            for (reply, shape) in [
+                (Reply::Task(task.clone()), Shape::Task),
+                (Reply::StatusUpdate(status.clone()), Shape::Status),
+                (Reply::ArtifactUpdate(artifact.clone()), Shape::Artifact),
+                (Reply::Message(message.clone()), Shape::Message),
+            ] {
+                let bytes = super::super::encode_reply(d, &id, &reply);
+                let text = std::str::from_utf8(&bytes).unwrap();
+                let (_, result) = split_response(text).unwrap();
+                assert_eq!(leading_shape(result), Some((shape, wrapped)), "{text}");
+            }
+        }
+        assert_eq!(
+            leading_shape(r#" {"kind":"status-update"}"#),
+            Some((Shape::Status, false))
+        );
+        // Laid out otherwise, a result gives no hint (its attempts go in the usual order).
+        assert_eq!(leading_shape(r#"{ "kind": "task" }"#), None);
+        assert_eq!(leading_shape(r#"{"id":"t","kind":"task"}"#), None);
+        assert_eq!(leading_shape(r#"{"kind":"other"}"#), None);
+        assert_eq!(leading_shape("[]"), None);
+    }
 }
