@@ -300,16 +300,26 @@ async fn connections_are_bounded_in_number_and_in_time_to_a_request() {
     let refused = metric(&mesh, "mesh_gateway_http_connections_refused_total").await;
     assert_eq!(refused, 1.0);
     // A closed connection leaves the gauge when its task ends, just after its client read
-    // the close: the gauge is read until it shows only the connection that reads it.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    // the close.
+    only_the_metrics_connection_open(&mesh, std::time::Duration::from_secs(5), "").await;
+}
+
+/// Waits (at most `within`) until the open-connections gauge shows only the connection
+/// that reads it.
+async fn only_the_metrics_connection_open(
+    mesh: &GatewayMesh,
+    within: std::time::Duration,
+    case: &str,
+) {
+    let deadline = tokio::time::Instant::now() + within;
     loop {
-        let open = metric(&mesh, "mesh_gateway_http_connections_open").await;
+        let open = metric(mesh, "mesh_gateway_http_connections_open").await;
         if open == 1.0 {
-            break;
+            return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{open} connections still counted open"
+            "{case}: {open} connections still counted open after {within:?}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
@@ -363,18 +373,8 @@ async fn a_client_that_stops_reading_is_closed_after_the_write_timeout() {
         .expect("the stream's first event");
 
         // The gateway gives the connection up: only the one asking for the metrics is open.
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            let open = metric(&mesh, "mesh_gateway_http_connections_open").await;
-            if open == 1.0 {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{connection}: {open} connections still open 30 s after the client stopped reading"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        only_the_metrics_connection_open(&mesh, std::time::Duration::from_secs(30), connection)
+            .await;
         // What the client had not read yet ends where the gateway stopped: no final event.
         let rest = read_to_close(&mut stalled).await;
         let rest = String::from_utf8_lossy(&rest);
