@@ -970,7 +970,7 @@ fn typed<'a, T: Deserialize<'a>>(raw: &'a str) -> Option<T> {
 /// dispatches such an object too; a wrapper that decodes has exactly its one member. So the
 /// order changes the cost, never the answer.
 fn reply(raw: &str, d: Dialect) -> Option<Reply> {
-    reply_after(raw, d, false)
+    reply_after(raw, d, false, leading_shape(raw))
 }
 
 /// Which shape a result names in its first member, laid out as the writers lay results
@@ -1030,13 +1030,18 @@ fn attempt(raw: &str, shape: Shape, wrapped: bool) -> Option<Option<Reply>> {
     })
 }
 
-/// [`reply`], the attempts as a bare task, status or artifact event left out when
-/// `events_tried` (already made).
-fn reply_after(raw: &str, d: Dialect, events_tried: bool) -> Option<Reply> {
+/// [`reply`] with the result's [`leading_shape`] read already, the attempts as a bare task,
+/// status or artifact event left out when `events_tried` (already made).
+fn reply_after(
+    raw: &str,
+    d: Dialect,
+    events_tried: bool,
+    hint: Option<(Shape, bool)>,
+) -> Option<Reply> {
     if d == Dialect::V0_1 {
         return None;
     }
-    if let Some((shape, wrapped)) = leading_shape(raw)
+    if let Some((shape, wrapped)) = hint
         && (wrapped || shape == Shape::Message || !events_tried)
         && let Some(found) = attempt(raw, shape, wrapped)
     {
@@ -1068,18 +1073,19 @@ fn reply_and_mesh(raw: &str, d: Dialect) -> Option<(Reply, MeshMeta)> {
         return None;
     }
     let mut events_tried = false;
-    // A 0.3 event or task, the one its `kind` names first (see [`reply`] on the order).
-    let first = match leading_shape(raw) {
-        Some((Shape::Status, false)) => Some(Shape::Status),
-        Some((Shape::Artifact, false)) => Some(Shape::Artifact),
-        Some((Shape::Task, false)) | None => Some(Shape::Task),
+    // A 0.3 event or task, the one its `kind` names first (see [`reply`] on the order); a
+    // message or a 1.0 wrapper is left to `reply_after`, which tries it first.
+    let hint = leading_shape(raw);
+    let order = match hint {
+        Some((Shape::Status, false)) => Some([Shape::Status, Shape::Task, Shape::Artifact]),
+        Some((Shape::Artifact, false)) => Some([Shape::Artifact, Shape::Task, Shape::Status]),
+        Some((Shape::Task, false)) | None => Some([Shape::Task, Shape::Status, Shape::Artifact]),
         Some(_) => None,
     };
-    if let Some(first) = first
+    if let Some(order) = order
         && d != Dialect::V1_0
     {
-        let rest = [Shape::Task, Shape::Status, Shape::Artifact];
-        for shape in std::iter::once(first).chain(rest.into_iter().filter(|&s| s != first)) {
+        for shape in order {
             match shape {
                 Shape::Task => {
                     if let Some(t) = typed::<FTask<FParamsMetadata<false>>>(raw) {
@@ -1104,7 +1110,7 @@ fn reply_and_mesh(raw: &str, d: Dialect) -> Option<(Reply, MeshMeta)> {
         }
         events_tried = true;
     }
-    let mut reply = reply_after(raw, d, events_tried)?;
+    let mut reply = reply_after(raw, d, events_tried, hint)?;
     let mesh = reply.take_mesh();
     Some((reply, mesh))
 }

@@ -15,7 +15,9 @@
 //!   time) holds a connection, and its buffers, for ever;
 //! - **writes**: a connection whose client accepts no byte for
 //!   [`HttpLimits::write_timeout`] while an answer waits to be written is closed (see
-//!   `write_deadline`), over either version; a slow reader that keeps accepting bytes is not;
+//!   `write_deadline`); a slow reader that keeps accepting bytes is not. Over HTTP/2 the
+//!   client's flow-control window keeps what is written small, and a client that stops
+//!   reading stops answering pings (below) too;
 //! - **HTTP/2**: [`HttpLimits::http2_max_streams`] streams at once on a connection, and a
 //!   ping every [`HTTP2_PING_INTERVAL`] that the client must answer within
 //!   [`HTTP2_PING_TIMEOUT`], or the connection and its streams close (a vanished client's
