@@ -14,11 +14,12 @@
 //! signature (A2A §8.4). While it runs, an instance re-asserts its card and its presence
 //! when the retained ones are replaced by something else ([`guard`](crate::guard)).
 
+use crate::dedup::Dedup;
 use crate::directory::PeerDirectory;
 use crate::guard::{self, Guarded, OwnCard, Watches};
 use crate::handler::Handler;
 use crate::runner::{self, Running, SendRequest};
-use foldhash::{HashMap, HashSet};
+use foldhash::HashMap;
 use mesh_core::bus::{
     Bus, BusConfig, BusError, ConnectionState, DropReason, Dropped, LastWill, QoS,
 };
@@ -35,7 +36,6 @@ use mesh_core::rpc::Call;
 use mesh_core::sync::MutexExt;
 use mesh_core::topic::{TopicError, TopicKind, Topics};
 use serde_json::Value;
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{Semaphore, broadcast};
@@ -293,7 +293,7 @@ impl Agent {
             directory,
             running: Mutex::default(),
             idle: tokio::sync::Notify::new(),
-            dedup: Mutex::new(Dedup::default()),
+            dedup: Mutex::new(Dedup::new(DEDUP_CAPACITY)),
             topics: topics.clone(),
             own_card: own_card.clone(),
         });
@@ -841,29 +841,6 @@ impl InstanceState {
     }
 }
 
-/// A bounded set of recently seen request ids (oldest forgotten first).
-#[derive(Default)]
-struct Dedup {
-    seen: HashSet<String>,
-    order: VecDeque<String>,
-}
-
-impl Dedup {
-    fn insert(&mut self, id: &str) -> bool {
-        if self.seen.contains(id) {
-            return false;
-        }
-        if self.order.len() >= DEDUP_CAPACITY
-            && let Some(oldest) = self.order.pop_front()
-        {
-            self.seen.remove(&oldest);
-        }
-        self.seen.insert(id.to_owned());
-        self.order.push_back(id.to_owned());
-        true
-    }
-}
-
 fn presence_payload(
     agent: &str,
     instance: &str,
@@ -880,21 +857,4 @@ fn presence_payload(
         reason: reason.map(str::to_owned),
     };
     serde_json::to_vec(&presence).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dedup_forgets_the_oldest_past_capacity() {
-        let mut dedup = Dedup::default();
-        assert!(dedup.insert("a"));
-        assert!(!dedup.insert("a"));
-        for i in 0..DEDUP_CAPACITY {
-            dedup.insert(&i.to_string());
-        }
-        assert!(dedup.insert("a"), "the oldest id was forgotten");
-        assert_eq!(dedup.order.len(), DEDUP_CAPACITY);
-    }
 }

@@ -33,6 +33,7 @@
 
 mod agent;
 mod context;
+mod dedup;
 mod directory;
 mod emitter;
 mod flow_gate;
