@@ -32,6 +32,7 @@ use mesh_core::model::TaskState;
 use mesh_core::rpc::Reply;
 use mesh_core::sync::RwLockExt;
 use std::collections::VecDeque;
+use std::collections::hash_map::Entry as Slot;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
@@ -502,30 +503,36 @@ impl Inner {
         now: SystemTime,
         evicted: &mut Vec<String>,
     ) {
+        let evictable =
+            |entry: &Entry| entry.finished && entry.record.task.status.state.is_terminal();
+        let expired = |entry: &Entry| {
+            now.duration_since(entry.record.updated).unwrap_or_default() > limits.max_age
+        };
         while let Some(front) = self.finished.front() {
-            let count = self.tasks.len();
-            let Some(entry) = self.tasks.get_mut(front) else {
-                self.finished.pop_front(); // removed earlier
-                continue;
-            };
-            if !entry.finished || !entry.record.task.status.state.is_terminal() {
-                entry.finished = false; // replaced by a record that is not finished
-                self.finished.pop_front();
-                continue;
-            }
-            let over_count = count + room.0 > limits.max_tasks;
-            let over_bytes = self.bytes + room.1 > limits.max_bytes;
-            let expired =
-                now.duration_since(entry.record.updated).unwrap_or_default() > limits.max_age;
-            if !(over_count || over_bytes || expired) {
+            let over = self.tasks.len() + room.0 > limits.max_tasks
+                || self.bytes + room.1 > limits.max_bytes;
+            // Under the bounds only its age can evict the front: looked at where it is.
+            if !over
+                && let Some(entry) = self.tasks.get(front)
+                && evictable(entry)
+                && !expired(entry)
+            {
                 break;
             }
-            if let Some(id) = self.finished.pop_front() {
-                if let Some(entry) = self.tasks.remove(&id) {
-                    self.bytes -= entry.bytes();
-                }
-                evicted.push(id);
+            // Otherwise it leaves the queue, with one lookup of its entry.
+            let Some(id) = self.finished.pop_front() else {
+                break;
+            };
+            let Slot::Occupied(mut occupied) = self.tasks.entry(id) else {
+                continue; // removed earlier
+            };
+            if !evictable(occupied.get()) {
+                occupied.get_mut().finished = false; // replaced by a record that is not finished
+                continue;
             }
+            let (id, entry) = occupied.remove_entry();
+            self.bytes -= entry.bytes();
+            evicted.push(id);
         }
         // Ids of tasks removed out of order pile up only until they reach the front; bound
         // them anyway so that remove-heavy use cannot grow the queue without limit.
