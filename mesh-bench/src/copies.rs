@@ -163,7 +163,18 @@ pub fn take_traces() -> Vec<(Part, usize, Vec<String>)> {
 /// The frames of a backtrace worth reading, each as `function (file:line)`: the first
 /// outside the allocator and the standard library (what grew or made the buffer), then those
 /// of the mesh's own crates, at most six in all.
+///
+/// The release profile keeps line tables only, so a frame inlined by LTO (most of them) is
+/// named by its bare function name (`decode`, not `mesh_core::codec::decode`): each frame is
+/// judged by its source file too. The files are shown from the crate's folder on
+/// (`mesh-core/src/codec/mod.rs:96:11`, `serde_json-1.0.154/src/de.rs:…`,
+/// `library/alloc/src/vec/mod.rs:…`).
 fn frames(trace: &Backtrace) -> Vec<String> {
+    frames_of(&trace.to_string())
+}
+
+/// [`frames`] of a backtrace's text.
+fn frames_of(text: &str) -> Vec<String> {
     const NOT_THE_CALLER: [&str; 9] = [
         "std::",
         "core::",
@@ -175,7 +186,14 @@ fn frames(trace: &Backtrace) -> Vec<String> {
         "bytes::bytes_mut::BytesMut::reserve",
         "<unknown>",
     ];
-    let text = trace.to_string();
+    // Source files of the same: the standard library, this allocator, and the crates whose
+    // growth functions only pass the allocation on.
+    const NOT_THE_CALLER_FILES: [&str; 4] = [
+        "library/",
+        "mesh-bench/src/copies.rs",
+        "hashbrown-",
+        "bytes-1",
+    ];
     let mut frames = Vec::new();
     let mut first_found = false;
     let mut lines = text.lines().peekable();
@@ -185,18 +203,19 @@ fn frames(trace: &Backtrace) -> Vec<String> {
         };
         let at = match lines.peek() {
             Some(next) if next.trim_start().starts_with("at ") => {
-                let at = next.trim_start().trim_start_matches("at ");
-                let short = at.rsplit_once("/src/").map_or(at, |(_, rest)| rest);
+                let at = short_path(next.trim_start().trim_start_matches("at "));
                 lines.next();
-                short.to_owned()
+                at
             }
-            _ => String::new(),
+            _ => "",
         };
         let function = strip_hash(function);
         let bare = function.trim_start_matches('<');
-        let ours = bare.starts_with("mesh_");
+        let ours = bare.starts_with("mesh_") || at.starts_with("mesh-");
         if !first_found {
-            if NOT_THE_CALLER.iter().any(|s| bare.starts_with(s)) {
+            if NOT_THE_CALLER.iter().any(|s| bare.starts_with(s))
+                || NOT_THE_CALLER_FILES.iter().any(|f| at.starts_with(f))
+            {
                 continue;
             }
             first_found = true;
@@ -213,6 +232,22 @@ fn frames(trace: &Backtrace) -> Vec<String> {
         }
     }
     frames
+}
+
+/// A frame's source file from its crate's folder on: `mesh-core/src/…` for the workspace's
+/// crates (`./mesh-core/src/…` or an absolute path), `serde_json-1.0.154/src/…` for a
+/// registry crate, `library/alloc/src/…` for the standard library.
+fn short_path(at: &str) -> &str {
+    if let Some((_, rest)) = at.split_once("/rustc/") {
+        return rest.split_once('/').map_or(rest, |(_, path)| path);
+    }
+    if let Some((_, rest)) = at.split_once("/registry/src/") {
+        return rest.split_once('/').map_or(rest, |(_, path)| path);
+    }
+    match at.find("/mesh-") {
+        Some(i) => &at[i + 1..],
+        None => at.trim_start_matches("./"),
+    }
 }
 
 /// A symbol without its trailing `::h0123…` hash.
@@ -236,5 +271,37 @@ mod tests {
             "serde_json::ser::to_vec"
         );
         assert_eq!(strip_hash("mesh_core::codec::h"), "mesh_core::codec::h");
+    }
+
+    #[test]
+    fn inlined_frames_with_bare_names_are_judged_by_their_files() {
+        // As std prints a backtrace of the release build (line tables only, fat LTO).
+        let trace = "   0: std::backtrace::Backtrace::force_capture
+             at /rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/std/src/backtrace.rs:312:9
+   1: note
+             at ./mesh-bench/src/copies.rs:88:25
+   2: alloc
+             at ./mesh-bench/src/copies.rs:103:9
+   3: reserve
+             at /rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/alloc/src/raw_vec/mod.rs:560:9
+   4: parse_str
+             at /root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/serde_json-1.0.154/src/read.rs:250:13
+   5: deserialize_string<serde_json::read::StrRead>
+             at /root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/serde_json-1.0.154/src/de.rs:1600:5
+   6: decode_request
+             at ./mesh-core/src/codec/typed_reader.rs:836:35
+   7: mesh_gateway::jsonrpc::handle::{{closure}}
+             at /work/main/mesh-gateway/src/jsonrpc.rs:165:28
+   8: tokio::runtime::task::raw::poll
+             at /root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/tokio-1.54.1/src/runtime/task/raw.rs:255:5
+";
+        assert_eq!(
+            frames_of(trace),
+            [
+                "parse_str (serde_json-1.0.154/src/read.rs:250:13)",
+                "decode_request (mesh-core/src/codec/typed_reader.rs:836:35)",
+                "mesh_gateway::jsonrpc::handle::{{closure}} (mesh-gateway/src/jsonrpc.rs:165:28)",
+            ]
+        );
     }
 }
