@@ -150,6 +150,39 @@ pub struct GatewayConfig {
 }
 
 impl GatewayConfig {
+    /// Refuses the settings no gateway can run with, naming the first: a zero that would
+    /// fail every waiting write or every request head at once, send keep-alive comments
+    /// without pause, refuse every request, batch, connection, stream or task, or deliver no
+    /// webhook. [`Gateway::start`](crate::Gateway::start) checks them first; the CLI's own
+    /// checks name its flags.
+    pub fn check(&self) -> Result<(), String> {
+        let zero_durations = [
+            ("header_timeout", self.header_timeout),
+            ("write_timeout", self.write_timeout),
+            ("sse_keep_alive", self.sse_keep_alive),
+            ("task_timeout", self.task_timeout),
+            ("webhook_timeout", self.webhook_timeout),
+        ];
+        if let Some((name, _)) = zero_durations.iter().find(|(_, d)| d.is_zero()) {
+            return Err(format!("{name} is 0: give it a duration above 0"));
+        }
+        let zero_counts = [
+            ("body_limit", self.body_limit),
+            ("max_batch", self.max_batch),
+            ("max_connections", self.max_connections),
+            ("http2_max_streams", self.http2_max_streams as usize),
+            ("retention_count", self.retention_count),
+            ("store_max_bytes", self.store_max_bytes),
+            ("store_max_task_bytes", self.store_max_task_bytes),
+            ("webhook_attempts", self.webhook_attempts as usize),
+            ("webhook_queue", self.webhook_queue),
+        ];
+        if let Some((name, _)) = zero_counts.iter().find(|(_, n)| *n == 0) {
+            return Err(format!("{name} is 0: give it a number above 0"));
+        }
+        Ok(())
+    }
+
     /// The task store's limits these settings give.
     pub fn store_limits(&self) -> StoreLimits {
         StoreLimits {
@@ -202,6 +235,39 @@ impl Default for GatewayConfig {
             tls: None,
             trusted_keys: None,
             signing_key: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_pass_and_each_zero_is_refused_by_name() {
+        assert_eq!(GatewayConfig::default().check(), Ok(()));
+        type Zero = fn(&mut GatewayConfig);
+        let zeroed: [(&str, Zero); 14] = [
+            ("header_timeout", |c| c.header_timeout = Duration::ZERO),
+            ("write_timeout", |c| c.write_timeout = Duration::ZERO),
+            ("sse_keep_alive", |c| c.sse_keep_alive = Duration::ZERO),
+            ("task_timeout", |c| c.task_timeout = Duration::ZERO),
+            ("webhook_timeout", |c| c.webhook_timeout = Duration::ZERO),
+            ("body_limit", |c| c.body_limit = 0),
+            ("max_batch", |c| c.max_batch = 0),
+            ("max_connections", |c| c.max_connections = 0),
+            ("http2_max_streams", |c| c.http2_max_streams = 0),
+            ("retention_count", |c| c.retention_count = 0),
+            ("store_max_bytes", |c| c.store_max_bytes = 0),
+            ("store_max_task_bytes", |c| c.store_max_task_bytes = 0),
+            ("webhook_attempts", |c| c.webhook_attempts = 0),
+            ("webhook_queue", |c| c.webhook_queue = 0),
+        ];
+        for (name, zero) in zeroed {
+            let mut config = GatewayConfig::default();
+            zero(&mut config);
+            let error = config.check().expect_err(name);
+            assert!(error.starts_with(&format!("{name} is 0")), "{error}");
         }
     }
 }

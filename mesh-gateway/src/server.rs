@@ -82,7 +82,7 @@ pub enum GatewayError {
     /// The durable task store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A setting is not valid (a CORS origin).
+    /// A setting is not valid (a zero limit or timeout, a CORS origin).
     #[error("{0}")]
     Config(String),
     /// The webhook CA file ([`GatewayConfig::webhook_ca_file`]) cannot be used.
@@ -186,6 +186,7 @@ impl Gateway {
         store: Arc<dyn TaskStore>,
         session: Option<(Subscription, BusConfig)>,
     ) -> Result<RunningGateway, GatewayError> {
+        config.check().map_err(GatewayError::Config)?;
         let topics = Topics::new(&config.namespace)?;
         let bus_filter = topics.namespace_filter();
         let carried = bus.max_packet_size().saturating_sub(ENVELOPE_ROOM);
@@ -639,6 +640,9 @@ fn cors_layer(origins: &[String]) -> Result<Option<tower_http::cors::CorsLayer>,
 /// Resolves the gateway's id (kept in the data directory when there is one) and opens its
 /// task store: PostgreSQL, SQLite or memory (see [`Gateway::start`]).
 async fn open_store(config: &mut GatewayConfig) -> Result<Arc<dyn TaskStore>, GatewayError> {
+    // Before the store opens with the settings' bounds (`start_on` checks again, for
+    // `start_with_store`).
+    config.check().map_err(GatewayError::Config)?;
     if let (None, Some(dir)) = (&config.gateway_id, &config.data_dir) {
         config.gateway_id = Some(kept_gateway_id(dir)?);
     }
