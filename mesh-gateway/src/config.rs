@@ -153,8 +153,9 @@ impl GatewayConfig {
     /// Refuses the settings no gateway can run with, naming the first: a zero that would
     /// fail every waiting write or every request head at once, send keep-alive comments
     /// without pause, refuse every request, batch, connection, stream or task, or deliver no
-    /// webhook. [`Gateway::start`](crate::Gateway::start) checks them first; the CLI's own
-    /// checks name its flags.
+    /// webhook. Every way of starting a gateway ([`Gateway::start`](crate::Gateway::start),
+    /// `connect`, `start_with_store`) checks them first, before a store opens; the CLI's
+    /// own checks, when it reads its flags, config file and environment, name its flags.
     pub fn check(&self) -> Result<(), String> {
         let zero_durations = [
             ("header_timeout", self.header_timeout),

@@ -174,6 +174,7 @@ impl Gateway {
         bus: Bus,
         store: Arc<dyn TaskStore>,
     ) -> Result<RunningGateway, GatewayError> {
+        config.check().map_err(GatewayError::Config)?;
         Gateway::start_on(config, bus, store, None).await
     }
 
@@ -186,7 +187,6 @@ impl Gateway {
         store: Arc<dyn TaskStore>,
         session: Option<(Subscription, BusConfig)>,
     ) -> Result<RunningGateway, GatewayError> {
-        config.check().map_err(GatewayError::Config)?;
         let topics = Topics::new(&config.namespace)?;
         let bus_filter = topics.namespace_filter();
         let carried = bus.max_packet_size().saturating_sub(ENVELOPE_ROOM);
@@ -640,8 +640,8 @@ fn cors_layer(origins: &[String]) -> Result<Option<tower_http::cors::CorsLayer>,
 /// Resolves the gateway's id (kept in the data directory when there is one) and opens its
 /// task store: PostgreSQL, SQLite or memory (see [`Gateway::start`]).
 async fn open_store(config: &mut GatewayConfig) -> Result<Arc<dyn TaskStore>, GatewayError> {
-    // Before the store opens with the settings' bounds (`start_on` checks again, for
-    // `start_with_store`).
+    // Before the store opens with the settings' bounds (`start_with_store` checks them
+    // itself).
     config.check().map_err(GatewayError::Config)?;
     if let (None, Some(dir)) = (&config.gateway_id, &config.data_dir) {
         config.gateway_id = Some(kept_gateway_id(dir)?);

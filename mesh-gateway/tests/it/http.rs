@@ -607,3 +607,41 @@ fn assert_whole_stream(events: &[Value]) {
     let last = events.last().expect("events");
     assert_eq!(task_state(&last["result"]), "completed", "{last}");
 }
+
+// A setting no gateway can run with (here a zero write timeout, which would fail every write
+// that has to wait) stops the start with an error naming it, whichever way the gateway is
+// started, and the bus it was given is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_timeout_stops_the_start_with_its_name() {
+    let broker = mesh_testkit::TestBroker::from_env().await;
+    let config = mesh_gateway::GatewayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        namespace: mesh_testkit::fresh_namespace(),
+        write_timeout: std::time::Duration::ZERO,
+        ..mesh_gateway::GatewayConfig::default()
+    };
+    let bus = mesh_core::bus::Bus::connect(broker.bus_config())
+        .await
+        .unwrap();
+    let store: std::sync::Arc<dyn mesh_gateway::TaskStore> =
+        std::sync::Arc::new(mesh_gateway::MemoryStore::new(config.store_limits()));
+    let started = [
+        mesh_gateway::Gateway::start(config.clone(), bus.clone()).await,
+        mesh_gateway::Gateway::start_with_store(config, bus.clone(), store).await,
+    ];
+    for start in started {
+        let Err(error) = start else {
+            panic!("a gateway started with a zero write timeout");
+        };
+        assert!(
+            matches!(error, mesh_gateway::GatewayError::Config(_)),
+            "{error}"
+        );
+        assert!(
+            error.to_string().starts_with("write_timeout is 0"),
+            "{error}"
+        );
+    }
+    assert!(bus.is_connected(), "the bus stays usable");
+    let _ = bus.disconnect().await;
+}
