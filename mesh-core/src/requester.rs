@@ -341,23 +341,19 @@ impl Requester {
         params: SendMessageRequest,
         options: SendOptions,
     ) -> impl Future<Output = Result<ReplyStream, SendError>> + Send + '_ {
-        let prepared = self.prepare_send(agent, params, options);
-        async move {
-            let (topic, payload, stream) = prepared?;
-            self.bus
-                .publish(&topic, payload, QoS::AtLeastOnce, false)
-                .await?;
-            Ok(stream)
-        }
+        let prepared = self.prepare(agent, params, options);
+        async move { self.publish(prepared?.0).await }
     }
 
-    /// The request topic, the encoded request and its (registered) reply stream.
-    fn prepare_send(
+    /// [`send`](Self::send) in two steps: the request to `agent` encoded and its reply
+    /// stream registered, with `params` given back (a caller keeps the message without
+    /// copying it), then [`publish`](Self::publish)ed.
+    pub fn prepare(
         &self,
         agent: &str,
         params: SendMessageRequest,
         options: SendOptions,
-    ) -> Result<(String, Vec<u8>, ReplyStream), SendError> {
+    ) -> Result<(Prepared, SendMessageRequest), SendError> {
         let request_topic = self.topics.agent_request(agent, &options.task_id)?;
         let reply_to = self.reply_topic(agent, &options.task_id)?;
         let rpc_id = uuid::Uuid::new_v4().simple().to_string();
@@ -392,9 +388,30 @@ impl Requester {
             mesh,
         };
         let payload = codec::encode_request(&request);
+        let Call::Send(params) = request.call else {
+            unreachable!("the request made above")
+        };
         let mut stream = self.register(rpc_id, agent, options.timeout);
         stream.flow = flow;
-        Ok((request_topic, payload, stream))
+        let prepared = Prepared {
+            topic: request_topic,
+            payload,
+            stream,
+        };
+        Ok((prepared, params))
+    }
+
+    /// Publishes a [`prepare`](Self::prepare)d request and returns the stream of its replies.
+    pub async fn publish(&self, prepared: Prepared) -> Result<ReplyStream, SendError> {
+        let Prepared {
+            topic,
+            payload,
+            stream,
+        } = prepared;
+        self.bus
+            .publish(&topic, payload, QoS::AtLeastOnce, false)
+            .await?;
+        Ok(stream)
     }
 
     /// Asks every instance of `agent` to cancel `task_id`, and waits up to `timeout` for the
@@ -534,6 +551,14 @@ impl Requester {
             finished: false,
         }
     }
+}
+
+/// A request to an agent encoded, its reply stream registered (dropping it forgets the
+/// stream), not yet published: see [`Requester::prepare`].
+pub struct Prepared {
+    topic: String,
+    payload: Vec<u8>,
+    stream: ReplyStream,
 }
 
 /// A stream's credit to its agent (see [`flow`](crate::flow)).

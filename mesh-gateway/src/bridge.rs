@@ -68,6 +68,11 @@ pub(crate) fn view(event: &LiveEvent) -> Result<&Reply, &A2aError> {
     }
 }
 
+/// The whole task of `record` as an event.
+pub(crate) fn task_event(record: &TaskRecord) -> LiveEvent {
+    Ok(Arc::new(Reply::Task(record.task.clone())))
+}
+
 /// An event's sequence number in its task (the store's, 1, 2, … across every turn; 0 for
 /// an event the store did not log: an error, or a task it no longer holds).
 pub(crate) type Seq = u64;
@@ -76,6 +81,10 @@ pub(crate) type Seq = u64;
 pub(crate) enum Live {
     /// The next event, and its sequence number.
     Event(Seq, LiveEvent),
+    /// For a subscriber that reads outcomes only ([`Reads::Outcome`]): a whole-task event
+    /// that ended the turn, as the record it made (the store took the task from the event
+    /// instead of copying it, since no subscriber reads the event itself).
+    Ended(Seq, Arc<TaskRecord>),
     /// The subscriber's buffer was full and it missed events: resynchronise from the store.
     Lagged,
 }
@@ -99,8 +108,20 @@ pub(crate) fn subscription(capacity: usize) -> (flume::Sender<Live>, Subscriptio
     (tx, Subscription(rx))
 }
 
+/// What a subscriber reads of a live task's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reads {
+    /// Every event as it came (a stream written to its client).
+    Content,
+    /// Only how the turn ends (a blocking send, which answers with the task as the store
+    /// holds it): a whole-task event reaches it as [`Live::Ended`] when it ends the turn,
+    /// and not at all before.
+    Outcome,
+}
+
 struct Subscriber {
     tx: flume::Sender<Live>,
+    reads: Reads,
     /// Missed an event; is told so before its next one.
     lagged: bool,
     /// Follows the task to its terminal state (`SubscribeToTask`, `tasks/resubscribe`):
@@ -125,14 +146,23 @@ pub(crate) struct LiveTask {
 }
 
 impl LiveTask {
-    fn subscribe(&self, capacity: usize, until_terminal: bool) -> Subscription {
+    fn subscribe(&self, capacity: usize, until_terminal: bool, reads: Reads) -> Subscription {
         let (tx, rx) = subscription(capacity);
         self.subscribers.locked().push(Subscriber {
             tx,
+            reads,
             lagged: false,
             until_terminal,
         });
         rx
+    }
+
+    /// True when a subscriber reads the events themselves, not only the turn's outcome.
+    fn read_for_content(&self) -> bool {
+        self.subscribers
+            .locked()
+            .iter()
+            .any(|s| s.reads == Reads::Content)
     }
 
     /// Hands `event` to every subscriber without waiting: one whose buffer is full misses it
@@ -154,6 +184,18 @@ impl LiveTask {
                 }
                 Err(TrySendError::Disconnected(_)) => false,
             }
+        });
+    }
+
+    /// Tells every subscriber (all of them read outcomes only) that a whole-task event ended
+    /// the turn, with the record it made. One whose buffer is full misses it and reads the
+    /// task from the store when the pump ends, as after any missed event.
+    fn send_ended(&self, seq: Seq, record: &Arc<TaskRecord>) {
+        self.subscribers.locked().retain(|subscriber| {
+            !matches!(
+                subscriber.tx.try_send(Live::Ended(seq, record.clone())),
+                Err(TrySendError::Disconnected(_))
+            )
         });
     }
 }
@@ -278,9 +320,15 @@ impl Bridge {
         self.live_map().get(id).cloned()
     }
 
-    /// Marks a task live and subscribes its originator; `None` when it already is (a second
-    /// message to a running task).
-    pub(crate) fn begin(&self, id: &str, capacity: usize) -> Option<(Arc<LiveTask>, Subscription)> {
+    /// Marks a task live and subscribes its originator, who `reads` its events (with room
+    /// for `capacity` of them waiting); `None` when it already is (a second message to a
+    /// running task).
+    pub(crate) fn begin(
+        &self,
+        id: &str,
+        capacity: usize,
+        reads: Reads,
+    ) -> Option<(Arc<LiveTask>, Subscription)> {
         let mut live = self.live_map();
         if live.contains_key(id) {
             return None;
@@ -292,7 +340,7 @@ impl Bridge {
             gate: Mutex::new(()),
             stop: CancellationToken::new(),
         });
-        let receiver = task.subscribe(capacity, false);
+        let receiver = task.subscribe(capacity, false, reads);
         live.insert(id.to_owned(), task.clone());
         Some((task, receiver))
     }
@@ -348,7 +396,7 @@ impl Bridge {
             };
             return Ok(Some((
                 record,
-                Some(task.subscribe(STREAM_CAPACITY, until_terminal)),
+                Some(task.subscribe(STREAM_CAPACITY, until_terminal, Reads::Content)),
             )));
         }
         let Some(record) = self.store.get(id).or_else(|| stored.cloned()) else {
@@ -380,6 +428,7 @@ impl Bridge {
         let (tx, rx) = subscription(STREAM_CAPACITY);
         followers.push(Subscriber {
             tx,
+            reads: Reads::Content,
             lagged: false,
             until_terminal: true,
         });
@@ -396,7 +445,7 @@ impl Bridge {
         let Some(followers) = waiting.get_mut(&record.task.id) else {
             return;
         };
-        let event: LiveEvent = Ok(Arc::new(Reply::Task(record.task.clone())));
+        let event = task_event(record);
         followers.retain(|s| {
             s.tx.try_send(Live::Event(record.seq, event.clone()))
                 .is_ok()
@@ -532,7 +581,9 @@ impl Bridge {
     }
 
     /// Applies one event to the store and sends it to the subscribers, under the task's gate
-    /// (the one allocation of the event serves the store's log and every subscriber).
+    /// (the one allocation of the event serves the store's log and every subscriber; a whole
+    /// task that no subscriber reads for its content moves into the store's record, and ends
+    /// the turn of its outcome readers as that record).
     /// False when the task was stopped meanwhile (the event is dropped), or failed because
     /// the event would take it past the store's per-task limit. `origin`: where an event from
     /// the agent came from.
@@ -541,25 +592,33 @@ impl Bridge {
         if live.stop.is_cancelled() {
             return false;
         }
-        let seq = match self.store.append(id, &reply, origin) {
+        let status_changed = matches!(
+            *reply,
+            Reply::Task(_) | Reply::StatusUpdate(_) | Reply::Message(_)
+        );
+        let ends = ends_task(&reply);
+        let shared =
+            (!matches!(*reply, Reply::Task(_)) || live.read_for_content()).then(|| reply.clone());
+        let record = match self.store.append(id, reply, origin) {
             Ok(record) => {
-                if matches!(
-                    *reply,
-                    Reply::Task(_) | Reply::StatusUpdate(_) | Reply::Message(_)
-                ) {
+                if status_changed {
                     self.notify_push(&record);
                 }
-                record.seq
+                Some(record)
             }
             Err(StoreError::TaskTooLarge { limit, .. }) => {
                 self.fail_too_large(id, live, limit);
                 return false;
             }
             // The task is gone from the store (removed, or never there): the event still
-            // reaches the subscribers.
-            Err(_) => 0,
+            // reaches the subscribers that read it (the others find the task gone).
+            Err(_) => None,
         };
-        live.send(seq, Ok(reply));
+        match (shared, record) {
+            (Some(event), record) => live.send(record.map_or(0, |r| r.seq), Ok(event)),
+            (None, Some(record)) if ends => live.send_ended(record.seq, &record),
+            (None, _) => {}
+        }
         true
     }
 
@@ -577,7 +636,7 @@ impl Bridge {
         tracing::warn!(task = %id, agent = %current.agent, limit, "task failed: too large");
         let event = status_event(&current.task, TaskState::Failed, Some(&text));
         let reply = Arc::new(Reply::StatusUpdate(event));
-        let seq = match self.store.append(id, &reply, Origin::default()) {
+        let seq = match self.store.append(id, reply.clone(), Origin::default()) {
             Ok(record) => {
                 self.notify_push(&record);
                 record.seq
@@ -629,7 +688,7 @@ impl Bridge {
                 TaskState::Canceled,
                 None,
             )));
-            let record = self.store.append(id, &event, Origin::default()).ok();
+            let record = self.store.append(id, event.clone(), Origin::default()).ok();
             if let Some(record) = &record {
                 self.notify_push(record);
             }
@@ -742,7 +801,9 @@ mod tests {
     #[tokio::test]
     async fn a_subscriber_that_stops_reading_misses_events_and_is_told_so() {
         let bridge = bridge_with("t", TaskState::Working);
-        let (live, mut first) = bridge.begin("t", 1).expect("the task begins");
+        let (live, mut first) = bridge
+            .begin("t", 1, Reads::Content)
+            .expect("the task begins");
         for n in 1..=3 {
             live.send(n as u64, event(n));
         }
@@ -750,7 +811,43 @@ mod tests {
         live.send(4, event(4));
         assert_eq!(number(first.recv().await).as_deref(), Some("lagged"));
         // A second message to a running task is refused.
-        assert!(bridge.begin("t", 1).is_none());
+        assert!(bridge.begin("t", 1, Reads::Content).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_whole_task_reaches_an_outcome_reader_as_its_record_unless_someone_reads_content() {
+        let whole = |state| Arc::new(Reply::Task(task("t", state)));
+        let bridge = bridge_with("t", TaskState::Submitted);
+        let (live, mut outcome) = bridge
+            .begin("t", SEND_CAPACITY, Reads::Outcome)
+            .expect("the task begins");
+        assert!(bridge.publish("t", &live, whole(TaskState::Working), Origin::default()));
+        assert!(bridge.publish("t", &live, whole(TaskState::Completed), Origin::default()));
+        match outcome.recv().await {
+            Some(Live::Ended(2, record)) => {
+                assert_eq!(record.task.status.state, TaskState::Completed);
+                assert!(Arc::ptr_eq(&record, &bridge.store.get("t").unwrap()));
+            }
+            _ => panic!("the turn's end as the record, and no progress task before it"),
+        }
+
+        let bridge = bridge_with("t", TaskState::Submitted);
+        let (live, mut outcome) = bridge
+            .begin("t", SEND_CAPACITY, Reads::Outcome)
+            .expect("the task begins");
+        let (_, content) = bridge.attach("t", false, None).unwrap().unwrap();
+        let mut content = content.expect("a live subscription");
+        assert!(bridge.publish("t", &live, whole(TaskState::Completed), Origin::default()));
+        for subscription in [&mut outcome, &mut content] {
+            match subscription.recv().await {
+                Some(Live::Event(1, Ok(reply))) => {
+                    assert!(
+                        matches!(&*reply, Reply::Task(t) if t.status.state == TaskState::Completed)
+                    )
+                }
+                _ => panic!("the event itself, shared"),
+            }
+        }
     }
 
     #[tokio::test]
@@ -762,13 +859,17 @@ mod tests {
             .expect("the task exists");
         let mut follower = follower.expect("a subscription");
         // The next message's pump adopts the waiting subscriber.
-        let (live, _sender) = bridge.begin("t", 8).expect("the next message begins");
+        let (live, _sender) = bridge
+            .begin("t", 8, Reads::Content)
+            .expect("the next message begins");
         live.send(7, event(7));
         assert_eq!(number(follower.recv().await).as_deref(), Some("7"));
 
         // Its turn ends interrupted again: the follower waits for the message after.
         bridge.end("t", &live);
-        let (live, _sender) = bridge.begin("t", 8).expect("the message after begins");
+        let (live, _sender) = bridge
+            .begin("t", 8, Reads::Content)
+            .expect("the message after begins");
         live.send(8, event(8));
         assert_eq!(number(follower.recv().await).as_deref(), Some("8"));
     }

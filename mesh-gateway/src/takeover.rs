@@ -21,7 +21,7 @@
 //! and logged under the numbers it had given them. The pending webhook deliveries of a
 //! gateway that is gone are taken over too, and made by the gateway that took them.
 
-use crate::bridge::{Bridge, SEND_CAPACITY, Undo, status_event};
+use crate::bridge::{Bridge, Reads, SEND_CAPACITY, Undo, status_event};
 use crate::store::{Origin, Orphan, TaskStore};
 use futures_util::future::join_all;
 use mesh_core::bus::{AckMode, Bus, BusConfig, ConnectionState, QoS};
@@ -122,7 +122,7 @@ impl Takeover {
                 tracing::warn!(task = %id, %error, "cannot take over a task");
                 continue;
             }
-            let Some((live, _)) = self.bridge.begin(&id, SEND_CAPACITY) else {
+            let Some((live, _)) = self.bridge.begin(&id, SEND_CAPACITY, Reads::Outcome) else {
                 continue;
             };
             tracing::info!(task = %id, from = %orphan.gateway, next_position = orphan.next_position,
@@ -151,7 +151,7 @@ impl Takeover {
         if self.store.insert(orphan.record).is_err() {
             return;
         }
-        match self.store.append(&id, &event, Origin::default()) {
+        match self.store.append(&id, event, Origin::default()) {
             Ok(record) => self.bridge.notify_push(&record),
             Err(error) => tracing::warn!(task = %id, %error, "cannot fail a task taken over"),
         }
@@ -266,7 +266,7 @@ impl Takeover {
             TaskState::Failed,
             Some(&text),
         )));
-        match self.store.append(id, &event, Origin::default()) {
+        match self.store.append(id, event, Origin::default()) {
             Ok(record) => self.bridge.notify_push(&record),
             Err(error) => tracing::warn!(task = %id, %error, "cannot fail a task taken over"),
         }

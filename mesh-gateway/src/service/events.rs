@@ -14,7 +14,7 @@
 //! ([`A2aService::subscribe`](super::A2aService::subscribe)).
 
 use super::A2aService;
-use crate::bridge::{Live, LiveEvent, Seq, Subscription, ends_task, view};
+use crate::bridge::{Live, LiveEvent, Seq, Subscription, ends_task, task_event, view};
 use crate::metrics::StreamGuard;
 use crate::store::TaskStore;
 use mesh_core::error::A2aError;
@@ -87,14 +87,18 @@ impl TaskEvents {
                 let event = self.handing_out(event);
                 Some((seq, self.settled(event).await))
             }
+            // Not sent to a reader of content; read as the task it ended with all the same.
+            Some(Live::Ended(seq, record)) => {
+                let event = self.handing_out(task_event(&record));
+                Some((seq, self.settled(event).await))
+            }
             Some(Live::Lagged) => {
                 tracing::debug!(task = %self.task_id, "slow subscriber resynchronised");
                 let Some(record) = self.record().await else {
                     self.done = true;
                     return None;
                 };
-                let event = Ok(Arc::new(Reply::Task(record.task.clone())));
-                Some((record.seq, self.handing_out(event)))
+                Some((record.seq, self.handing_out(task_event(&record))))
             }
             None => {
                 // The pump ended without a final event (stopped): close with the task as it

@@ -9,7 +9,9 @@
 //! the HTTP server, so its size is copied.
 
 use super::{A2aService, RequestContext, TaskEvents};
-use crate::bridge::{Live, Pump, SEND_CAPACITY, STREAM_CAPACITY, Subscription, Undo, set_status};
+use crate::bridge::{
+    Live, Pump, Reads, SEND_CAPACITY, STREAM_CAPACITY, Subscription, Undo, set_status, task_event,
+};
 use crate::push::check_config;
 use crate::store::TaskRecord;
 use mesh_core::bus::BusError;
@@ -40,12 +42,13 @@ struct Published {
     pump: Pump,
 }
 
-/// A task recorded, its request not yet sent.
+/// A task begun (live, its originator subscribed), not yet recorded or sent.
 struct Begun {
     task_id: String,
     events: Subscription,
     live: Arc<crate::bridge::LiveTask>,
-    undo: Undo,
+    /// The interrupted task the message continues.
+    previous: Option<Arc<TaskRecord>>,
 }
 
 impl A2aService {
@@ -97,6 +100,13 @@ impl A2aService {
                     // The wait is over: the task as it stands, for the client to poll or resubscribe.
                     Err(_) | Ok(None) => return task(self, started.task_id).await,
                     Ok(Some(Live::Lagged)) => continue,
+                    // The turn ended with a whole task, which the record holds.
+                    Ok(Some(Live::Ended(_, record))) => {
+                        if self.store().shared() {
+                            self.store().written(&started.task_id).await;
+                        }
+                        return Ok(SendOutcome::Task(record));
+                    }
                     Ok(Some(Live::Event(_, event))) => match crate::bridge::view(&event) {
                         Err(e) => return Err(e.clone()),
                         Ok(Reply::Message(message)) => {
@@ -130,6 +140,8 @@ impl A2aService {
                     }
                     received = started.events.recv() => match received {
                         Some(Live::Event(seq, event)) => break (seq, event),
+                        // Not sent to a reader of content; read as the task all the same.
+                        Some(Live::Ended(seq, record)) => break (seq, task_event(&record)),
                         Some(Live::Lagged) => continue,
                         None => {
                             return Err(A2aError::internal(
@@ -184,10 +196,11 @@ impl A2aService {
         Ok(())
     }
 
-    /// Starts (or resumes) the task a message is for: the store record, the live broadcast,
-    /// the publish on the bus and the pump. The agent is checked when this is called; the
-    /// future checks a push URL (a DNS lookup) when the message carries one, then records the
-    /// task and publishes.
+    /// Starts (or resumes) the task a message is for: the live broadcast, the request
+    /// encoded, the store record (the message moves into its history once encoded), the
+    /// publish on the bus and the pump. The agent is checked when this is called; the future
+    /// checks a push URL (a DNS lookup) when the message carries one, then records the task
+    /// and publishes.
     #[allow(clippy::manual_async_fn)] // on purpose: see the module docs
     fn start<'a>(
         &'a self,
@@ -218,18 +231,33 @@ impl A2aService {
                 Some(task_id) if !task_id.is_empty() => self.store().load(task_id).await?,
                 _ => None,
             };
-            let (begun, params, options) = self.begin(cx, params, previous, streaming, push)?;
+            let (begun, params, options) = self.begin(cx, params, previous, streaming)?;
             let Begun {
                 task_id,
                 events,
                 live,
-                undo,
+                previous,
             } = begun;
+            let fail = |e: SendError| {
+                self.bridge.end(&task_id, &live);
+                send_error(agent, &task_id, e)
+            };
+            let (prepared, params) = match self.requester.prepare(agent, params, options) {
+                Ok(prepared) => prepared,
+                Err(e) => return Err(fail(e)),
+            };
+            let undo = match self.record(cx, &task_id, previous, params.message, push) {
+                Ok(undo) => undo,
+                Err(e) => {
+                    self.bridge.end(&task_id, &live);
+                    return Err(e);
+                }
+            };
             let turn_start = match &undo {
                 Undo::Restore(previous) => previous.seq,
                 Undo::Remove => 0,
             };
-            match self.requester.send(agent, params, options).await {
+            match self.requester.publish(prepared).await {
                 Ok(stream) => {
                     let pump = self
                         .bridge
@@ -248,37 +276,21 @@ impl A2aService {
                             let _ = store.insert(TaskRecord::clone(&record));
                         }
                     }
-                    self.bridge.end(&task_id, &live);
-                    Err(match e {
-                        SendError::Topic(e) => {
-                            A2aError::invalid_params(format!("task id {task_id:?}: {e}"))
-                        }
-                        SendError::Bus(BusError::PayloadTooLarge { size, max }) => {
-                            A2aError::invalid_request(format!(
-                                "the message is too large for the bus: {size} bytes with its envelope, \
-                                 at most {max} (the bus's max_packet_size)"
-                            ))
-                        }
-                        SendError::Bus(e) => A2aError::internal(format!(
-                            "could not publish to agent {agent:?} on the message bus: {e}"
-                        )),
-                    })
+                    Err(fail(e))
                 }
             }
         }
     }
 
-    /// Records the task (new, or the resumed one with the message added): the record, and
-    /// the params and options to send.
+    /// Checks that the message may start or continue its task, and begins it: its ids, its
+    /// live broadcast with the originator subscribed, and the params and options to send.
     fn begin(
         &self,
         cx: &RequestContext,
         mut params: SendMessageRequest,
         previous: Option<Arc<TaskRecord>>,
         streaming: bool,
-        push: Option<TaskPushNotificationConfig>,
     ) -> Result<(Begun, SendMessageRequest, SendOptions), A2aError> {
-        let store = self.store();
         let agent = cx.agent.as_str();
         let previous = match (params.message.task_id.as_deref(), previous) {
             (Some(""), _) => {
@@ -323,74 +335,23 @@ impl A2aService {
             None => params
                 .message
                 .context_id
-                .clone()
+                .take()
                 .filter(|c| !c.is_empty())
                 .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
         };
         params.message.task_id = Some(task_id.clone());
-        params.message.context_id = Some(context_id.clone());
+        params.message.context_id = Some(context_id);
 
-        let Some((live, events)) = self.bridge.begin(
-            &task_id,
-            if streaming {
-                STREAM_CAPACITY
-            } else {
-                SEND_CAPACITY
-            },
-        ) else {
+        // A stream is written event by event; a blocking send answers with the task as the
+        // store holds it at the end.
+        let (capacity, reads) = match streaming {
+            true => (STREAM_CAPACITY, Reads::Content),
+            false => (SEND_CAPACITY, Reads::Outcome),
+        };
+        let Some((live, events)) = self.bridge.begin(&task_id, capacity, reads) else {
             return Err(A2aError::unsupported_operation(format!(
                 "task {task_id} is still running: send the next message when it asks for input"
             )));
-        };
-        let submitted = TaskStatus {
-            state: TaskState::Submitted,
-            message: None,
-            timestamp: Some(chrono::Utc::now()),
-        };
-        let (snapshot, undo) = match &previous {
-            Some(record) => {
-                let snapshot = record.task.clone();
-                let mut updated = TaskRecord::clone(record);
-                set_status(&mut updated.task, submitted);
-                updated
-                    .task
-                    .history
-                    .get_or_insert_with(Vec::new)
-                    .push(params.message.clone());
-                if let Some(config) = push
-                    && let Err(e) = super::push_configs::add(&mut updated, config, cx.dialect)
-                {
-                    self.bridge.end(&task_id, &live);
-                    return Err(e);
-                }
-                if let Err(e) = store.insert(updated) {
-                    self.bridge.end(&task_id, &live);
-                    return Err(e.into());
-                }
-                (Some(snapshot), Undo::Restore(record.clone()))
-            }
-            None => {
-                let task = Task {
-                    id: task_id.clone(),
-                    context_id,
-                    status: submitted,
-                    artifacts: None,
-                    history: Some(vec![params.message.clone()]),
-                    metadata: None,
-                };
-                let mut record = TaskRecord::new(task, agent, cx.dialect);
-                record.owner = cx.principal().map(str::to_owned);
-                if let Some(config) = push {
-                    // A new record has room for one config: this cannot fail.
-                    let _ = super::push_configs::add(&mut record, config, cx.dialect);
-                }
-                // A full store refuses new work (an error naming the limit).
-                if let Err(e) = store.insert(record) {
-                    self.bridge.end(&task_id, &live);
-                    return Err(e.into());
-                }
-                (None, Undo::Remove)
-            }
         };
         let options = SendOptions {
             method: if streaming {
@@ -399,7 +360,7 @@ impl A2aService {
                 Method::SendMessage
             },
             task_id: task_id.clone(),
-            snapshot,
+            snapshot: previous.as_ref().map(|record| record.task.clone()),
             timeout: self.settings.task_timeout,
             principal: cx.principal().map(str::to_owned),
             depth: 0,
@@ -410,8 +371,78 @@ impl A2aService {
             task_id,
             events,
             live,
-            undo,
+            previous,
         };
         Ok((begun, params, options))
+    }
+
+    /// Records the task in the store, submitted: new, or the interrupted one it continues,
+    /// with `message` (its ids set by [`begin`](Self::begin)) added to its history. How to
+    /// undo that if the request cannot be published.
+    fn record(
+        &self,
+        cx: &RequestContext,
+        task_id: &str,
+        previous: Option<Arc<TaskRecord>>,
+        message: Message,
+        push: Option<TaskPushNotificationConfig>,
+    ) -> Result<Undo, A2aError> {
+        let store = self.store();
+        let submitted = TaskStatus {
+            state: TaskState::Submitted,
+            message: None,
+            timestamp: Some(chrono::Utc::now()),
+        };
+        match previous {
+            Some(record) => {
+                let mut updated = TaskRecord::clone(&record);
+                set_status(&mut updated.task, submitted);
+                updated
+                    .task
+                    .history
+                    .get_or_insert_with(Vec::new)
+                    .push(message);
+                if let Some(config) = push {
+                    super::push_configs::add(&mut updated, config, cx.dialect)?;
+                }
+                store.insert(updated)?;
+                Ok(Undo::Restore(record))
+            }
+            None => {
+                let task = Task {
+                    id: task_id.to_owned(),
+                    context_id: message.context_id.clone().unwrap_or_default(),
+                    status: submitted,
+                    artifacts: None,
+                    history: Some(vec![message]),
+                    metadata: None,
+                };
+                let mut record = TaskRecord::new(task, &cx.agent, cx.dialect);
+                record.owner = cx.principal().map(str::to_owned);
+                if let Some(config) = push {
+                    // A new record has room for one config: this cannot fail.
+                    let _ = super::push_configs::add(&mut record, config, cx.dialect);
+                }
+                // A full store refuses new work (an error naming the limit).
+                store.insert(record)?;
+                Ok(Undo::Remove)
+            }
+        }
+    }
+}
+
+/// The error of a request that could not be sent to `agent` on the bus.
+fn send_error(agent: &str, task_id: &str, e: SendError) -> A2aError {
+    match e {
+        SendError::Topic(e) => A2aError::invalid_params(format!("task id {task_id:?}: {e}")),
+        SendError::Bus(BusError::PayloadTooLarge { size, max }) => {
+            A2aError::invalid_request(format!(
+                "the message is too large for the bus: {size} bytes with its envelope, \
+                 at most {max} (the bus's max_packet_size)"
+            ))
+        }
+        SendError::Bus(e) => A2aError::internal(format!(
+            "could not publish to agent {agent:?} on the message bus: {e}"
+        )),
     }
 }

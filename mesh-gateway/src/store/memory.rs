@@ -16,6 +16,8 @@
 //! as the last event is the record itself: the log keeps it as a mark and makes the event of
 //! it only when the record is about to change (or the log is read), so that a task waiting
 //! in flight, announced by its agent's progress Task, holds its contents once, not twice.
+//! When no one else holds that event (no subscriber reads it), its task moves into the
+//! record instead of being copied.
 //!
 //! The same store holds the working set of the durable stores
 //! ([`working_set`](super::working_set)); there it keeps no event in memory but counts the
@@ -209,8 +211,9 @@ impl LoggedEvent {
 pub(crate) struct Appended {
     /// The record as it is now.
     pub record: Arc<TaskRecord>,
-    /// The event as logged.
-    pub event: LoggedEvent,
+    /// The event as logged, for the writer of a log kept elsewhere ([`LogMode::Elsewhere`]:
+    /// always there); `None` in memory, whose log keeps what it needs.
+    pub event: Option<LoggedEvent>,
     /// A snapshot of the task is due (see [`SNAPSHOT_MIN_BYTES`]; also when the task
     /// finished or waits for its client).
     pub snapshot: bool,
@@ -292,34 +295,48 @@ impl MemoryStore {
     pub(crate) fn append_event(
         &self,
         id: &str,
-        event: &Arc<Reply>,
+        event: Arc<Reply>,
         origin: Origin,
         evicted: &mut Vec<String>,
     ) -> Result<Appended, StoreError> {
         // Estimated outside the lock, from the event's structure (nothing is encoded).
-        let len = size::reply(event);
+        let len = size::reply(&event);
         let now = SystemTime::now();
         let mut inner = self.write();
         let Some(entry) = inner.tasks.get_mut(id) else {
             return Err(StoreError::TaskNotFound(id.to_owned()));
         };
         // The event adds itself to the record and to the log.
-        if entry.bytes() + 2 * len > self.limits.max_task_bytes && !task_events::ends_task(event) {
+        if entry.bytes() + 2 * len > self.limits.max_task_bytes && !task_events::ends_task(&event) {
             return Err(StoreError::TaskTooLarge {
                 task: id.to_owned(),
                 limit: self.limits.max_task_bytes,
             });
         }
         let bytes_before = entry.bytes();
-        let whole_task = matches!(**event, Reply::Task(_));
+        let whole_task = matches!(*event, Reply::Task(_));
         // A log that ends with this event (the task's last) needs no event of the mark.
-        if self.log == LogMode::Tail && !task_events::ends_for_good(event) {
+        if self.log == LogMode::Tail && !task_events::ends_for_good(&event) {
             entry.log_the_record();
         }
         // In place: no one else holds the record unless a reader is still looking at it.
         let record = Arc::make_mut(&mut entry.record);
         let before = state_of(&record.task.status.state);
-        task_events::apply(&mut record.task, event);
+        // A whole task that no one else holds moves into the record (a log in memory keeps
+        // it as the record, see the module docs); the event keeps the task it replaced, freed
+        // with it after the lock. Any other event is applied.
+        let mut event = event;
+        let moved = self.log == LogMode::Tail
+            && match Arc::get_mut(&mut event) {
+                Some(Reply::Task(task)) => {
+                    std::mem::swap(&mut record.task, task);
+                    true
+                }
+                _ => false,
+            };
+        if !moved {
+            task_events::apply(&mut record.task, &event);
+        }
         record.seq += 1;
         record.updated = now;
         let seq = record.seq;
@@ -327,22 +344,21 @@ impl MemoryStore {
         let terminal = state.is_terminal();
         let changed = before != state_of(state);
         let interrupted = task_events::is_interrupted(state);
-        let stored = LoggedEvent {
-            seq,
-            time: now,
-            event: event.clone(),
-            bytes: len,
-            position: origin.position,
-            // Kept with the event only while a durable store's writer has it to write: a log
-            // in memory lets it go at once.
-            _ack: match self.log {
-                LogMode::Elsewhere => origin.ack,
-                _ => None,
-            },
-        };
+        let mut elsewhere = None;
         entry.record_bytes += len;
         match self.log {
-            LogMode::Elsewhere => entry.log_bytes += len,
+            LogMode::Elsewhere => {
+                entry.log_bytes += len;
+                elsewhere = Some(LoggedEvent {
+                    seq,
+                    time: now,
+                    event,
+                    bytes: len,
+                    position: origin.position,
+                    // Kept with the event while the durable store's writer has it to write.
+                    _ack: origin.ack,
+                });
+            }
             // A finished task's log goes with its stream.
             LogMode::Tail if terminal => {
                 entry.log_bytes = 0;
@@ -359,7 +375,15 @@ impl MemoryStore {
                         position: origin.position,
                     });
                 } else {
-                    entry.log.push_back(stored.clone());
+                    entry.log.push_back(LoggedEvent {
+                        seq,
+                        time: now,
+                        event,
+                        bytes: len,
+                        position: origin.position,
+                        // A log in memory lets the acknowledgement go at once.
+                        _ack: None,
+                    });
                 }
                 while entry.log.len() > EVENT_LOG_EVENTS || entry.log_bytes > EVENT_LOG_BYTES {
                     let Some(old) = entry.log.pop_front() else {
@@ -385,9 +409,11 @@ impl MemoryStore {
         if inner.bytes > self.limits.max_bytes {
             inner.evict(&self.limits, (0, 0), now, evicted);
         }
+        // What is left of the event (a replaced task) is freed after the lock.
+        drop(inner);
         Ok(Appended {
             record,
-            event: stored,
+            event: elsewhere,
             snapshot,
         })
     }
@@ -654,7 +680,7 @@ impl TaskStore for MemoryStore {
     fn append(
         &self,
         id: &str,
-        event: &Arc<Reply>,
+        event: Arc<Reply>,
         origin: Origin,
     ) -> Result<Arc<TaskRecord>, StoreError> {
         self.append_event(id, event, origin, &mut Vec::new())
@@ -800,7 +826,7 @@ pub(crate) mod tests {
         store
             .append(
                 "new-1",
-                &status("new-1", TaskState::Completed),
+                status("new-1", TaskState::Completed),
                 Origin::default(),
             )
             .unwrap();
@@ -839,7 +865,7 @@ pub(crate) mod tests {
             store
                 .append(
                     "run-1",
-                    &chunk("run-1", &format!("chunk {i}")),
+                    chunk("run-1", &format!("chunk {i}")),
                     Origin::default(),
                 )
                 .unwrap();
@@ -858,7 +884,7 @@ pub(crate) mod tests {
         let big = "x".repeat(1000);
         let mut refused = None;
         for i in 0..10 {
-            if let Err(e) = store.append("t", &chunk("t", &big), Origin::default()) {
+            if let Err(e) = store.append("t", chunk("t", &big), Origin::default()) {
                 refused = Some((i, e));
                 break;
             }
@@ -875,7 +901,7 @@ pub(crate) mod tests {
             "nothing applied"
         );
         let failed = store
-            .append("t", &status("t", TaskState::Failed), Origin::default())
+            .append("t", status("t", TaskState::Failed), Origin::default())
             .unwrap();
         assert_eq!(failed.task.status.state, TaskState::Failed);
         let mut huge = task("h", "c", TaskState::Submitted);
@@ -925,11 +951,11 @@ pub(crate) mod tests {
         let n = EVENT_LOG_EVENTS as u64 + 10;
         for i in 0..n {
             store
-                .append("t", &chunk("t", &format!("{i}")), Origin::default())
+                .append("t", chunk("t", &format!("{i}")), Origin::default())
                 .unwrap();
         }
         store
-            .append("u", &chunk("u", "only"), Origin::default())
+            .append("u", chunk("u", "only"), Origin::default())
             .unwrap();
         assert_eq!(store.get("t").unwrap().seq, n);
         assert_eq!(store.get("u").unwrap().seq, 1);
@@ -956,7 +982,7 @@ pub(crate) mod tests {
         store.insert(next).unwrap();
         assert_eq!(
             store
-                .append("u", &chunk("u", "again"), Origin::default())
+                .append("u", chunk("u", "again"), Origin::default())
                 .unwrap()
                 .seq,
             2
@@ -964,13 +990,46 @@ pub(crate) mod tests {
         let before = store.bytes();
         // A finished task's log goes.
         store
-            .append("t", &status("t", TaskState::Completed), Origin::default())
+            .append("t", status("t", TaskState::Completed), Origin::default())
             .unwrap();
         assert!(store.bytes() < before);
         assert!(matches!(
             store.events_after("t", n - 3, 10),
             Err(StoreError::EventsForgotten { .. })
         ));
+    }
+
+    #[test]
+    fn a_whole_task_no_one_else_holds_moves_into_the_record_and_a_shared_one_is_copied() {
+        use mesh_core::model::{Message, Role};
+        let store = MemoryStore::new(limits(10));
+        for id in ["alone", "shared"] {
+            store.insert(task(id, "c", TaskState::Submitted)).unwrap();
+        }
+        let done = |id: &str| {
+            let mut task = task(id, "c", TaskState::Completed).task;
+            task.history = Some(vec![Message::new(Role::User, vec![Part::text("hi")])]);
+            task
+        };
+        let history = |task: &Task| task.history.as_ref().map(|h| h.as_ptr());
+
+        let alone = done("alone");
+        let (expected, before) = (alone.clone(), history(&alone));
+        let record = store
+            .append("alone", Arc::new(Reply::Task(alone)), Origin::default())
+            .unwrap();
+        assert_eq!(record.task, expected);
+        assert_eq!(history(&record.task), before, "moved, not copied");
+
+        let shared = Arc::new(Reply::Task(done("shared")));
+        let record = store
+            .append("shared", shared.clone(), Origin::default())
+            .unwrap();
+        let Reply::Task(sent) = &*shared else {
+            unreachable!()
+        };
+        assert_eq!(&record.task, sent, "the subscribers' event is left whole");
+        assert_ne!(history(&record.task), history(sent), "copied");
     }
 
     #[test]
@@ -981,7 +1040,7 @@ pub(crate) mod tests {
         let mut working = task("t", "c", TaskState::Working).task;
         working.history = Some(vec![Message::new(Role::User, vec![Part::text("hi")])]);
         let event = Arc::new(Reply::Task(working.clone()));
-        store.append("t", &event, Origin::default()).unwrap();
+        store.append("t", event.clone(), Origin::default()).unwrap();
         assert_eq!(
             Arc::strong_count(&event),
             1,
@@ -995,7 +1054,7 @@ pub(crate) mod tests {
         assert!(read(1).is_empty());
         // The record changes: the event reads back as it came, then the next one.
         store
-            .append("t", &chunk("t", "x"), Origin::default())
+            .append("t", chunk("t", "x"), Origin::default())
             .unwrap();
         store.update("t", &mut |record| {
             record.task.metadata = Some(Default::default())
@@ -1011,7 +1070,7 @@ pub(crate) mod tests {
         store
             .append(
                 "t",
-                &Arc::new(Reply::Task(asking.clone())),
+                Arc::new(Reply::Task(asking.clone())),
                 Origin::default(),
             )
             .unwrap();
@@ -1026,7 +1085,7 @@ pub(crate) mod tests {
         assert_eq!(all[2].reply().unwrap(), Reply::Task(asking));
         // Its end drops the log.
         store
-            .append("t", &status("t", TaskState::Completed), Origin::default())
+            .append("t", status("t", TaskState::Completed), Origin::default())
             .unwrap();
         assert!(matches!(
             store.events_after("t", 0, 10),
@@ -1048,7 +1107,7 @@ pub(crate) mod tests {
         for i in 0..100 {
             let before = id_address(&store, "t");
             store
-                .append("t", &chunk("t", &format!("{i}")), Origin::default())
+                .append("t", chunk("t", &format!("{i}")), Origin::default())
                 .unwrap();
             assert_eq!(
                 id_address(&store, "t"),

@@ -421,7 +421,8 @@ pub trait TaskStore: Send + Sync + 'static {
     }
     /// Applies one event of the task's reply stream, logs it with the task's next sequence
     /// number (see the module docs) and returns the record as it is now. The event is kept
-    /// shared (a reference count, no copy) and is not encoded here. `origin`: where an event
+    /// shared (a reference count, no copy) and is not encoded here; a whole task that no one
+    /// else holds may move into the record (the memory store's log). `origin`: where an event
     /// from the agent came from (see [`Origin`]; the default for an event the gateway made).
     ///
     /// [`StoreError::TaskNotFound`] when there is no such task; [`StoreError::TaskTooLarge`]
@@ -430,7 +431,7 @@ pub trait TaskStore: Send + Sync + 'static {
     fn append(
         &self,
         id: &str,
-        event: &Arc<Reply>,
+        event: Arc<Reply>,
         origin: Origin,
     ) -> Result<Arc<TaskRecord>, StoreError>;
     /// The task's logged events with a sequence number above `after`, in order, at most

@@ -100,13 +100,16 @@ impl WorkingSet {
     pub(super) fn append(
         &self,
         id: &str,
-        event: &Arc<Reply>,
+        event: Arc<Reply>,
         origin: Origin,
     ) -> Result<Arc<TaskRecord>, StoreError> {
         let appended = self
             .memory
             .append_event(id, event, origin, &mut Vec::new())?;
-        self.queue.event(id, appended.event, appended.snapshot, &[]);
+        // A working set logs elsewhere: the event is always there.
+        if let Some(event) = appended.event {
+            self.queue.event(id, event, appended.snapshot, &[]);
+        }
         Ok(appended.record)
     }
 

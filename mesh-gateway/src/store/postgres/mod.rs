@@ -403,7 +403,7 @@ impl TaskStore for PostgresStore {
     fn append(
         &self,
         id: &str,
-        event: &Arc<Reply>,
+        event: Arc<Reply>,
         origin: Origin,
     ) -> Result<Arc<TaskRecord>, StoreError> {
         self.set.append(id, event, origin)
@@ -693,7 +693,7 @@ mod tests {
             let mut running = finished(&id);
             running.task.status.state = TaskState::Working;
             store.insert(running).unwrap();
-            store.append(&id, &done(&id), Origin::default()).unwrap();
+            store.append(&id, done(&id), Origin::default()).unwrap();
             // The turn's stream ended: the bridge lets the task go.
             store.release(&id);
         }

@@ -282,7 +282,7 @@ impl TaskStore for SqliteStore {
     fn append(
         &self,
         id: &str,
-        event: &Arc<Reply>,
+        event: Arc<Reply>,
         origin: Origin,
     ) -> Result<Arc<TaskRecord>, StoreError> {
         self.set.append(id, event, origin)

@@ -171,7 +171,7 @@ fn events_are_logged_and_applied_after_the_snapshot_on_reopen() {
         store
             .append(
                 "done",
-                &status("done", TaskState::Completed),
+                status("done", TaskState::Completed),
                 Origin::default(),
             )
             .unwrap();
@@ -180,7 +180,7 @@ fn events_are_logged_and_applied_after_the_snapshot_on_reopen() {
                 "[{i}] a paragraph of about eighty bytes, as the writer agent streams them.\n"
             );
             store
-                .append("t", &chunk("t", &text), Origin::default())
+                .append("t", chunk("t", &text), Origin::default())
                 .unwrap();
         }
         assert!(store.flush(Duration::from_secs(30)));
@@ -255,7 +255,7 @@ fn queued_events_are_read_with_the_committed_ones() {
     store.insert(record("t", TaskState::Working)).unwrap();
     for i in 0..50 {
         store
-            .append("t", &chunk("t", &format!("{i}")), Origin::default())
+            .append("t", chunk("t", &format!("{i}")), Origin::default())
             .unwrap();
     }
     // Whatever the writer has committed so far, the log reads whole and in order.
@@ -277,7 +277,7 @@ fn an_append_does_not_copy_the_record() {
     for i in 0..1000 {
         let before = id_address(&store, "t");
         store
-            .append("t", &chunk("t", &format!("{i}")), Origin::default())
+            .append("t", chunk("t", &format!("{i}")), Origin::default())
             .unwrap();
         assert_eq!(
             id_address(&store, "t"),
@@ -296,10 +296,10 @@ fn evicted_tasks_leave_the_disk() {
         let store = SqliteStore::open(&dir, limits(2)).unwrap();
         store.insert(record("a", TaskState::Working)).unwrap();
         store
-            .append("a", &chunk("a", "x"), Origin::default())
+            .append("a", chunk("a", "x"), Origin::default())
             .unwrap();
         store
-            .append("a", &status("a", TaskState::Completed), Origin::default())
+            .append("a", status("a", TaskState::Completed), Origin::default())
             .unwrap();
         // Counted finished once written: it makes room for new tasks.
         assert!(store.flush(Duration::from_secs(5)));
@@ -344,7 +344,7 @@ async fn the_working_set_keeps_only_what_the_gateway_bridges() {
             TaskState::InputRequired
         };
         store
-            .append(&id, &status(&id, end), Origin::default())
+            .append(&id, status(&id, end), Origin::default())
             .unwrap();
         // The turn's stream ended: the bridge lets the task go.
         store.release(&id);
