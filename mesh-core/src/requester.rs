@@ -742,6 +742,23 @@ pub fn restore_history(task: &mut Task, from: u64, known: &[crate::model::Messag
     kept.len() == from
 }
 
+/// [`restore_history`] from a history the caller gives up (the task's own before the event
+/// replaced it): its entries move instead of being copied.
+pub fn restore_history_from(
+    task: &mut Task,
+    from: u64,
+    mut known: Vec<crate::model::Message>,
+) -> bool {
+    let from = usize::try_from(from).unwrap_or(usize::MAX);
+    let found = known.len() >= from;
+    known.truncate(from);
+    if let Some(carried) = task.history.take() {
+        known.extend(carried);
+    }
+    task.history = (!known.is_empty()).then_some(known);
+    found
+}
+
 /// Hands a reply that came on a topic in the name of agent `answering` to the stream of the
 /// request it answers.
 async fn route(
@@ -980,6 +997,16 @@ mod tests {
         assert!(next <= 256, "ReplyStream::next's future is {next} bytes");
     }
 
+    /// A way of putting the history back.
+    type Restore = fn(&mut Task, u64, &[crate::model::Message]) -> bool;
+
+    /// Both ways of putting the history back, with the same results.
+    fn restorers() -> [Restore; 2] {
+        [restore_history, |task, from, known| {
+            restore_history_from(task, from, known.to_vec())
+        }]
+    }
+
     #[test]
     fn the_history_left_out_is_put_back_before_what_the_event_carries() {
         let known = [
@@ -988,30 +1015,34 @@ mod tests {
             said(Role::User, "Paris"),
             said(Role::Agent, "stale"),
         ];
-        let mut task = task_with(Some(vec![said(Role::Agent, "searching")]));
-        assert!(restore_history(&mut task, 3, &known));
-        let texts: Vec<String> = task.history.iter().flatten().map(text).collect();
-        assert_eq!(texts, ["book", "where?", "Paris", "searching"]);
+        for restore in restorers() {
+            let mut task = task_with(Some(vec![said(Role::Agent, "searching")]));
+            assert!(restore(&mut task, 3, &known));
+            let texts: Vec<String> = task.history.iter().flatten().map(text).collect();
+            assert_eq!(texts, ["book", "where?", "Paris", "searching"]);
 
-        // An event that carries no history gets the kept part alone.
-        let mut task = task_with(None);
-        assert!(restore_history(&mut task, 1, &known));
-        assert_eq!(task.history.map(|h| h.len()), Some(1));
-        // Nothing kept, nothing carried: no history.
-        let mut task = task_with(None);
-        assert!(restore_history(&mut task, 0, &known));
-        assert!(task.history.is_none());
+            // An event that carries no history gets the kept part alone.
+            let mut task = task_with(None);
+            assert!(restore(&mut task, 1, &known));
+            assert_eq!(task.history.map(|h| h.len()), Some(1));
+            // Nothing kept, nothing carried: no history.
+            let mut task = task_with(None);
+            assert!(restore(&mut task, 0, &known));
+            assert!(task.history.is_none());
+        }
     }
 
     #[test]
     fn a_history_shorter_than_the_agent_says_is_put_back_as_far_as_it_goes() {
         let known = [said(Role::User, "book")];
-        let mut task = task_with(Some(vec![said(Role::Agent, "done")]));
-        assert!(!restore_history(&mut task, 3, &known));
-        let texts: Vec<String> = task.history.iter().flatten().map(text).collect();
-        assert_eq!(texts, ["book", "done"]);
-        let mut task = task_with(None);
-        assert!(!restore_history(&mut task, u64::MAX, &known));
-        assert_eq!(task.history.map(|h| h.len()), Some(1));
+        for restore in restorers() {
+            let mut task = task_with(Some(vec![said(Role::Agent, "done")]));
+            assert!(!restore(&mut task, 3, &known));
+            let texts: Vec<String> = task.history.iter().flatten().map(text).collect();
+            assert_eq!(texts, ["book", "done"]);
+            let mut task = task_with(None);
+            assert!(!restore(&mut task, u64::MAX, &known));
+            assert_eq!(task.history.map(|h| h.len()), Some(1));
+        }
     }
 }

@@ -515,18 +515,18 @@ impl Bridge {
             }
             match delivery.reply {
                 // Its `_mesh` taken out by the requester (`delivery.meta`).
-                Ok(mut reply) => {
+                Ok(reply) => {
                     let meta = &delivery.meta;
-                    if let (Reply::Task(task), Some(from)) = (&mut reply, meta.history_from) {
-                        self.restore_history(id, task, from);
-                    }
                     let origin = Origin {
                         position: meta.seq,
                         ack: delivery.ack,
+                        history_from: meta
+                            .history_from
+                            .filter(|_| matches!(reply, Reply::Task(_))),
                     };
                     started = true;
                     let ends = ends_task(&reply);
-                    if !self.publish(id, live, Arc::new(reply), origin) || ends {
+                    if !self.publish(id, live, reply, origin) || ends {
                         return;
                     }
                 }
@@ -553,12 +553,7 @@ impl Bridge {
                         return;
                     };
                     let event = status_event(&record.task, TaskState::Failed, Some(&error.message));
-                    self.publish(
-                        id,
-                        live,
-                        Arc::new(Reply::StatusUpdate(event)),
-                        Origin::default(),
-                    );
+                    self.publish(id, live, Reply::StatusUpdate(event), Origin::default());
                     return;
                 }
             }
@@ -567,7 +562,8 @@ impl Bridge {
 
     /// Puts back into a whole-task event of the agent the history it left out (the gateway
     /// asks for that: `_mesh.keepsHistory`): the entries the stored task has, the history as
-    /// the turn began (a task the gateway bridges is in the store's working set).
+    /// the turn began (a task the gateway bridges is in the store's working set). For an
+    /// event that subscribers share; the store puts it back into one no one else holds.
     fn restore_history(&self, id: &str, task: &mut Task, from: u64) {
         let record = self.store.get(id);
         let known = record
@@ -587,18 +583,23 @@ impl Bridge {
     /// False when the task was stopped meanwhile (the event is dropped), or failed because
     /// the event would take it past the store's per-task limit. `origin`: where an event from
     /// the agent came from.
-    fn publish(&self, id: &str, live: &LiveTask, reply: Arc<Reply>, origin: Origin) -> bool {
+    fn publish(&self, id: &str, live: &LiveTask, mut reply: Reply, mut origin: Origin) -> bool {
         let _gate = live.gate.locked();
         if live.stop.is_cancelled() {
             return false;
         }
         let status_changed = matches!(
-            *reply,
+            reply,
             Reply::Task(_) | Reply::StatusUpdate(_) | Reply::Message(_)
         );
         let ends = ends_task(&reply);
-        let shared =
-            (!matches!(*reply, Reply::Task(_)) || live.read_for_content()).then(|| reply.clone());
+        let shared = !matches!(reply, Reply::Task(_)) || live.read_for_content();
+        if shared && let (Reply::Task(task), Some(from)) = (&mut reply, origin.history_from.take())
+        {
+            self.restore_history(id, task, from);
+        }
+        let reply = Arc::new(reply);
+        let shared = shared.then(|| reply.clone());
         let record = match self.store.append(id, reply, origin) {
             Ok(record) => {
                 if status_changed {
@@ -816,7 +817,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_whole_task_reaches_an_outcome_reader_as_its_record_unless_someone_reads_content() {
-        let whole = |state| Arc::new(Reply::Task(task("t", state)));
+        let whole = |state| Reply::Task(task("t", state));
         let bridge = bridge_with("t", TaskState::Submitted);
         let (live, mut outcome) = bridge
             .begin("t", SEND_CAPACITY, Reads::Outcome)

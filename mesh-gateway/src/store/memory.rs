@@ -31,6 +31,7 @@ use super::{
 use crate::task_events;
 use foldhash::HashMap;
 use mesh_core::model::TaskState;
+use mesh_core::requester::{restore_history, restore_history_from};
 use mesh_core::rpc::Reply;
 use mesh_core::sync::RwLockExt;
 use std::collections::VecDeque;
@@ -325,17 +326,42 @@ impl MemoryStore {
         // A whole task that no one else holds moves into the record (a log in memory keeps
         // it as the record, see the module docs); the event keeps the task it replaced, freed
         // with it after the lock. Any other event is applied.
+        // The history its agent left out is put back first (see `Origin::history_from`),
+        // moved from the task it replaces when it can be.
         let mut event = event;
+        let mut restored = None;
         let moved = self.log == LogMode::Tail
             && match Arc::get_mut(&mut event) {
                 Some(Reply::Task(task)) => {
                     std::mem::swap(&mut record.task, task);
+                    if let Some(from) = origin.history_from {
+                        let known = task.history.take().unwrap_or_default();
+                        let found = restore_history_from(&mut record.task, from, known);
+                        restored = Some((from, found));
+                    }
                     true
                 }
                 _ => false,
             };
         if !moved {
+            if let (Some(from), Some(Reply::Task(task))) =
+                (origin.history_from, Arc::get_mut(&mut event))
+            {
+                let known = record.task.history.as_deref().unwrap_or_default();
+                restored = Some((from, restore_history(task, from, known)));
+            }
             task_events::apply(&mut record.task, &event);
+        }
+        // What the event would have weighed with its history.
+        let mut len = len;
+        if let Some((from, found)) = restored {
+            if !found {
+                tracing::warn!(task = %id, from,
+                    "the agent left out more of the task's history than the gateway has");
+            }
+            let history = record.task.history.as_deref().unwrap_or_default();
+            let kept = usize::try_from(from).map_or(history.len(), |from| from.min(history.len()));
+            len += history[..kept].iter().map(size::message).sum::<usize>();
         }
         record.seq += 1;
         record.updated = now;
@@ -1030,6 +1056,38 @@ pub(crate) mod tests {
         };
         assert_eq!(&record.task, sent, "the subscribers' event is left whole");
         assert_ne!(history(&record.task), history(sent), "copied");
+    }
+
+    #[test]
+    fn the_history_an_agent_left_out_moves_back_from_the_task_it_replaces() {
+        use mesh_core::model::{Message, Role};
+        let store = MemoryStore::new(limits(10));
+        let mut submitted = task("t", "c", TaskState::Submitted);
+        let question = Message::new(Role::User, vec![Part::text("question")]);
+        submitted.task.history = Some(vec![question.clone()]);
+        let asked = submitted
+            .task
+            .history
+            .as_ref()
+            .map(|h| h[0].message_id.as_ptr());
+        store.insert(submitted).unwrap();
+        let mut done = task("t", "c", TaskState::Completed).task;
+        let answer = Message::new(Role::Agent, vec![Part::text("answer")]);
+        done.history = Some(vec![answer.clone()]);
+        let origin = Origin {
+            history_from: Some(1),
+            ..Origin::default()
+        };
+        let record = store
+            .append("t", Arc::new(Reply::Task(done)), origin)
+            .unwrap();
+        let history = record.task.history.as_deref().unwrap();
+        assert_eq!(history, [question, answer]);
+        assert_eq!(
+            Some(history[0].message_id.as_ptr()),
+            asked,
+            "moved, not copied"
+        );
     }
 
     #[test]

@@ -244,8 +244,8 @@ pub struct PendingDelivery {
     pub next_attempt: SystemTime,
 }
 
-/// Where an event of a task's reply stream came from, for the stores shared by several
-/// gateways ([`TaskStore::append`]).
+/// Where an event of a task's reply stream came from ([`TaskStore::append`]): for the
+/// stores shared by several gateways, and what of it the agent left for the store to put back.
 #[derive(Debug, Clone, Default)]
 pub struct Origin {
     /// Its place in its turn's reply stream (the agent's `_mesh.seq`): logged, so that a
@@ -256,6 +256,11 @@ pub struct Origin {
     /// broker deliver it again to whoever opens its session next); the memory store drops
     /// it at once.
     pub ack: Option<mesh_core::bus::Ack>,
+    /// A whole task whose agent left out the history before entry `from`
+    /// (`_mesh.historyFrom`), in an event no one else holds: the store puts back the
+    /// entries its record has (moving them when the event's task replaces the record's).
+    /// An event shared with subscribers comes whole, with `None`.
+    pub history_from: Option<u64>,
 }
 
 /// A running task of a gateway that is gone, taken over ([`TaskStore::claim_orphans`]).
