@@ -775,8 +775,8 @@ async fn route(
             return;
         }
     };
-    let key = match &id {
-        JsonRpcId::String(s) => s.clone(),
+    let key = match id {
+        JsonRpcId::String(s) => s,
         other => other.to_string(),
     };
     let (reply, mut meta) = match reply {

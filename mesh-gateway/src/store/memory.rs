@@ -329,6 +329,7 @@ impl MemoryStore {
         // The history its agent left out is put back first (see `Origin::history_from`),
         // moved from the task it replaces when it can be.
         let mut event = event;
+        // How many entries were put back, and whether the record had all the agent left out.
         let mut restored = None;
         let moved = self.log == LogMode::Tail
             && match Arc::get_mut(&mut event) {
@@ -336,8 +337,9 @@ impl MemoryStore {
                     std::mem::swap(&mut record.task, task);
                     if let Some(from) = origin.history_from {
                         let known = task.history.take().unwrap_or_default();
+                        let count = known.len().min(usize::try_from(from).unwrap_or(usize::MAX));
                         let found = restore_history_from(&mut record.task, from, known);
-                        restored = Some((from, found));
+                        restored = Some((count, found));
                     }
                     true
                 }
@@ -348,20 +350,20 @@ impl MemoryStore {
                 (origin.history_from, Arc::get_mut(&mut event))
             {
                 let known = record.task.history.as_deref().unwrap_or_default();
-                restored = Some((from, restore_history(task, from, known)));
+                let count = known.len().min(usize::try_from(from).unwrap_or(usize::MAX));
+                restored = Some((count, restore_history(task, from, known)));
             }
             task_events::apply(&mut record.task, &event);
         }
-        // What the event would have weighed with its history.
+        // The event weighs what it would have with its history.
         let mut len = len;
-        if let Some((from, found)) = restored {
+        if let Some((count, found)) = restored {
             if !found {
-                tracing::warn!(task = %id, from,
+                tracing::warn!(task = %id, restored = count,
                     "the agent left out more of the task's history than the gateway has");
             }
             let history = record.task.history.as_deref().unwrap_or_default();
-            let kept = usize::try_from(from).map_or(history.len(), |from| from.min(history.len()));
-            len += history[..kept].iter().map(size::message).sum::<usize>();
+            len += history.iter().take(count).map(size::message).sum::<usize>();
         }
         record.seq += 1;
         record.updated = now;
