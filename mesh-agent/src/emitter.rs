@@ -51,13 +51,61 @@ pub enum EmitError {
 struct State {
     /// The task as it evolves: shared with the handler's snapshot of it until the first
     /// change, which copies it only while the handler still holds that snapshot (a handler
-    /// that answers and returns has dropped it, so its task is never copied).
+    /// that answers and returns has dropped it, so its task is never copied), and then
+    /// without the history its requester keeps ([`State::task_mut`]).
     task: Arc<Task>,
+    /// The task as the turn began, once `task` was copied without the history the requester
+    /// keeps: its history goes before the copy's, which holds what this turn added.
+    turn_start: Option<Arc<Task>>,
     next_seq: u64,
     announced: bool,
     closed: bool,
     /// Flow control, when the request asked for it.
     flow: Option<FlowGate>,
+}
+
+impl State {
+    /// The task, to change. While the handler's snapshot still shares it, it is copied first:
+    /// without its history when the requester keeps that (`keeps_history`), since no event
+    /// writes it again and the snapshot holds it (see [`State::turn_start`]).
+    fn task_mut(&mut self, keeps_history: bool) -> &mut Task {
+        if keeps_history && self.turn_start.is_none() && Arc::get_mut(&mut self.task).is_none() {
+            let start = &self.task;
+            let copy = Task {
+                id: start.id.clone(),
+                context_id: start.context_id.clone(),
+                status: start.status.clone(),
+                artifacts: start.artifacts.clone(),
+                history: None,
+                metadata: start.metadata.clone(),
+            };
+            self.turn_start = Some(std::mem::replace(&mut self.task, Arc::new(copy)));
+        }
+        Arc::make_mut(&mut self.task)
+    }
+
+    /// How many entries of the task's history this turn added, of which the requester keeps
+    /// the first `kept`.
+    fn added_history(&self, kept: usize) -> usize {
+        let len = self.task.history.as_ref().map_or(0, Vec::len);
+        match self.turn_start {
+            Some(_) => len,
+            None => len.saturating_sub(kept),
+        }
+    }
+
+    /// The whole task as it stands (the history as the turn began put back before this
+    /// turn's when it was left out).
+    fn whole_task(&self) -> Arc<Task> {
+        let Some(start) = &self.turn_start else {
+            return self.task.clone();
+        };
+        let mut task = Task::clone(&self.task);
+        let mut history = start.history.clone().unwrap_or_default();
+        history.extend(task.history.take().unwrap_or_default());
+        task.history = (!history.is_empty()).then_some(history);
+        Arc::new(task)
+    }
 }
 
 /// Publishes the events of one task to its requester.
@@ -99,6 +147,7 @@ impl Emitter {
             kept_history: None,
             state: tokio::sync::Mutex::new(State {
                 task,
+                turn_start: None,
                 next_seq: 0,
                 announced: false,
                 closed: false,
@@ -122,7 +171,12 @@ impl Emitter {
 
     /// The task as it stands.
     pub(crate) async fn task(&self) -> Arc<Task> {
-        self.state.lock().await.task.clone()
+        self.state.lock().await.whole_task()
+    }
+
+    /// The task, to change (see [`State::task_mut`]).
+    fn task_mut<'a>(&self, guard: &'a mut State) -> &'a mut Task {
+        guard.task_mut(self.kept_history.is_some())
     }
 
     /// A status change, with an optional agent message.
@@ -146,7 +200,7 @@ impl Emitter {
             return Err(EmitError::Closed);
         }
         let mut outbox = self.announce(guard);
-        let task = Arc::make_mut(&mut guard.task);
+        let task = self.task_mut(guard);
         let message = message.map(|m| bind(task, m));
         // As the A2A SDKs do: the status message being replaced becomes history.
         if let Some(previous) = task.status.message.take() {
@@ -205,7 +259,7 @@ impl Emitter {
         } else {
             artifact
         };
-        merge_artifact(Arc::make_mut(&mut guard.task), artifact, append);
+        merge_artifact(self.task_mut(&mut guard), artifact, append);
         self.send(&mut guard, outbox).await
     }
 
@@ -274,14 +328,14 @@ impl Emitter {
             timestamp: Some(chrono::Utc::now()),
         };
         if !self.streaming {
-            Arc::make_mut(&mut guard.task).status = working;
+            self.task_mut(guard).status = working;
             return outbox;
         }
         if self.dialect != Dialect::V0_1 {
             // 0.1 streams carry status and artifact updates only.
             outbox.push(self.encode_task(guard));
         }
-        Arc::make_mut(&mut guard.task).status = working.clone();
+        self.task_mut(guard).status = working.clone();
         let event = TaskStatusUpdateEvent {
             task_id: guard.task.id.clone(),
             context_id: guard.task.context_id.clone(),
@@ -332,12 +386,9 @@ impl Emitter {
     /// keeps the history gets only the entries after those it keeps.
     fn encode_task(&self, guard: &mut State) -> Vec<u8> {
         let mut meta = self.next_meta(guard);
-        let view = match self.kept_history {
-            Some(kept) => {
-                let len = guard.task.history.as_ref().map_or(0, Vec::len);
-                meta.history_from = Some(kept as u64);
-                codec::TaskView::history(Some(len.saturating_sub(kept)))
-            }
+        meta.history_from = self.kept_history.map(|kept| kept as u64);
+        let view = |guard: &State| match self.kept_history {
+            Some(kept) => codec::TaskView::history(Some(guard.added_history(kept))),
             None => codec::TaskView::WHOLE,
         };
         // SendMessage's answer is the task's shape in every dialect (wrapped in 1.0). The
@@ -347,13 +398,15 @@ impl Emitter {
             self.dialect,
             &self.rpc_id,
             &guard.task,
-            view,
+            view(guard),
             &meta,
         ) {
             return payload;
         }
         // The task's own `_mesh` (dialect-preservation fields) merged with this one, for the
         // write only.
+        self.task_mut(guard);
+        let view = view(guard);
         let task = Arc::make_mut(&mut guard.task);
         let metadata = task.metadata.clone();
         meta.put(&mut task.metadata);
@@ -421,7 +474,7 @@ impl Emitter {
              max_packet_size): the task failed"
         );
         let mut message = Message::new(mesh_core::model::Role::Agent, vec![Part::text(text)]);
-        let task = Arc::make_mut(&mut guard.task);
+        let task = self.task_mut(guard);
         message = bind(task, message);
         task.status = TaskStatus {
             state: TaskState::Failed,
@@ -437,7 +490,7 @@ impl Emitter {
             };
             self.encode(guard, Reply::StatusUpdate(event))
         } else {
-            let task = Arc::make_mut(&mut guard.task);
+            let task = self.task_mut(guard);
             task.history = None;
             task.artifacts = None;
             self.encode_task(guard)
@@ -465,5 +518,87 @@ pub(crate) fn merge_artifact(task: &mut Task, artifact: Artifact, append: bool) 
         Some(existing) if append => existing.parts.extend(artifact.parts),
         Some(existing) => *existing = artifact,
         None => artifacts.push(artifact),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mesh_core::model::Role;
+
+    fn said(role: Role, text: &str) -> Message {
+        Message::new(role, vec![Part::text(text)])
+    }
+
+    fn state(task: Arc<Task>) -> State {
+        State {
+            task,
+            turn_start: None,
+            next_seq: 0,
+            announced: false,
+            closed: false,
+            flow: None,
+        }
+    }
+
+    fn texts(task: &Task) -> Vec<Option<&str>> {
+        task.history
+            .iter()
+            .flatten()
+            .map(|m| m.parts[0].as_text())
+            .collect()
+    }
+
+    fn asked() -> Task {
+        Task {
+            id: "t".into(),
+            context_id: "c".into(),
+            status: TaskStatus {
+                state: TaskState::Submitted,
+                message: None,
+                timestamp: None,
+            },
+            artifacts: None,
+            history: Some(vec![said(Role::User, "question")]),
+            metadata: None,
+        }
+    }
+
+    #[test]
+    fn a_change_under_the_handlers_snapshot_copies_the_task_without_the_kept_history() {
+        let snapshot = Arc::new(asked());
+        let mut kept = state(snapshot.clone());
+        let answer = said(Role::Agent, "answer");
+        kept.task_mut(true)
+            .history
+            .get_or_insert_with(Vec::new)
+            .push(answer);
+        assert!(Arc::ptr_eq(kept.turn_start.as_ref().unwrap(), &snapshot));
+        assert_eq!(
+            texts(&kept.task),
+            [Some("answer")],
+            "the question is not copied"
+        );
+        assert_eq!(kept.added_history(1), 1);
+        assert_eq!(
+            texts(&kept.whole_task()),
+            [Some("question"), Some("answer")]
+        );
+        assert_eq!(texts(&snapshot), [Some("question")], "the snapshot stays");
+
+        // A requester that keeps nothing: the whole task is copied, as it must be written.
+        let mut whole = state(snapshot.clone());
+        whole.task_mut(false).status.state = TaskState::Working;
+        assert!(whole.turn_start.is_none());
+        assert_eq!(texts(&whole.task), [Some("question")]);
+        assert_eq!(whole.added_history(0), 1);
+
+        // A handler that let go of its snapshot: the task changes in place.
+        drop(snapshot);
+        let mut alone = state(Arc::new(asked()));
+        alone.task_mut(true).status.state = TaskState::Working;
+        assert!(alone.turn_start.is_none());
+        assert_eq!(alone.added_history(1), 0);
+        assert_eq!(texts(&alone.whole_task()), [Some("question")]);
     }
 }

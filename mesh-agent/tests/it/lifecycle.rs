@@ -666,6 +666,74 @@ async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped(broker: TestB
     echo.shutdown().await;
 }
 
+mesh_testkit::both_brokers!(a_requester_that_keeps_the_history_is_sent_what_the_turn_added);
+async fn a_requester_that_keeps_the_history_is_sent_what_the_turn_added(broker: TestBroker) {
+    let mesh = BusMesh::on(broker).await;
+    // A handler that holds its snapshot while its task changes (as echo does), and checks
+    // that the snapshot stays the task as the turn began.
+    let keeper = mesh
+        .run(Agent::new(
+            "keeper",
+            handler_fn(|ctx: TaskContext| async move {
+                ctx.working("thinking").await?;
+                ctx.text_artifact("notes", "x").await?;
+                match ctx.task().history.as_deref() {
+                    Some([message]) if message.parts[0].as_text() == Some("question") => {
+                        Ok(Outcome::completed())
+                    }
+                    other => Err(format!("the snapshot changed: {other:?}").into()),
+                }
+            }),
+        ))
+        .await;
+    let stream = mesh
+        .requester
+        .send(
+            "keeper",
+            SendMessageRequest {
+                message: user("question"),
+                configuration: None,
+                metadata: None,
+                tenant: None,
+            },
+            mesh_core::requester::SendOptions {
+                method: Method::SendMessage,
+                task_id: "kept".into(),
+                snapshot: None,
+                timeout: WAIT,
+                principal: None,
+                depth: 0,
+                traceparent: None,
+                keeps_history: true,
+            },
+        )
+        .await
+        .unwrap();
+    let mut last = collect(stream).await.pop().expect("an answer");
+    assert_eq!(
+        last.meta.history_from,
+        Some(1),
+        "the requester keeps the question"
+    );
+    let Ok(Reply::Task(task)) = last.reply.as_mut() else {
+        panic!("a task: {:?}", last.reply)
+    };
+    assert_eq!(task.status.state, TaskState::Completed, "{task:?}");
+    let added: Vec<Option<&str>> = task
+        .history
+        .iter()
+        .flatten()
+        .map(|m| m.parts[0].as_text())
+        .collect();
+    assert_eq!(
+        added,
+        [Some("thinking")],
+        "what the turn added, and only that"
+    );
+    assert_eq!(task.artifacts.as_ref().map(Vec::len), Some(1));
+    keeper.shutdown().await;
+}
+
 trait SendErr {
     async fn send_message_err(&self, agent: &str) -> bool;
 }
