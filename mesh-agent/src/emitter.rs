@@ -65,6 +65,18 @@ struct State {
 }
 
 impl State {
+    /// The state of a task nothing was said of yet.
+    fn new(task: Arc<Task>) -> State {
+        State {
+            task,
+            turn_start: None,
+            next_seq: 0,
+            announced: false,
+            closed: false,
+            flow: None,
+        }
+    }
+
     /// The task, to change. While the handler's snapshot still shares it, it is copied first:
     /// without its history when the requester keeps that (`keeps_history`), since no event
     /// writes it again and the snapshot holds it (see [`State::turn_start`]).
@@ -145,14 +157,7 @@ impl Emitter {
             instance,
             streaming,
             kept_history: None,
-            state: tokio::sync::Mutex::new(State {
-                task,
-                turn_start: None,
-                next_seq: 0,
-                announced: false,
-                closed: false,
-                flow: None,
-            }),
+            state: tokio::sync::Mutex::new(State::new(task)),
         }
     }
 
@@ -530,17 +535,6 @@ mod tests {
         Message::new(role, vec![Part::text(text)])
     }
 
-    fn state(task: Arc<Task>) -> State {
-        State {
-            task,
-            turn_start: None,
-            next_seq: 0,
-            announced: false,
-            closed: false,
-            flow: None,
-        }
-    }
-
     fn texts(task: &Task) -> Vec<Option<&str>> {
         task.history
             .iter()
@@ -567,7 +561,7 @@ mod tests {
     #[test]
     fn a_change_under_the_handlers_snapshot_copies_the_task_without_the_kept_history() {
         let snapshot = Arc::new(asked());
-        let mut kept = state(snapshot.clone());
+        let mut kept = State::new(snapshot.clone());
         let answer = said(Role::Agent, "answer");
         kept.task_mut(true)
             .history
@@ -587,7 +581,7 @@ mod tests {
         assert_eq!(texts(&snapshot), [Some("question")], "the snapshot stays");
 
         // A requester that keeps nothing: the whole task is copied, as it must be written.
-        let mut whole = state(snapshot.clone());
+        let mut whole = State::new(snapshot.clone());
         whole.task_mut(false).status.state = TaskState::Working;
         assert!(whole.turn_start.is_none());
         assert_eq!(texts(&whole.task), [Some("question")]);
@@ -595,7 +589,7 @@ mod tests {
 
         // A handler that let go of its snapshot: the task changes in place.
         drop(snapshot);
-        let mut alone = state(Arc::new(asked()));
+        let mut alone = State::new(Arc::new(asked()));
         alone.task_mut(true).status.state = TaskState::Working;
         assert!(alone.turn_start.is_none());
         assert_eq!(alone.added_history(1), 0);
