@@ -727,9 +727,9 @@ pub fn strip_reply_meta(reply: &mut Reply) -> MeshMeta {
 
 /// Puts back into a whole-task event the history its agent left out (`_mesh.historyFrom`,
 /// asked for with [`SendOptions::keeps_history`]): the first `from` entries of `known`, the
-/// history the requester keeps, before the entries the event carries. False when `known` has
-/// fewer than `from` entries (it then gives what it has).
-pub fn restore_history(task: &mut Task, from: u64, known: &[crate::model::Message]) -> bool {
+/// history the requester keeps, before the entries the event carries. Returns how many it put
+/// back: fewer than `from` when `known` has fewer (it then gives what it has).
+pub fn restore_history(task: &mut Task, from: u64, known: &[crate::model::Message]) -> usize {
     let from = usize::try_from(from).unwrap_or(usize::MAX);
     let kept = &known[..from.min(known.len())];
     let carried = task.history.take().unwrap_or_default();
@@ -739,7 +739,7 @@ pub fn restore_history(task: &mut Task, from: u64, known: &[crate::model::Messag
         history.extend(carried);
         task.history = Some(history);
     }
-    kept.len() == from
+    kept.len()
 }
 
 /// [`restore_history`] from a history the caller gives up (the task's own before the event
@@ -748,15 +748,14 @@ pub fn restore_history_from(
     task: &mut Task,
     from: u64,
     mut known: Vec<crate::model::Message>,
-) -> bool {
-    let from = usize::try_from(from).unwrap_or(usize::MAX);
-    let found = known.len() >= from;
-    known.truncate(from);
+) -> usize {
+    known.truncate(usize::try_from(from).unwrap_or(usize::MAX));
+    let put_back = known.len();
     if let Some(carried) = task.history.take() {
         known.extend(carried);
     }
     task.history = (!known.is_empty()).then_some(known);
-    found
+    put_back
 }
 
 /// Hands a reply that came on a topic in the name of agent `answering` to the stream of the
@@ -998,7 +997,7 @@ mod tests {
     }
 
     /// A way of putting the history back.
-    type Restore = fn(&mut Task, u64, &[crate::model::Message]) -> bool;
+    type Restore = fn(&mut Task, u64, &[crate::model::Message]) -> usize;
 
     /// Both ways of putting the history back, with the same results.
     fn restorers() -> [Restore; 2] {
@@ -1017,17 +1016,17 @@ mod tests {
         ];
         for restore in restorers() {
             let mut task = task_with(Some(vec![said(Role::Agent, "searching")]));
-            assert!(restore(&mut task, 3, &known));
+            assert_eq!(restore(&mut task, 3, &known), 3);
             let texts: Vec<String> = task.history.iter().flatten().map(text).collect();
             assert_eq!(texts, ["book", "where?", "Paris", "searching"]);
 
             // An event that carries no history gets the kept part alone.
             let mut task = task_with(None);
-            assert!(restore(&mut task, 1, &known));
+            assert_eq!(restore(&mut task, 1, &known), 1);
             assert_eq!(task.history.map(|h| h.len()), Some(1));
             // Nothing kept, nothing carried: no history.
             let mut task = task_with(None);
-            assert!(restore(&mut task, 0, &known));
+            assert_eq!(restore(&mut task, 0, &known), 0);
             assert!(task.history.is_none());
         }
     }
@@ -1037,11 +1036,11 @@ mod tests {
         let known = [said(Role::User, "book")];
         for restore in restorers() {
             let mut task = task_with(Some(vec![said(Role::Agent, "done")]));
-            assert!(!restore(&mut task, 3, &known));
+            assert_eq!(restore(&mut task, 3, &known), 1);
             let texts: Vec<String> = task.history.iter().flatten().map(text).collect();
             assert_eq!(texts, ["book", "done"]);
             let mut task = task_with(None);
-            assert!(!restore(&mut task, u64::MAX, &known));
+            assert_eq!(restore(&mut task, u64::MAX, &known), 1);
             assert_eq!(task.history.map(|h| h.len()), Some(1));
         }
     }

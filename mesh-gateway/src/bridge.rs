@@ -570,7 +570,7 @@ impl Bridge {
             .as_ref()
             .and_then(|r| r.task.history.as_deref())
             .unwrap_or_default();
-        if !restore_history(task, from, known) {
+        if (restore_history(task, from, known) as u64) < from {
             tracing::warn!(task = %id, from, known = known.len(),
                 "the agent left out more of the task's history than the gateway has");
         }

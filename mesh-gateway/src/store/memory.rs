@@ -324,22 +324,19 @@ impl MemoryStore {
         let record = Arc::make_mut(&mut entry.record);
         let before = state_of(&record.task.status.state);
         // A whole task that no one else holds moves into the record (a log in memory keeps
-        // it as the record, see the module docs); the event keeps the task it replaced, freed
-        // with it after the lock. Any other event is applied.
-        // The history its agent left out is put back first (see `Origin::history_from`),
-        // moved from the task it replaces when it can be.
+        // it as the record, see the module docs); the event keeps the task it replaced,
+        // freed with it after the lock. Any other event is applied. The history its agent
+        // left out (`Origin::history_from`) is put back first: moved out of the task it
+        // replaces, or copied from the record into an event the log keeps.
         let mut event = event;
-        // How many entries were put back, and whether the record had all the agent left out.
-        let mut restored = None;
+        let mut put_back = 0;
         let moved = self.log == LogMode::Tail
             && match Arc::get_mut(&mut event) {
                 Some(Reply::Task(task)) => {
                     std::mem::swap(&mut record.task, task);
                     if let Some(from) = origin.history_from {
                         let known = task.history.take().unwrap_or_default();
-                        let count = known.len().min(usize::try_from(from).unwrap_or(usize::MAX));
-                        let found = restore_history_from(&mut record.task, from, known);
-                        restored = Some((count, found));
+                        put_back = restore_history_from(&mut record.task, from, known);
                     }
                     true
                 }
@@ -350,21 +347,24 @@ impl MemoryStore {
                 (origin.history_from, Arc::get_mut(&mut event))
             {
                 let known = record.task.history.as_deref().unwrap_or_default();
-                let count = known.len().min(usize::try_from(from).unwrap_or(usize::MAX));
-                restored = Some((count, restore_history(task, from, known)));
+                put_back = restore_history(task, from, known);
             }
             task_events::apply(&mut record.task, &event);
         }
-        // The event weighs what it would have with its history.
-        let mut len = len;
-        if let Some((count, found)) = restored {
-            if !found {
-                tracing::warn!(task = %id, restored = count,
-                    "the agent left out more of the task's history than the gateway has");
-            }
-            let history = record.task.history.as_deref().unwrap_or_default();
-            len += history.iter().take(count).map(size::message).sum::<usize>();
+        if let Some(from) = origin.history_from
+            && (put_back as u64) < from
+        {
+            tracing::warn!(task = %id, from, put_back,
+                "the agent left out more of the task's history than the gateway has");
         }
+        // The event weighs what it would have with its history.
+        let history = record.task.history.as_deref().unwrap_or_default();
+        let len = len
+            + history
+                .iter()
+                .take(put_back)
+                .map(size::message)
+                .sum::<usize>();
         record.seq += 1;
         record.updated = now;
         let seq = record.seq;
