@@ -3,6 +3,10 @@
 //! replies through the [`bridge`](crate::bridge). A blocking send waits (up to the blocking
 //! wait) for the task to end or interrupt; a streaming send answers with the task's events
 //! once the first one is there, so that an agent's refusal is a plain error, not a stream.
+//! A send that returns immediately answers with the task as recorded, and asks the agent
+//! for every event all the same (`message/stream` on the bus, unless its card says it does
+//! not stream): a client that then subscribes to the task follows it as it runs, not only
+//! its end.
 //!
 //! The functions here return futures from plain `fn`s (async blocks) rather than being
 //! `async fn`s, which keep each by-value argument twice: the future is boxed per request by
@@ -42,6 +46,19 @@ struct Published {
     pump: Pump,
 }
 
+/// How the client that sends a message hears of its task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// Every event as it comes (`SendStreamingMessage`).
+    Stream,
+    /// The task when its turn ends, interrupts or the blocking wait is over (a blocking
+    /// `SendMessage`): the agent sends its final answer only.
+    Outcome,
+    /// The task as recorded, at once (a `SendMessage` that returns immediately): the agent
+    /// streams its events to the gateway all the same, for the task's subscribers.
+    AtOnce,
+}
+
 /// A task begun (live, its originator subscribed), not yet recorded or sent.
 struct Begun {
     task_id: String,
@@ -65,7 +82,11 @@ impl A2aService {
             .and_then(|c| c.return_immediately)
             .unwrap_or(false);
         async move {
-            let mut started = self.start(cx, params, false).await?;
+            let answer = match immediately {
+                true => Answer::AtOnce,
+                false => Answer::Outcome,
+            };
+            let mut started = self.start(cx, params, answer).await?;
             // The answer waits until the task is where every gateway sharing the store
             // reads it (at once with a store of one gateway), so that a client may read it
             // through any of them next.
@@ -131,7 +152,7 @@ impl A2aService {
         params: SendMessageRequest,
     ) -> impl Future<Output = Result<TaskEvents, A2aError>> + Send + 'a {
         async move {
-            let mut started = self.start(cx, params, true).await?;
+            let mut started = self.start(cx, params, Answer::Stream).await?;
             started.pump.detach();
             let first = loop {
                 tokio::select! {
@@ -165,7 +186,7 @@ impl A2aService {
 
     /// Checks the agent can take a message now: known, online, the bus up (and streaming,
     /// when asked to stream). The common case reads no card.
-    fn check_agent(&self, agent: &str, streaming: bool) -> Result<(), A2aError> {
+    fn check_agent(&self, agent: &str, answer: Answer) -> Result<(), A2aError> {
         if !self.registry.is_online(agent) {
             return Err(match self.registry.agent(agent) {
                 Some(_) => A2aError::internal(format!(
@@ -182,18 +203,20 @@ impl A2aService {
                 "the gateway has lost its connection to the message bus; try again when it recovers",
             ));
         }
-        if streaming
-            && self
-                .registry
-                .agent(agent)
-                .and_then(|view| view.card)
-                .is_some_and(|card| card.capabilities.streaming == Some(false))
-        {
+        if answer == Answer::Stream && !self.streams(agent) {
             return Err(A2aError::unsupported_operation(format!(
                 "agent {agent:?} does not stream (its card says capabilities.streaming: false); use SendMessage"
             )));
         }
         Ok(())
+    }
+
+    /// Whether `agent` streams: unless its card says it does not.
+    fn streams(&self, agent: &str) -> bool {
+        self.registry
+            .agent(agent)
+            .and_then(|view| view.card)
+            .is_none_or(|card| card.capabilities.streaming != Some(false))
     }
 
     /// Starts (or resumes) the task a message is for: the live broadcast, the request
@@ -206,11 +229,11 @@ impl A2aService {
         &'a self,
         cx: &'a RequestContext,
         mut params: SendMessageRequest,
-        streaming: bool,
+        answer: Answer,
     ) -> impl Future<Output = Result<Published, A2aError>> + Send + 'a {
         async move {
             let agent = cx.agent.as_str();
-            self.check_agent(agent, streaming)?;
+            self.check_agent(agent, answer)?;
             let push = params
                 .configuration
                 .as_mut()
@@ -231,7 +254,7 @@ impl A2aService {
                 Some(task_id) if !task_id.is_empty() => self.store().load(task_id).await?,
                 _ => None,
             };
-            let (begun, params, options) = self.begin(cx, params, previous, streaming)?;
+            let (begun, params, options) = self.begin(cx, params, previous, answer)?;
             let Begun {
                 task_id,
                 events,
@@ -289,7 +312,7 @@ impl A2aService {
         cx: &RequestContext,
         mut params: SendMessageRequest,
         previous: Option<Arc<TaskRecord>>,
-        streaming: bool,
+        answer: Answer,
     ) -> Result<(Begun, SendMessageRequest, SendOptions), A2aError> {
         let agent = cx.agent.as_str();
         let previous = match (params.message.task_id.as_deref(), previous) {
@@ -343,18 +366,25 @@ impl A2aService {
         params.message.context_id = Some(context_id);
 
         // A stream is written event by event; a blocking send answers with the task as the
-        // store holds it at the end.
-        let (capacity, reads) = match streaming {
-            true => (STREAM_CAPACITY, Reads::Content),
-            false => (SEND_CAPACITY, Reads::Outcome),
+        // store holds it at the end, and one that returns at once reads nothing of it.
+        let (capacity, reads) = match answer {
+            Answer::Stream => (STREAM_CAPACITY, Reads::Content),
+            Answer::Outcome | Answer::AtOnce => (SEND_CAPACITY, Reads::Outcome),
         };
         let Some((live, events)) = self.bridge.begin(&task_id, capacity, reads) else {
             return Err(A2aError::unsupported_operation(format!(
                 "task {task_id} is still running: send the next message when it asks for input"
             )));
         };
+        // Every event of a task no one waits on, for whoever subscribes to it; only the
+        // final answer for a blocking send.
+        let streams = match answer {
+            Answer::Stream => true,
+            Answer::AtOnce => self.streams(agent),
+            Answer::Outcome => false,
+        };
         let options = SendOptions {
-            method: if streaming {
+            method: if streams {
                 Method::SendStreamingMessage
             } else {
                 Method::SendMessage

@@ -328,6 +328,82 @@ async fn cancel_of_an_interrupted_task_is_done_by_the_gateway() {
     );
 }
 
+/// A send that returns at once (0.3 `blocking: false`, 1.0 `returnImmediately`) still has
+/// its agent stream the task to the gateway: a client that subscribes follows the task as it
+/// runs, each chunk an event of its own, not only a snapshot and then the end. An agent
+/// whose card says it does not stream is sent `message/send` as before: its subscriber gets
+/// the whole artifact at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_follows_a_task_sent_without_waiting_as_it_runs() {
+    for (send, configuration, subscribe, streams) in [
+        (
+            "message/send",
+            json!({"blocking": false}),
+            "tasks/resubscribe",
+            true,
+        ),
+        (
+            "SendMessage",
+            json!({"returnImmediately": true}),
+            "SubscribeToTask",
+            true,
+        ),
+        (
+            "message/send",
+            json!({"blocking": false}),
+            "tasks/resubscribe",
+            false,
+        ),
+    ] {
+        let mut mesh = GatewayMesh::start().await;
+        let gate = Gate::default();
+        mesh.run(paced(gate.clone()).streaming(streams)).await;
+        let mut params = if send == "SendMessage" {
+            msg10("go")
+        } else {
+            msg03("go")
+        };
+        params["configuration"] = configuration;
+        let body = mesh.call("paced", send, params).await;
+        let task = result(&body);
+        let task = task.get("task").unwrap_or(task);
+        let id = task["id"].as_str().unwrap().to_owned();
+
+        // Subscribed (its first event read), then the agent goes on past its gate.
+        let mut events = mesh.open_sse("paced", subscribe, json!({"id": id})).await;
+        let mut seen = read_until(&mut events, |e| !e.is_empty()).await;
+        gate.open();
+        seen.extend(read_until(&mut events, |_| false).await);
+        let artifact_update = |e: &Sse| {
+            let result = &e.data["result"];
+            result["kind"] == "artifact-update" || result.get("artifactUpdate").is_some()
+        };
+        // Each chunk after the gate an event of its own; had the agent sent only its end,
+        // the gateway would have made one event of the whole artifact.
+        for chunk in ["3", "4", "5"] {
+            let alone = seen
+                .iter()
+                .any(|e| artifact_update(e) && is_chunk(e, chunk) && !is_chunk(e, "0"));
+            assert_eq!(
+                alone, streams,
+                "{send}, streaming {streams}: chunk {chunk} as it was written: {seen:?}"
+            );
+            assert!(seen.iter().any(|e| is_chunk(e, chunk)), "{seen:?}");
+        }
+        let last = &seen.last().unwrap().data["result"];
+        let state = last
+            .pointer("/status/state")
+            .or_else(|| last.pointer("/statusUpdate/status/state"));
+        assert!(
+            matches!(
+                state.and_then(Value::as_str),
+                Some("completed" | "TASK_STATE_COMPLETED")
+            ),
+            "{send}: {seen:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_subscribers_each_get_every_event_and_leaving_does_not_cancel() {
     let mut mesh = GatewayMesh::start().await;
