@@ -34,8 +34,8 @@ CREATE TABLE IF NOT EXISTS task_events (
     seq INTEGER NOT NULL,
     time INTEGER NOT NULL,
     event TEXT NOT NULL,
-    PRIMARY KEY (task_id, seq)
-) WITHOUT ROWID;
+    position INTEGER
+);
 CREATE TABLE IF NOT EXISTS webhook_deliveries (
     id INTEGER PRIMARY KEY NOT NULL,
     task_id TEXT NOT NULL,
@@ -60,12 +60,39 @@ const ADDED_COLUMNS: [(&str, &str, &str); 8] = [
     ("task_events", "position", "INTEGER"),
 ];
 
-/// Made once the columns are there.
+/// Made once the columns are there. A task's events are found through `task_events_order`:
+/// the table itself is written in the order events come (by rowid), so that logging an
+/// event appends to its last page instead of inserting its whole row among those of
+/// tasks of random ids, which read a page from disk for nearly every event once the
+/// table outgrew the writer's cache.
 const INDEXES: &str = "
 DROP INDEX IF EXISTS tasks_created;
 CREATE INDEX IF NOT EXISTS tasks_listing ON tasks (updated DESC, id);
 CREATE INDEX IF NOT EXISTS tasks_retention ON tasks (final, updated, created);
+CREATE UNIQUE INDEX IF NOT EXISTS task_events_order ON task_events (task_id, seq);
 ";
+
+/// The table of events of earlier versions, keyed by its primary key (`WITHOUT ROWID`),
+/// rewritten as this version's (see [`INDEXES`]).
+const EVENTS_BY_ROWID: &str = "
+CREATE TABLE task_events_by_rowid (
+    task_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    time INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    position INTEGER
+);
+INSERT INTO task_events_by_rowid (task_id, seq, time, event, position)
+    SELECT task_id, seq, time, event, position FROM task_events ORDER BY task_id, seq;
+DROP TABLE task_events;
+ALTER TABLE task_events_by_rowid RENAME TO task_events;
+";
+
+/// The writer's page cache, in KiB (SQLite's default is 2 MiB): room for the pages of
+/// the indexes that every new task and event inserts into at a random place (about 60
+/// bytes an entry: 6 MiB for 100,000 events), so that writing them reads nothing from
+/// disk. The readers keep the default.
+const WRITER_CACHE_KIB: i64 = 16 * 1024;
 
 /// What [`open`] hands the store.
 pub(super) struct Opened {
@@ -108,6 +135,7 @@ pub(super) fn open(dir: &Path, limits: StoreLimits) -> Result<Opened, StoreError
     conn.busy_timeout(Duration::from_secs(5))
         .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
         .and_then(|_| conn.pragma_update(None, "synchronous", "NORMAL"))
+        .and_then(|_| conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB))
         .map_err(|e| storage("cannot configure the task database in", &e))?;
     conn.execute_batch(SCHEMA)
         .map_err(|e| storage("cannot create the task table in", &e))?;
@@ -145,6 +173,17 @@ fn upgrade(conn: &mut Connection) -> rusqlite::Result<()> {
                 "ALTER TABLE {table} ADD COLUMN {column} {definition}"
             ))?;
         }
+    }
+    let events_table: String = conn.query_row(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'task_events'",
+        [],
+        |row| row.get(0),
+    )?;
+    if events_table.to_ascii_uppercase().contains("WITHOUT ROWID") {
+        let tx = conn.transaction()?;
+        tx.execute_batch(EVENTS_BY_ROWID)?;
+        tx.commit()?;
+        tracing::info!("task database upgraded: its events are written in the order they come");
     }
     conn.execute_batch(INDEXES)?;
     // Rows of an earlier version: their state, context and bytes from their snapshot.

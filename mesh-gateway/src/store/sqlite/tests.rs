@@ -248,6 +248,75 @@ fn events_are_logged_and_applied_after_the_snapshot_on_reopen() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A database whose events table is the earlier versions' (keyed by task and sequence,
+/// `WITHOUT ROWID`) is rewritten at start as this version's (in the order events come, found
+/// through an index), with every event kept and still one row per task and sequence.
+#[test]
+fn an_events_table_of_an_earlier_version_is_rewritten_with_its_events() {
+    let dir = temp_dir("upgrade-events");
+    {
+        let store = SqliteStore::open(&dir, limits(100)).unwrap();
+        store.insert(record("t", TaskState::Working)).unwrap();
+        for i in 0..5 {
+            store
+                .append("t", chunk("t", &format!("{i} ")), Origin::default())
+                .unwrap();
+        }
+        assert!(store.flush(Duration::from_secs(5)));
+    }
+    // The table as the earlier versions made it.
+    let conn = Connection::open(dir.join(DB_FILE)).unwrap();
+    conn.execute_batch(
+        "DROP INDEX task_events_order;
+         CREATE TABLE old_events (task_id TEXT NOT NULL, seq INTEGER NOT NULL,
+             time INTEGER NOT NULL, event TEXT NOT NULL, position INTEGER,
+             PRIMARY KEY (task_id, seq)) WITHOUT ROWID;
+         INSERT INTO old_events SELECT task_id, seq, time, event, position FROM task_events;
+         DROP TABLE task_events;
+         ALTER TABLE old_events RENAME TO task_events;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let store = SqliteStore::open(&dir, limits(100)).unwrap();
+    let t = store.read("t").unwrap().unwrap();
+    assert_eq!(t.seq, 5);
+    assert_eq!(t.task.artifacts.as_ref().unwrap()[0].parts.len(), 5);
+    let seqs: Vec<u64> = store
+        .events_after("t", 0, 10)
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+    drop(store);
+    let conn = Connection::open(dir.join(DB_FILE)).unwrap();
+    let table: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'task_events'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(!table.contains("WITHOUT ROWID"), "{table}");
+    let rows: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM task_events WHERE task_id = 't'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(rows, 5);
+    // One row per task and sequence, as the primary key kept it.
+    let duplicate = conn.execute(
+        "INSERT INTO task_events (task_id, seq, time, event) VALUES ('t', 1, 0, '{}')",
+        [],
+    );
+    assert!(duplicate.is_err(), "{duplicate:?}");
+    drop(conn);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn queued_events_are_read_with_the_committed_ones() {
     let dir = temp_dir("queued");
