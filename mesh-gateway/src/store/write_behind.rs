@@ -9,6 +9,9 @@
 //! written ([`Queue::queued_events`]), so a reader sees every event either committed or
 //! queued.
 //!
+//! Only the change that makes the queue non-empty wakes the writer (a system call): the
+//! others are queued while it writes, and it takes them along with its next batch.
+//!
 //! The queue holds events up to [`MAX_QUEUED_EVENT_BYTES`] (estimated); past that (a
 //! database that fell far behind) an event is not queued, its task's snapshot is instead (the
 //! task loses nothing, its log has a gap) until the queue drains.
@@ -69,6 +72,8 @@ pub(super) struct QueueState {
     pub(super) closed: bool,
     /// The writer thread has ended.
     pub(super) stopped: bool,
+    /// Something was queued since the writer last took the queue (it was woken for it).
+    pub(super) woken: bool,
 }
 
 impl Queue {
@@ -85,9 +90,15 @@ impl Queue {
         self.state.locked()
     }
 
-    pub(super) fn changed(&self, state: MutexGuard<'_, QueueState>) {
+    /// After a change: wakes the writer when the change is the first since it last took
+    /// the queue (it takes the others along).
+    pub(super) fn changed(&self, mut state: MutexGuard<'_, QueueState>) {
+        let first = !state.woken;
+        state.woken = true;
         drop(state);
-        self.wake.notify_one();
+        if first {
+            self.wake.notify_one();
+        }
     }
 
     pub(super) fn snapshot(&self, id: &str) {
@@ -214,6 +225,7 @@ impl Queue {
             deliveries: std::mem::take(&mut state.deliveries),
         };
         state.event_bytes = 0;
+        state.woken = false;
         state.batches_taken += 1;
         state.in_flight = batch.len();
         state.in_flight_events = events;
@@ -244,8 +256,11 @@ impl Queue {
             let committed = self.committed.notified();
             tokio::pin!(committed);
             committed.as_mut().enable();
-            if self.holds_nothing_of(id) || self.lock().stopped {
-                return;
+            {
+                let state = self.lock();
+                if state.holds_nothing_of(id) || state.stopped {
+                    return;
+                }
             }
             if tokio::time::timeout_at(deadline, committed).await.is_err() {
                 return;
@@ -336,10 +351,64 @@ impl Queue {
 
     /// True when nothing of task `id` is queued or being written.
     pub(super) fn holds_nothing_of(&self, id: &str) -> bool {
-        let state = self.lock();
-        !state.records.contains_key(id)
-            && !state.events.contains_key(id)
-            && !state.in_flight_events.contains_key(id)
-            && !state.in_flight_records.iter().any(|r| r == id)
+        self.lock().holds_nothing_of(id)
+    }
+}
+
+impl QueueState {
+    /// True when nothing of task `id` is queued or being written.
+    fn holds_nothing_of(&self, id: &str) -> bool {
+        !self.records.contains_key(id)
+            && !self.events.contains_key(id)
+            && !self.in_flight_events.contains_key(id)
+            && !self.in_flight_records.iter().any(|r| r == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The writer's loop on its own thread until the queue is closed: the sizes of the
+    /// batches it took.
+    fn writer(queue: Arc<Queue>) -> std::thread::JoinHandle<Vec<usize>> {
+        std::thread::spawn(move || {
+            let mut batches = Vec::new();
+            while queue.wait_for_work(Duration::from_secs(600)) {
+                let batch = queue.take();
+                if batch.len() > 0 {
+                    batches.push(batch.len());
+                }
+                queue.committed(|| {});
+            }
+            queue.stopped();
+            batches
+        })
+    }
+
+    #[test]
+    fn only_the_first_change_since_the_writer_took_the_queue_wakes_it() {
+        let queue = Queue::new();
+        queue.snapshot("a");
+        assert!(queue.lock().woken);
+        queue.snapshot("b");
+        queue.delete(&["c".to_owned()]);
+        assert_eq!(queue.take().len(), 3);
+        assert!(!queue.lock().woken, "the next change wakes it again");
+    }
+
+    #[test]
+    fn a_writer_woken_once_takes_every_change_queued_meanwhile() {
+        let queue = Arc::new(Queue::new());
+        let writer = writer(queue.clone());
+        for round in 0..100 {
+            for i in 0..10 {
+                queue.snapshot(&format!("t{round}-{i}"));
+            }
+            assert!(queue.wait_empty(Duration::from_secs(30)), "round {round}");
+        }
+        queue.close();
+        let batches = writer.join().unwrap();
+        assert_eq!(batches.iter().sum::<usize>(), 1000, "{batches:?}");
     }
 }
