@@ -20,6 +20,16 @@ fn limits(max_tasks: usize) -> StoreLimits {
     }
 }
 
+/// Inserts task `id`, working, and appends `n` artifact chunks to it (`"0 "`, `"1 "`, …).
+fn working_with_chunks(store: &SqliteStore, id: &str, n: usize) {
+    store.insert(record(id, TaskState::Working)).unwrap();
+    for i in 0..n {
+        store
+            .append(id, chunk(id, &format!("{i} ")), Origin::default())
+            .unwrap();
+    }
+}
+
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "mesh-sqlite-{name}-{}-{}",
@@ -256,12 +266,7 @@ fn an_events_table_of_an_earlier_version_is_rewritten_with_its_events() {
     let dir = temp_dir("upgrade-events");
     {
         let store = SqliteStore::open(&dir, limits(100)).unwrap();
-        store.insert(record("t", TaskState::Working)).unwrap();
-        for i in 0..5 {
-            store
-                .append("t", chunk("t", &format!("{i} ")), Origin::default())
-                .unwrap();
-        }
+        working_with_chunks(&store, "t", 5);
         assert!(store.flush(Duration::from_secs(5)));
     }
     // The table as the earlier versions made it.
@@ -321,12 +326,7 @@ fn an_events_table_of_an_earlier_version_is_rewritten_with_its_events() {
 fn queued_events_are_read_with_the_committed_ones() {
     let dir = temp_dir("queued");
     let store = SqliteStore::open(&dir, limits(100)).unwrap();
-    store.insert(record("t", TaskState::Working)).unwrap();
-    for i in 0..50 {
-        store
-            .append("t", chunk("t", &format!("{i}")), Origin::default())
-            .unwrap();
-    }
+    working_with_chunks(&store, "t", 50);
     // Whatever the writer has committed so far, the log reads whole and in order.
     let events = store.events_after("t", 10, 1000).unwrap();
     let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
