@@ -30,6 +30,16 @@ fn working_with_chunks(store: &SqliteStore, id: &str, n: usize) {
     }
 }
 
+/// How many rows of the events table task `id` has.
+fn logged_events(conn: &Connection, id: &str) -> i64 {
+    conn.query_row(
+        "SELECT count(*) FROM task_events WHERE task_id = ?1",
+        [id],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "mesh-sqlite-{name}-{}-{}",
@@ -246,14 +256,7 @@ fn events_are_logged_and_applied_after_the_snapshot_on_reopen() {
     assert!(store.flush(Duration::from_secs(5)));
     drop(store);
     let conn = Connection::open(dir.join(DB_FILE)).unwrap();
-    let left: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM task_events WHERE task_id = 't'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(left, 0);
+    assert_eq!(logged_events(&conn, "t"), 0);
     drop(conn);
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -304,14 +307,7 @@ fn an_events_table_of_an_earlier_version_is_rewritten_with_its_events() {
         )
         .unwrap();
     assert!(!table.contains("WITHOUT ROWID"), "{table}");
-    let rows: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM task_events WHERE task_id = 't'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(rows, 5);
+    assert_eq!(logged_events(&conn, "t"), 5);
     // One row per task and sequence, as the primary key kept it.
     let duplicate = conn.execute(
         "INSERT INTO task_events (task_id, seq, time, event) VALUES ('t', 1, 0, '{}')",
