@@ -94,12 +94,6 @@ ALTER TABLE task_events_by_rowid RENAME TO task_events;
 /// disk. The readers keep the default.
 const WRITER_CACHE_KIB: i64 = 16 * 1024;
 
-/// How many pages the write-ahead log grows to before the writer copies them into the
-/// database (SQLite's default is 1,000): a page changed by many transactions in between (an
-/// index's last page, the table's) is copied once, and the database file synced once, for
-/// that many pages of log. The log file grows to about 32 MiB.
-const CHECKPOINT_PAGES: i64 = 8192;
-
 /// What [`open`] hands the store.
 pub(super) struct Opened {
     pub(super) conn: Connection,
@@ -142,7 +136,6 @@ pub(super) fn open(dir: &Path, limits: StoreLimits) -> Result<Opened, StoreError
         .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
         .and_then(|_| conn.pragma_update(None, "synchronous", "NORMAL"))
         .and_then(|_| conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB))
-        .and_then(|_| conn.pragma_update(None, "wal_autocheckpoint", CHECKPOINT_PAGES))
         .map_err(|e| storage("cannot configure the task database in", &e))?;
     conn.execute_batch(SCHEMA)
         .map_err(|e| storage("cannot create the task table in", &e))?;
