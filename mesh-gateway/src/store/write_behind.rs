@@ -9,15 +9,8 @@
 //! written ([`Queue::queued_events`]), so a reader sees every event either committed or
 //! queued.
 //!
-//! A writer may gather ([`Queue::wait_for_work`]): let the first change of a batch wait a
-//! few milliseconds for others, so that the tasks of a batch share the pages of one
-//! transaction (the last pages of the tables and of the indexes ordered by time) and a
-//! task that ends meanwhile is written once. It writes at once when someone waits for the
-//! queue (a flusher, a reader that must see what was queued), when the queue is closed,
-//! when enough is queued, or when the events queued hold [`GATHER_ACKS`] acknowledgements
-//! to the broker (which stops sending a client more than its in-flight window of
-//! unacknowledged messages: Mosquitto's default is 20). Only a change that must wake the
-//! writer does (a system call): the others are queued and taken with the next batch.
+//! Only the change that makes the queue non-empty wakes the writer (a system call): the
+//! others are queued while it writes, and it takes them along with its next batch.
 //!
 //! The queue holds events up to [`MAX_QUEUED_EVENT_BYTES`] (estimated); past that (a
 //! database that fell far behind) an event is not queued, its task's snapshot is instead (the
@@ -32,14 +25,6 @@ use std::time::{Duration, Instant};
 
 /// The most bytes of events the queue holds (see the module docs).
 pub(super) const MAX_QUEUED_EVENT_BYTES: usize = 64 << 20;
-
-/// A gathering writer writes at once when the events queued hold this many
-/// acknowledgements to the broker (see the module docs).
-pub(super) const GATHER_ACKS: usize = 10;
-
-/// ... or when this many changes are queued, or this many bytes of events.
-const GATHER_CHANGES: usize = 1024;
-const GATHER_EVENT_BYTES: usize = 1 << 20;
 
 /// What the writer has not taken yet, and what it is writing now.
 pub(super) struct Queue {
@@ -87,14 +72,8 @@ pub(super) struct QueueState {
     pub(super) closed: bool,
     /// The writer thread has ended.
     pub(super) stopped: bool,
-    /// The writer was woken since it last began to wait.
+    /// Something was queued since the writer last took the queue (it was woken for it).
     pub(super) woken: bool,
-    /// When the oldest change queued now was queued (`None`: nothing is queued).
-    pub(super) since: Option<Instant>,
-    /// How many of the events queued hold an acknowledgement to the broker.
-    pub(super) acks: usize,
-    /// Someone waits for what is queued: the writer does not gather.
-    pub(super) hurry: bool,
 }
 
 impl Queue {
@@ -111,31 +90,13 @@ impl Queue {
         self.state.locked()
     }
 
-    /// After a change: wakes the writer (once) when the change is the first of the queue,
-    /// or the one that makes it write without gathering more.
+    /// After a change: wakes the writer when the change is the first since it last took
+    /// the queue (it takes the others along).
     pub(super) fn changed(&self, mut state: MutexGuard<'_, QueueState>) {
-        let first = state.since.is_none();
-        if first {
-            state.since = Some(Instant::now());
-        }
-        let wake = (first || state.full()) && !state.woken;
-        if wake {
-            state.woken = true;
-        }
+        let first = !state.woken;
+        state.woken = true;
         drop(state);
-        if wake {
-            self.wake.notify_one();
-        }
-    }
-
-    /// Asks the writer not to gather what is queued now (someone waits for it).
-    fn hurry(&self, state: &mut QueueState) {
-        if state.since.is_none() {
-            return;
-        }
-        state.hurry = true;
-        if !state.woken {
-            state.woken = true;
+        if first {
             self.wake.notify_one();
         }
     }
@@ -165,7 +126,6 @@ impl Queue {
         } else {
             state.event_bytes += event.bytes;
             state.event_count += 1;
-            state.acks += usize::from(event._ack.is_some());
             match state.events.get_mut(id) {
                 Some(events) => events.push(event),
                 None => {
@@ -190,13 +150,6 @@ impl Queue {
 }
 
 impl QueueState {
-    /// Enough is queued to write without gathering more (see the module docs).
-    fn full(&self) -> bool {
-        self.acks >= GATHER_ACKS
-            || self.len() >= GATHER_CHANGES
-            || self.event_bytes >= GATHER_EVENT_BYTES
-    }
-
     pub(super) fn is_empty(&self) -> bool {
         self.records.is_empty() && self.events.is_empty() && self.deliveries.is_empty()
     }
@@ -241,24 +194,16 @@ impl Batch {
 }
 
 impl Queue {
-    /// Waits until there is something to write and its first change has waited `gather`
-    /// for others (less when someone waits for the queue, it is closed or enough is
-    /// queued: see the module docs), or until `at_most` passed with nothing queued. False
-    /// when the queue is closed and empty: the writer is done.
-    pub(super) fn wait_for_work(&self, at_most: Duration, gather: Duration) -> bool {
+    /// Waits until there is something to write, the queue is closed, or `at_most` passed.
+    /// False when the queue is closed and empty: the writer is done.
+    pub(super) fn wait_for_work(&self, at_most: Duration) -> bool {
         let deadline = Instant::now() + at_most;
         let mut state = self.lock();
-        while !state.closed {
-            let until = match state.since {
-                None => deadline,
-                Some(_) if state.hurry || state.full() => break,
-                Some(since) => since + gather,
-            };
-            let left = until.saturating_duration_since(Instant::now());
+        while state.is_empty() && !state.closed {
+            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
-            state.woken = false;
             state = self
                 .wake
                 .wait_timeout(state, left)
@@ -280,9 +225,7 @@ impl Queue {
             deliveries: std::mem::take(&mut state.deliveries),
         };
         state.event_bytes = 0;
-        state.since = None;
-        state.acks = 0;
-        state.hurry = false;
+        state.woken = false;
         state.batches_taken += 1;
         state.in_flight = batch.len();
         state.in_flight_events = events;
@@ -314,11 +257,10 @@ impl Queue {
             tokio::pin!(committed);
             committed.as_mut().enable();
             {
-                let mut state = self.lock();
+                let state = self.lock();
                 if state.holds_nothing_of(id) || state.stopped {
                     return;
                 }
-                self.hurry(&mut state);
             }
             if tokio::time::timeout_at(deadline, committed).await.is_err() {
                 return;
@@ -339,11 +281,10 @@ impl Queue {
             tokio::pin!(committed);
             committed.as_mut().enable();
             {
-                let mut state = self.lock();
+                let state = self.lock();
                 if state.batches_done >= target || state.stopped {
                     return;
                 }
-                self.hurry(&mut state);
             }
             if tokio::time::timeout_at(deadline, committed).await.is_err() {
                 return;
@@ -373,7 +314,6 @@ impl Queue {
             if state.stopped {
                 return false;
             }
-            self.hurry(&mut state);
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
@@ -429,15 +369,12 @@ impl QueueState {
 mod tests {
     use super::*;
 
-    /// Far longer than a test may take.
-    const LONG: Duration = Duration::from_secs(600);
-
-    /// A writer's loop on its own thread, gathering for [`LONG`], until the queue is
-    /// closed: the sizes of the batches it took.
+    /// The writer's loop on its own thread until the queue is closed: the sizes of the
+    /// batches it took.
     fn writer(queue: Arc<Queue>) -> std::thread::JoinHandle<Vec<usize>> {
         std::thread::spawn(move || {
             let mut batches = Vec::new();
-            while queue.wait_for_work(LONG, LONG) {
+            while queue.wait_for_work(Duration::from_secs(600)) {
                 let batch = queue.take();
                 if batch.len() > 0 {
                     batches.push(batch.len());
@@ -449,64 +386,29 @@ mod tests {
         })
     }
 
-    /// Waits (bounded) until the writer committed `n` batches.
-    fn committed(queue: &Queue, n: u64) {
-        let (state, _) = queue
-            .done
-            .wait_timeout_while(queue.lock(), Duration::from_secs(30), |s| {
-                s.batches_done < n
-            })
-            .unwrap();
-        assert_eq!(state.batches_done, n, "written without gathering longer");
-    }
-
     #[test]
-    fn only_the_first_change_of_a_batch_wakes_the_writer() {
+    fn only_the_first_change_since_the_writer_took_the_queue_wakes_it() {
         let queue = Queue::new();
         queue.snapshot("a");
-        let since = {
-            let state = queue.lock();
-            assert!(state.woken);
-            state.since.expect("marked by the first change")
-        };
+        assert!(queue.lock().woken);
         queue.snapshot("b");
         queue.delete(&["c".to_owned()]);
-        assert_eq!(queue.lock().since, Some(since), "the oldest change's time");
         assert_eq!(queue.take().len(), 3);
-        assert_eq!(queue.lock().since, None);
+        assert!(!queue.lock().woken, "the next change wakes it again");
     }
 
     #[test]
-    fn a_gathering_writer_writes_at_once_for_a_flusher() {
+    fn a_writer_woken_once_takes_every_change_queued_meanwhile() {
         let queue = Arc::new(Queue::new());
         let writer = writer(queue.clone());
         for round in 0..100 {
             for i in 0..10 {
                 queue.snapshot(&format!("t{round}-{i}"));
             }
-            // Without the flusher the writer would gather for ten minutes.
             assert!(queue.wait_empty(Duration::from_secs(30)), "round {round}");
         }
         queue.close();
         let batches = writer.join().unwrap();
         assert_eq!(batches.iter().sum::<usize>(), 1000, "{batches:?}");
-    }
-
-    #[test]
-    fn a_gathering_writer_writes_at_once_when_enough_is_queued() {
-        let queue = Arc::new(Queue::new());
-        let writer = writer(queue.clone());
-        for i in 0..GATHER_CHANGES {
-            queue.snapshot(&format!("t{i}"));
-        }
-        committed(&queue, 1);
-        // As many acknowledgements to the broker as it lets wait: written at once too.
-        queue.snapshot("a");
-        let mut state = queue.lock();
-        state.acks = GATHER_ACKS;
-        queue.changed(state);
-        committed(&queue, 2);
-        queue.close();
-        assert_eq!(writer.join().unwrap(), [GATHER_CHANGES, 1]);
     }
 }

@@ -34,8 +34,7 @@ impl Writer {
         let mut last_retention = Instant::now();
         loop {
             let left = RETENTION_EVERY.saturating_sub(last_retention.elapsed());
-            // Sends wait for their task's commit here (replicas read it): no gathering.
-            if !self.set.queue.wait_for_work(left, Duration::ZERO) {
+            if !self.set.queue.wait_for_work(left) {
                 break;
             }
             if last_retention.elapsed() >= RETENTION_EVERY {

@@ -6,13 +6,10 @@
 //! [`working_set`](super::working_set)); every other task is read from the database when it
 //! is asked for, so the gateway's memory grows with its load, not with the store. Changes go
 //! behind: each is queued (a short mutex, no I/O), and a dedicated writer thread takes the
-//! whole queue and writes it in one transaction, so a send never waits for the disk. The
-//! writer lets a batch's first change wait up to 5 ms for others (less once ten replies
-//! wait for their acknowledgement to the broker, or someone waits for the queue), so that
-//! the tasks of a batch share its pages. A crash (even SIGKILL) loses at most the changes of
-//! those last milliseconds that were not committed yet; `synchronous = NORMAL` in WAL mode
-//! keeps every committed transaction through a process crash (an OS crash may lose the last
-//! ones).
+//! whole queue and writes it in one transaction, so a send never waits for the disk. A crash
+//! (even SIGKILL) loses at most the changes of the last few milliseconds that were not
+//! committed yet; `synchronous = NORMAL` in WAL mode keeps every committed transaction through
+//! a process crash (an OS crash may lose the last ones).
 //!
 //! **Reads.** [`TaskStore::load`], [`TaskStore::list`] and [`TaskStore::events_after`] read
 //! the database on connections of their own (WAL: readers and the writer do not wait for each

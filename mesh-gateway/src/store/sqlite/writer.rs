@@ -18,13 +18,6 @@ use std::time::{Duration, Instant, SystemTime};
 /// How often the writer deletes the finished tasks past their age.
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
 
-/// How long the first change of a batch waits for others (see
-/// [`Queue::wait_for_work`](crate::store::write_behind::Queue::wait_for_work)): the tasks of
-/// a batch share the pages of one transaction, and a task that ends within it is written
-/// once. A crash loses at most what was queued that long before it, and the batch being
-/// written.
-const GATHER: Duration = Duration::from_millis(5);
-
 /// See the module docs.
 pub(super) struct Writer {
     pub(super) conn: Connection,
@@ -53,7 +46,7 @@ impl Writer {
         let mut last_retention = Instant::now();
         loop {
             let left = RETENTION_EVERY.saturating_sub(last_retention.elapsed());
-            if !self.set.queue.wait_for_work(left, GATHER) {
+            if !self.set.queue.wait_for_work(left) {
                 break;
             }
             let batch = self.set.queue.take();
