@@ -101,7 +101,8 @@ impl Writer {
 
     /// Writes a batch in one transaction: deletions, then events, then snapshots (of the
     /// records as they are in memory now), then the state of the tasks with events only,
-    /// then webhook deliveries. Returns the counts as they are after it.
+    /// then webhook deliveries, then, at the bounds, the oldest finished tasks. Returns the
+    /// counts as they are after it.
     fn write(&mut self, batch: &Batch, written: &mut WriteStats) -> rusqlite::Result<Totals> {
         *written = WriteStats::default();
         let mut totals = self.totals.read_locked().clone();
@@ -217,6 +218,12 @@ impl Writer {
                     }
                 }
             }
+        }
+        // At the bounds, the oldest finished tasks make room in the same transaction: a
+        // store kept full evicts a task for every new one, and a transaction of its own
+        // for that cost the writer a commit and the same index pages written twice.
+        if totals.over(self.limits) {
+            evict_oldest(&tx, self.limits, &mut totals, &mut self.rows)?;
         }
         tx.commit()?;
         for bytes in new_rows {
@@ -341,34 +348,47 @@ pub(super) fn apply_bounds(
     let tx = conn.transaction()?;
     let expired_before =
         millis(SystemTime::now()).saturating_sub(limits.max_age.as_millis() as i64);
-    let mut victims: Vec<String> = tx
-        .prepare("SELECT id FROM tasks WHERE final = 1 AND updated < ?1")?
+    let victims: Vec<String> = tx
+        .prepare_cached("SELECT id FROM tasks WHERE final = 1 AND updated < ?1")?
         .query_map(params![expired_before], |row| row.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     for id in &victims {
         delete_task(&tx, id, &mut after, rows)?;
     }
     if after.over(limits) {
-        victims.clear();
-        let mut tasks = after.tasks;
-        let mut bytes = after.bytes;
-        let mut oldest = tx
-            .prepare("SELECT id, bytes FROM tasks WHERE final = 1 ORDER BY updated, created, id")?;
-        let mut found = oldest.query([])?;
-        while tasks > limits.max_tasks || bytes > limits.max_bytes {
-            let Some(row) = found.next()? else { break };
-            victims.push(row.get(0)?);
-            tasks -= 1;
-            bytes = bytes.saturating_sub(usize::try_from(row.get::<_, i64>(1)?).unwrap_or(0));
-        }
-        drop(found);
-        drop(oldest);
-        for id in &victims {
-            delete_task(&tx, id, &mut after, rows)?;
-        }
+        evict_oldest(&tx, limits, &mut after, rows)?;
     }
     tx.commit()?;
     *totals = after;
+    Ok(())
+}
+
+/// Deletes the oldest finished tasks while `totals` has more than `max_tasks` tasks or
+/// `max_bytes` bytes (or until no finished task is left), in the caller's transaction;
+/// `totals` follows.
+fn evict_oldest(
+    conn: &Connection,
+    limits: StoreLimits,
+    totals: &mut Totals,
+    rows: &mut Rows,
+) -> rusqlite::Result<()> {
+    let mut victims = Vec::new();
+    let (mut tasks, mut bytes) = (totals.tasks, totals.bytes);
+    {
+        let mut oldest = conn.prepare_cached(
+            "SELECT id, bytes FROM tasks WHERE final = 1 ORDER BY updated, created, id",
+        )?;
+        let mut found = oldest.query([])?;
+        while tasks > limits.max_tasks || bytes > limits.max_bytes {
+            let Some(row) = found.next()? else { break };
+            victims.push(row.get::<_, String>(0)?);
+            tasks -= 1;
+            bytes = bytes.saturating_sub(usize::try_from(row.get::<_, i64>(1)?).unwrap_or(0));
+        }
+    }
+    for id in &victims {
+        delete_task(conn, id, totals, rows)?;
+    }
     Ok(())
 }
 
