@@ -352,7 +352,7 @@ impl A2aService {
             .message
             .task_id
             .clone()
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            .unwrap_or_else(time_ordered_id);
         let context_id = match &previous {
             Some(record) => record.task.context_id.clone(),
             None => params
@@ -360,7 +360,7 @@ impl A2aService {
                 .context_id
                 .take()
                 .filter(|c| !c.is_empty())
-                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                .unwrap_or_else(time_ordered_id),
         };
         params.message.task_id = Some(task_id.clone());
         params.message.context_id = Some(context_id);
@@ -474,5 +474,43 @@ fn send_error(agent: &str, task_id: &str, e: SendError) -> A2aError {
         SendError::Bus(e) => A2aError::internal(format!(
             "could not publish to agent {agent:?} on the message bus: {e}"
         )),
+    }
+}
+
+/// A new task's or context's id: a UUIDv7, the milliseconds since the epoch then 74 random
+/// bits (no counter, so an id tells no more of the ids made in the same millisecond). A
+/// durable store's indexes on time-ordered ids grow at their end and lose their oldest
+/// entries at their start, where random ids put every new task, and every evicted one, on
+/// a page of its own.
+fn time_ordered_id() -> String {
+    uuid::Uuid::new_v7(uuid::Timestamp::now(uuid::NoContext)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_ordered_id;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    fn millis() -> u128 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    }
+
+    #[test]
+    fn ids_made_in_a_later_millisecond_sort_after() {
+        let first = time_ordered_id();
+        let made = millis();
+        // Busy until the clock has moved on (a millisecond at most).
+        while millis() == made {}
+        let later = time_ordered_id();
+        assert!(first < later, "{first} then {later}");
+        let (a, b) = (
+            uuid::Uuid::parse_str(&first).unwrap(),
+            uuid::Uuid::parse_str(&later).unwrap(),
+        );
+        assert_eq!((a.get_version_num(), b.get_version_num()), (7, 7));
+        assert_ne!(time_ordered_id(), time_ordered_id());
     }
 }
