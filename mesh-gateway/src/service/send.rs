@@ -360,7 +360,7 @@ impl A2aService {
                 .context_id
                 .take()
                 .filter(|c| !c.is_empty())
-                .unwrap_or_else(time_ordered_id),
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
         };
         params.message.task_id = Some(task_id.clone());
         params.message.context_id = Some(context_id);
@@ -477,11 +477,11 @@ fn send_error(agent: &str, task_id: &str, e: SendError) -> A2aError {
     }
 }
 
-/// A new task's or context's id: a UUIDv7, the milliseconds since the epoch then 74 random
-/// bits (no counter, so an id tells no more of the ids made in the same millisecond). A
-/// durable store's indexes on time-ordered ids grow at their end and lose their oldest
-/// entries at their start, where random ids put every new task, and every evicted one, on
-/// a page of its own.
+/// A new task's id: a UUIDv7, the milliseconds since the epoch then 74 random bits (no
+/// counter, so an id tells no more of the ids made in the same millisecond). A durable
+/// store's indexes on time-ordered ids grow at their end and lose their oldest entries at
+/// their start, where random ids put every new task, and every evicted one, on a page of
+/// its own. (Context ids stay random: no store indexes them.)
 fn time_ordered_id() -> String {
     uuid::Uuid::new_v7(uuid::Timestamp::now(uuid::NoContext)).to_string()
 }
