@@ -219,9 +219,9 @@ impl Writer {
                 }
             }
         }
-        // At the bounds, the oldest finished tasks make room in the same transaction: a
-        // store kept full evicts a task for every new one, and a transaction of its own
-        // for that cost the writer a commit and the same index pages written twice.
+        // At the bounds, the oldest finished tasks make room in the same transaction (a
+        // store kept full evicts a task for every new one): the database never commits a
+        // state past its bounds, and one commit does for both.
         if totals.over(self.limits) {
             evict_oldest(&tx, self.limits, &mut totals, &mut self.rows)?;
         }
