@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::support::{WAIT, config, connect, next, within};
+use crate::support::{WAIT, config, connect, next, next_distinct, within};
 use bytes::Bytes;
 use mesh_core::bus::{Bus, BusError, ConnectionState, LastWill, QoS};
 use mesh_core::topic::{SegmentKind, Topics};
@@ -399,21 +399,6 @@ async fn tls_to_a_plain_listener_fails_with_a_typed_error_not_a_panic() {
         matches!(err, BusError::Connect { .. } | BusError::Tls(_)),
         "{err:?}"
     );
-}
-
-/// The next message whose payload differs from the previous one (skips a broker's extra copy
-/// for an overlapping subscription).
-async fn next_distinct(
-    subscription: &mut mesh_core::bus::Subscription,
-    last: &mut Option<Bytes>,
-) -> mesh_core::bus::BusMessage {
-    loop {
-        let m = next(subscription).await;
-        if last.as_ref() != Some(&m.payload) {
-            *last = Some(m.payload.clone());
-            return m;
-        }
-    }
 }
 
 // A message larger than a client's `max_packet_size` (a 1 MiB retained card to a client

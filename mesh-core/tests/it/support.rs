@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use bytes::Bytes;
 use std::time::Duration;
 
 use mesh_core::bus::{Bus, BusConfig, BusMessage, ConnectionState, Subscription};
@@ -27,6 +28,18 @@ pub async fn next(sub: &mut Subscription) -> BusMessage {
     within(&format!("a message on {}", sub.filter()), sub.recv())
         .await
         .expect("subscription ended")
+}
+
+/// The next message of `sub` whose payload differs from the previous one (`last`): skips a
+/// broker's extra copy (an overlapping subscription, or QoS 1's at least once).
+pub async fn next_distinct(sub: &mut Subscription, last: &mut Option<Bytes>) -> BusMessage {
+    loop {
+        let m = next(sub).await;
+        if last.as_ref() != Some(&m.payload) {
+            *last = Some(m.payload.clone());
+            return m;
+        }
+    }
 }
 
 /// Waits until the bus's state satisfies `pred`.
