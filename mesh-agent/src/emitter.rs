@@ -6,7 +6,8 @@
 //! has run for a moment without one, so that a handler that answers at once with a direct
 //! message never creates one. For `message/send` requests (non-streaming) only the final
 //! answer is published, preceded by one progress snapshot when the task runs long
-//! (docs/protocol.md, section 3.1). Either way the requester hears from the instance within
+//! (docs/protocol.md, section 3.1); a request that asked for it (`_mesh.streamAfterProgress`)
+//! then goes on as a stream, every later event published as it is made. Either way the requester hears from the instance within
 //! that moment, which tells it the request was taken up. Publishing holds an async lock, so
 //! events leave in the order they were made even when a handler emits from several tasks.
 //! A request that asked for flow control has each event wait for the requester's credit
@@ -25,6 +26,7 @@ use mesh_core::model::{
 };
 use mesh_core::rpc::Reply;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Why an event could not be emitted.
 #[derive(Debug, thiserror::Error)]
@@ -60,19 +62,23 @@ struct State {
     next_seq: u64,
     announced: bool,
     closed: bool,
+    /// Every event is published as it is made (a streaming request, or a `message/send`
+    /// whose progress response asked to go on as a stream); otherwise only the outcome.
+    streams: bool,
     /// Flow control, when the request asked for it.
     flow: Option<FlowGate>,
 }
 
 impl State {
     /// The state of a task nothing was said of yet.
-    fn new(task: Arc<Task>) -> State {
+    fn new(task: Arc<Task>, streams: bool) -> State {
         State {
             task,
             turn_start: None,
             next_seq: 0,
             announced: false,
             closed: false,
+            streams,
             flow: None,
         }
     }
@@ -127,7 +133,11 @@ pub(crate) struct Emitter {
     dialect: Dialect,
     rpc_id: JsonRpcId,
     instance: String,
-    streaming: bool,
+    /// The request asked that the task go on as a stream after its progress response
+    /// (`_mesh.streamAfterProgress`, for a `message/send`).
+    stream_after_progress: bool,
+    /// The task's progress moment has passed (the runner called [`Emitter::progress`]).
+    progress_due: AtomicBool,
     /// How many entries of the task's history its requester keeps (`_mesh.keepsHistory`: the
     /// history as this turn began), which whole-task events leave out.
     kept_history: Option<usize>,
@@ -155,10 +165,18 @@ impl Emitter {
             dialect,
             rpc_id,
             instance,
-            streaming,
+            stream_after_progress: false,
+            progress_due: AtomicBool::new(false),
             kept_history: None,
-            state: tokio::sync::Mutex::new(State::new(task)),
+            state: tokio::sync::Mutex::new(State::new(task, streaming)),
         }
+    }
+
+    /// This emitter for a `message/send` that asked to go on as a stream once its progress
+    /// response is out (`_mesh.streamAfterProgress`).
+    pub(crate) fn with_stream_after_progress(mut self, asked: bool) -> Emitter {
+        self.stream_after_progress = asked && !self.state.get_mut().streams;
+        self
     }
 
     /// This emitter with its events held back by `flow` (the request asked for flow control).
@@ -204,7 +222,7 @@ impl Emitter {
         if guard.closed {
             return Err(EmitError::Closed);
         }
-        let mut outbox = self.announce(guard);
+        let mut outbox = self.opening(guard);
         let task = self.task_mut(guard);
         let message = message.map(|m| bind(task, m));
         // As the A2A SDKs do: the status message being replaced becomes history.
@@ -220,7 +238,7 @@ impl Emitter {
         if is_final {
             guard.closed = true;
         }
-        if self.streaming {
+        if guard.streams {
             let event = TaskStatusUpdateEvent {
                 task_id: guard.task.id.clone(),
                 context_id: guard.task.context_id.clone(),
@@ -245,9 +263,9 @@ impl Emitter {
         if guard.closed {
             return Err(EmitError::Closed);
         }
-        let mut outbox = self.announce(&mut guard);
+        let mut outbox = self.opening(&mut guard);
         // The event is written first, then its artifact moves into the task: no copy.
-        let artifact = if self.streaming {
+        let artifact = if guard.streams {
             let mut event = Reply::ArtifactUpdate(TaskArtifactUpdateEvent {
                 task_id: guard.task.id.clone(),
                 context_id: guard.task.context_id.clone(),
@@ -286,25 +304,44 @@ impl Emitter {
     }
 
     /// Tells the requester, once, that this instance runs the task: for a non-streaming
-    /// request the task as it stands; for a streaming one the task's announcement, if the
-    /// handler has not said anything yet (a handler that answers later with a direct message
-    /// then completes the announced task with it).
+    /// request the task as it stands (after which a request that asked for it goes on as a
+    /// stream); for a streaming one the task's announcement, if the handler has not said
+    /// anything yet (a handler that answers later with a direct message then completes the
+    /// announced task with it).
     ///
     /// Never waits for the lock: the runner calls this between polls of the handler, so a
     /// handler that holds the lock while its publish waits for room on the bus would never
-    /// let it go; and whoever holds it is emitting, which tells the requester as much.
+    /// let it go; and whoever holds it is emitting, which tells the requester as much (the
+    /// next event then goes as the progress response would have: [`Emitter::opening`]).
     pub(crate) async fn progress(&self) -> Result<(), EmitError> {
+        self.progress_due.store(true, Ordering::Relaxed);
         let Ok(mut guard) = self.state.try_lock() else {
             return Ok(());
         };
-        if guard.closed || (self.streaming && guard.announced) {
+        if guard.closed || (guard.streams && guard.announced) {
             return Ok(());
         }
         let mut outbox = self.announce(&mut guard);
-        if !self.streaming {
+        if !guard.streams {
             outbox.push(self.encode_task(&mut guard));
+            guard.streams = self.stream_after_progress;
         }
         self.send(&mut guard, outbox).await
+    }
+
+    /// What goes before an event: the task's announcement ([`Emitter::announce`]), and for a
+    /// request that asked to go on as a stream after its progress response, when the
+    /// progress moment passed while this emitter was busy (so that the runner could not
+    /// send it), that response: the task as it stands, after which this event and every
+    /// later one are published as they are made.
+    fn opening(&self, guard: &mut State) -> Outbox {
+        let mut outbox = self.announce(guard);
+        if self.stream_after_progress && !guard.streams && self.progress_due.load(Ordering::Relaxed)
+        {
+            outbox.push(self.encode_task(guard));
+            guard.streams = true;
+        }
+        outbox
     }
 
     /// An error answer (the request could not be served); closes the stream.
@@ -332,7 +369,7 @@ impl Emitter {
             message: None,
             timestamp: Some(chrono::Utc::now()),
         };
-        if !self.streaming {
+        if !guard.streams {
             self.task_mut(guard).status = working;
             return outbox;
         }
@@ -486,7 +523,7 @@ impl Emitter {
             message: Some(message),
             timestamp: Some(chrono::Utc::now()),
         };
-        let payload = if self.streaming {
+        let payload = if guard.streams {
             let event = TaskStatusUpdateEvent {
                 task_id: guard.task.id.clone(),
                 context_id: guard.task.context_id.clone(),
@@ -561,7 +598,7 @@ mod tests {
     #[test]
     fn a_change_under_the_handlers_snapshot_copies_the_task_without_the_kept_history() {
         let snapshot = Arc::new(asked());
-        let mut kept = State::new(snapshot.clone());
+        let mut kept = State::new(snapshot.clone(), false);
         let answer = said(Role::Agent, "answer");
         kept.task_mut(true)
             .history
@@ -581,7 +618,7 @@ mod tests {
         assert_eq!(texts(&snapshot), [Some("question")], "the snapshot stays");
 
         // A requester that keeps nothing: the whole task is copied, as it must be written.
-        let mut whole = State::new(snapshot.clone());
+        let mut whole = State::new(snapshot.clone(), false);
         whole.task_mut(false).status.state = TaskState::Working;
         assert!(whole.turn_start.is_none());
         assert_eq!(texts(&whole.task), [Some("question")]);
@@ -589,7 +626,7 @@ mod tests {
 
         // A handler that let go of its snapshot: the task changes in place.
         drop(snapshot);
-        let mut alone = State::new(Arc::new(asked()));
+        let mut alone = State::new(Arc::new(asked()), false);
         alone.task_mut(true).status.state = TaskState::Working;
         assert!(alone.turn_start.is_none());
         assert_eq!(alone.added_history(1), 0);

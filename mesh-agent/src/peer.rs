@@ -165,6 +165,7 @@ impl Peers {
                     depth,
                     traceparent: None,
                     keeps_history: false,
+                    stream_after_progress: false,
                 },
             )
             .await?;

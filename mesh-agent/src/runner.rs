@@ -89,6 +89,8 @@ pub(crate) fn start(
         ..
     } = request;
     let keeps_history = meta.keeps_history == Some(true);
+    // A `message/send` may ask to go on as a stream once its progress response is out.
+    let stream_after_progress = !streaming && meta.stream_after_progress == Some(true);
     let emitter = |task: Arc<Task>, flow: Option<FlowGate>| {
         // The requester keeps the history as the turn begins: the resumed task's, the
         // question, this message.
@@ -104,7 +106,8 @@ pub(crate) fn start(
                 task,
             )
             .with_flow(flow)
-            .with_kept_history(kept),
+            .with_kept_history(kept)
+            .with_stream_after_progress(stream_after_progress),
         )
     };
 
@@ -124,7 +127,8 @@ pub(crate) fn start(
         .time_left()
         .unwrap_or(shared.config.default_timeout)
         .min(shared.config.max_timeout);
-    let (flow, credit) = match meta.window.filter(|w| streaming && *w > 0) {
+    let streams = streaming || stream_after_progress;
+    let (flow, credit) = match meta.window.filter(|w| streams && *w > 0) {
         Some(window) => {
             let deadline = tokio::time::Instant::now() + time_left;
             let (gate, credit) = FlowGate::new(window, deadline, cancel.clone());

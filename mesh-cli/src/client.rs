@@ -225,6 +225,7 @@ async fn send_over_bus(
                 depth: 0,
                 traceparent: None,
                 keeps_history: false,
+                stream_after_progress: false,
             },
         )
         .await

@@ -71,7 +71,7 @@ impl Caller {
 }
 
 /// The member names of [`MeshMeta`]'s fields on the wire, in declaration order.
-pub(crate) const MESH_FIELDS: [&str; 13] = [
+pub(crate) const MESH_FIELDS: [&str; 14] = [
     "replyTo",
     "requestId",
     "deadline",
@@ -85,6 +85,7 @@ pub(crate) const MESH_FIELDS: [&str; 13] = [
     "window",
     "keepsHistory",
     "historyFrom",
+    "streamAfterProgress",
 ];
 
 /// The content of `metadata._mesh`, on requests and on events alike (each side uses its fields).
@@ -124,6 +125,11 @@ pub struct MeshMeta {
     /// Event (a whole task): the task's `history` is its history from this position on; the
     /// requester, which asked with `keeps_history`, has the entries before it.
     pub history_from: Option<u64>,
+    /// Request (`message/send`): once the task's progress response is out (it still runs
+    /// after its first moment), the agent sends every later event as for `message/stream`,
+    /// so that whoever follows the task through the requester sees it as it runs. Flow
+    /// control (`window`) then applies as to a stream.
+    pub stream_after_progress: Option<bool>,
     /// Dialect-preservation fields written by the codecs, and members this type does not
     /// know; kept as they are.
     pub other: Map<String, Value>,
@@ -200,6 +206,7 @@ impl MeshMeta {
                 "window" => meta.window = value.as_u64().and_then(|w| u32::try_from(w).ok()),
                 "keepsHistory" => meta.keeps_history = value.as_bool(),
                 "historyFrom" => meta.history_from = value.as_u64(),
+                "streamAfterProgress" => meta.stream_after_progress = value.as_bool(),
                 _ => {
                     meta.other.insert(key, value);
                 }
@@ -237,6 +244,10 @@ impl MeshMeta {
         set("window", self.window.map(Value::from));
         set("keepsHistory", self.keeps_history.map(Value::from));
         set("historyFrom", self.history_from.map(Value::from));
+        set(
+            "streamAfterProgress",
+            self.stream_after_progress.map(Value::from),
+        );
         object
     }
 
@@ -407,6 +418,7 @@ mod tests {
             window: Some(256),
             keeps_history: Some(true),
             history_from: Some(3),
+            stream_after_progress: Some(true),
             other: Map::from_iter([("artifactId".to_owned(), json!("a1"))]),
         };
         let object = meta.clone().into_object();

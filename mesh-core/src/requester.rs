@@ -139,6 +139,10 @@ pub struct SendOptions {
     /// stores the task), so the agent's whole-task events leave it out (`_mesh.keepsHistory`)
     /// and the requester puts it back ([`restore_history`]).
     pub keeps_history: bool,
+    /// For `SendMessage`: a task still running at its progress response goes on as a stream
+    /// (`_mesh.streamAfterProgress`), every later event coming as it is made, with flow
+    /// control, so that the requester can pass each on to whoever follows the task.
+    pub stream_after_progress: bool,
 }
 
 /// A request made before (by this requester's earlier run, or by another one that is gone)
@@ -359,7 +363,8 @@ impl Requester {
         let rpc_id = uuid::Uuid::new_v4().simple().to_string();
         let is_follow_up = options.snapshot.is_some();
         let streaming = options.method == Method::SendStreamingMessage;
-        let flow = match streaming {
+        let stream_after_progress = !streaming && options.stream_after_progress;
+        let flow = match streaming || stream_after_progress {
             true => self.flow(agent, &options.task_id, 0),
             false => None,
         };
@@ -377,6 +382,7 @@ impl Requester {
             task: options.snapshot.map(Box::new),
             window: flow.is_some().then_some(FLOW_WINDOW),
             keeps_history: options.keeps_history.then_some(true),
+            stream_after_progress: stream_after_progress.then_some(true),
             ..Default::default()
         };
         let request = Request {

@@ -132,6 +132,7 @@ impl BusMesh {
                     depth: 0,
                     traceparent: None,
                     keeps_history: false,
+                    stream_after_progress: false,
                 },
             )
             .await

@@ -77,6 +77,103 @@ async fn a_blocking_send_gets_only_the_finished_task(broker: TestBroker) {
     echo.shutdown().await;
 }
 
+/// The next reply of `stream`, without its `_mesh` (failing the test past [`WAIT`]).
+async fn next_reply(stream: &mut mesh_core::requester::ReplyStream) -> Reply {
+    let delivery = tokio::time::timeout(WAIT, stream.next()).await;
+    let mut reply = delivery
+        .expect("a reply in time")
+        .expect("a reply")
+        .reply
+        .unwrap();
+    strip_reply_meta(&mut reply);
+    reply
+}
+
+mesh_testkit::both_brokers!(a_long_blocking_send_that_asks_goes_on_as_a_stream_after_its_progress);
+async fn a_long_blocking_send_that_asks_goes_on_as_a_stream_after_its_progress(broker: TestBroker) {
+    let mesh = BusMesh::on(broker).await;
+    // Writes a first chunk, waits for the test, writes a second and completes.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let opened = gate.clone();
+    let stepper = mesh
+        .run(Agent::new(
+            "stepper",
+            handler_fn(move |ctx: TaskContext| {
+                let opened = opened.clone();
+                async move {
+                    let mut writer = ctx.artifact_writer("steps");
+                    writer.append(vec![Part::text("first")]).await?;
+                    opened.notified().await;
+                    writer.finish(vec![Part::text("second")]).await?;
+                    Ok(Outcome::completed())
+                }
+            }),
+        ))
+        .await;
+    let send = |task_id: &str, stream_after_progress: bool| {
+        mesh.requester.send(
+            "stepper",
+            SendMessageRequest {
+                message: user("go"),
+                configuration: None,
+                metadata: None,
+                tenant: None,
+            },
+            mesh_core::requester::SendOptions {
+                method: Method::SendMessage,
+                task_id: task_id.into(),
+                snapshot: None,
+                timeout: WAIT,
+                principal: None,
+                depth: 0,
+                traceparent: None,
+                keeps_history: false,
+                stream_after_progress,
+            },
+        )
+    };
+
+    // Asked: the progress response (the task with the first chunk), then each event as the
+    // handler makes it, and a final status update instead of the whole task.
+    let mut stream = send("followed", true).await.unwrap();
+    let Reply::Task(progress) = next_reply(&mut stream).await else {
+        panic!("the progress response first")
+    };
+    assert_eq!(progress.status.state, TaskState::Working);
+    let chunks = &progress.artifacts.as_ref().expect("the first chunk")[0].parts;
+    assert_eq!(chunks[0].as_text(), Some("first"));
+    gate.notify_one();
+    let Reply::ArtifactUpdate(update) = next_reply(&mut stream).await else {
+        panic!("the second chunk as an event of its own")
+    };
+    assert_eq!(update.artifact.parts[0].as_text(), Some("second"));
+    assert_eq!(update.append, Some(true));
+    assert_eq!(update.last_chunk, Some(true));
+    let end = next_reply(&mut stream).await;
+    assert!(
+        matches!(&end, Reply::StatusUpdate(e) if e.status.state == TaskState::Completed),
+        "{end:?}"
+    );
+    assert!(
+        stream.next().await.is_none(),
+        "nothing after the final event"
+    );
+
+    // Not asked: the progress response, then only the finished task.
+    let mut stream = send("outcome", false).await.unwrap();
+    assert!(
+        matches!(next_reply(&mut stream).await, Reply::Task(t) if t.status.state == TaskState::Working)
+    );
+    gate.notify_one();
+    let Reply::Task(task) = next_reply(&mut stream).await else {
+        panic!("the whole task at the end")
+    };
+    assert_eq!(task.status.state, TaskState::Completed);
+    assert_eq!(task.artifacts.as_ref().unwrap()[0].parts.len(), 2);
+    assert!(stream.next().await.is_none());
+    stepper.shutdown().await;
+}
+
 mesh_testkit::both_brokers!(a_handler_may_answer_with_a_direct_message_and_no_task);
 async fn a_handler_may_answer_with_a_direct_message_and_no_task(broker: TestBroker) {
     let mesh = BusMesh::on(broker).await;
@@ -649,6 +746,7 @@ async fn hostile_names_are_refused_and_hostile_task_ids_are_mapped(broker: TestB
                 depth: 0,
                 traceparent: None,
                 keeps_history: false,
+                stream_after_progress: false,
             },
         )
         .await
@@ -705,6 +803,7 @@ async fn a_requester_that_keeps_the_history_is_sent_what_the_turn_added(broker: 
                 depth: 0,
                 traceparent: None,
                 keeps_history: true,
+                stream_after_progress: false,
             },
         )
         .await
@@ -758,6 +857,7 @@ impl SendErr for BusMesh {
                     depth: 0,
                     traceparent: None,
                     keeps_history: false,
+                    stream_after_progress: false,
                 },
             )
             .await

@@ -496,6 +496,7 @@ async fn the_generated_profile_holds(kind: Broker) {
                 depth: 0,
                 traceparent: None,
                 keeps_history: false,
+                stream_after_progress: false,
             },
         )
         .await

@@ -67,6 +67,7 @@ fn mesh() -> impl Strategy<Value = crate::meta::MeshMeta> {
                 window: depth.map(|d| d.wrapping_mul(7)),
                 keeps_history: seq.map(|s| s % 2 == 0),
                 history_from: deadline,
+                stream_after_progress: depth.map(|d| d % 3 == 0),
                 seq,
                 other,
             }

@@ -692,6 +692,7 @@ impl<'de, const SNAPSHOT: bool> Deserialize<'de> for FMesh<SNAPSHOT> {
                         "window" => 10,
                         "keepsHistory" => 11,
                         "historyFrom" => 12,
+                        "streamAfterProgress" => 13,
                         _ => {
                             m.other.insert(key.into_owned(), map.next_value()?);
                             continue;
@@ -724,7 +725,8 @@ impl<'de, const SNAPSHOT: bool> Deserialize<'de> for FMesh<SNAPSHOT> {
                         9 => m.seq = map.next_value()?,
                         10 => m.window = map.next_value()?,
                         11 => m.keeps_history = map.next_value()?,
-                        _ => m.history_from = map.next_value()?,
+                        12 => m.history_from = map.next_value()?,
+                        _ => m.stream_after_progress = map.next_value()?,
                     }
                 }
                 Ok(FMesh(m))

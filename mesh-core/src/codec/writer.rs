@@ -685,6 +685,11 @@ fn mesh_meta(out: &mut JsonOut, m: &MeshMeta) {
     opt_serde(&mut o, "seq", m.seq.as_ref());
     opt_serde(&mut o, "window", m.window.as_ref());
     opt_serde(&mut o, "keepsHistory", m.keeps_history.as_ref());
+    opt_serde(
+        &mut o,
+        "streamAfterProgress",
+        m.stream_after_progress.as_ref(),
+    );
     opt_serde(&mut o, "historyFrom", m.history_from.as_ref());
     // An entry of `other` named like a field is left out: the field wins, as in
     // `MeshMeta::into_object`.

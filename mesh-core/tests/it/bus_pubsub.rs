@@ -745,5 +745,6 @@ fn send_options(method: mesh_core::dialect::Method) -> mesh_core::requester::Sen
         depth: 0,
         traceparent: None,
         keeps_history: false,
+        stream_after_progress: false,
     }
 }

@@ -376,13 +376,15 @@ impl A2aService {
                 "task {task_id} is still running: send the next message when it asks for input"
             )));
         };
-        // Every event of a task no one waits on, for whoever subscribes to it; only the
-        // final answer for a blocking send.
+        // Every event of a task no one waits on, for whoever subscribes to it; for a
+        // blocking send, only the final answer of a short task, and every event after the
+        // progress response of a long one (which a client may follow once the wait is over).
         let streams = match answer {
             Answer::Stream => true,
             Answer::AtOnce => self.streams(agent),
             Answer::Outcome => false,
         };
+        let stream_after_progress = answer == Answer::Outcome;
         let options = SendOptions {
             method: if streams {
                 Method::SendStreamingMessage
@@ -396,6 +398,7 @@ impl A2aService {
             depth: 0,
             traceparent: cx.traceparent.clone(),
             keeps_history: true,
+            stream_after_progress,
         };
         let begun = Begun {
             task_id,

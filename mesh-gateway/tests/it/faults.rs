@@ -330,6 +330,66 @@ async fn a_blocking_send_that_outlasts_the_wait_returns_the_task_as_it_stands() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_blocking_send_is_followed_as_it_runs_not_only_at_its_end() {
+    let mut mesh = GatewayMesh::start_with(|c| c.blocking_wait = Duration::from_millis(300)).await;
+    // Writes an artifact between two gates, then completes.
+    let (first, second) = (Gate::default(), Gate::default());
+    let gates = (first.clone(), second.clone());
+    mesh.run(Agent::new(
+        "stepper",
+        handler_fn(move |ctx: TaskContext| {
+            let (first, second) = gates.clone();
+            async move {
+                first.wait().await;
+                ctx.text_artifact("notes", "step one").await?;
+                second.wait().await;
+                Ok(Outcome::completed_with("done"))
+            }
+        }),
+    ))
+    .await;
+    let body = mesh.call("stepper", "message/send", msg03("go")).await;
+    let id = result(&body)["id"].as_str().unwrap().to_owned();
+    let mut follower = mesh
+        .open_sse("stepper", "tasks/resubscribe", json!({"id": id}))
+        .await;
+    first.open();
+    // The artifact reaches the follower while the task still runs: the agent went on as a
+    // stream after its progress response, instead of keeping everything for its end.
+    let events = read_until(&mut follower, |events| {
+        events
+            .iter()
+            .any(|e| e.data.pointer("/result/kind") == Some(&json!("artifact-update")))
+    })
+    .await;
+    let artifact = events.last().unwrap();
+    assert_eq!(
+        artifact.data.pointer("/result/artifact/parts/0/text"),
+        Some(&json!("step one")),
+        "{events:?}"
+    );
+    let got = mesh.call("stepper", "tasks/get", json!({"id": id})).await;
+    assert_eq!(
+        result(&got).pointer("/status/state"),
+        Some(&json!("working")),
+        "{got}"
+    );
+    assert_eq!(
+        result(&got).pointer("/artifacts/0/parts/0/text"),
+        Some(&json!("step one")),
+        "the store has it too: {got}"
+    );
+    second.open();
+    let rest = read_until(&mut follower, |_| false).await;
+    assert_eq!(
+        rest.last()
+            .and_then(|e| e.data.pointer("/result/status/state")),
+        Some(&json!("completed")),
+        "{rest:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_silent_past_the_deadline_fails_the_task() {
     let mut mesh = GatewayMesh::start_with(|c| c.task_timeout = Duration::from_millis(500)).await;
     mesh.run(Agent::new(
