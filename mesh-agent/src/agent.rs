@@ -722,7 +722,7 @@ fn handle_cancel(shared: &InstanceState, payload: &[u8]) {
         if let Some(sender) = shared
             .lock_running()
             .get(&credit.task_id)
-            .and_then(|running| running.credit.as_ref())
+            .and_then(|running| running.credit.get())
         {
             crate::flow_gate::credit(sender, credit.seq);
         }

@@ -25,6 +25,7 @@ use mesh_core::model::{
     TaskStatusUpdateEvent, is_final_state,
 };
 use mesh_core::rpc::Reply;
+use mesh_core::sync::MutexExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -138,6 +139,9 @@ pub(crate) struct Emitter {
     stream_after_progress: bool,
     /// The task's progress moment has passed (the runner called [`Emitter::progress`]).
     progress_due: AtomicBool,
+    /// The flow control of the stream the task goes on as, handed over at the progress
+    /// moment while another operation held the state ([`Emitter::opening`] takes it).
+    flow_after_progress: std::sync::Mutex<Option<FlowGate>>,
     /// How many entries of the task's history its requester keeps (`_mesh.keepsHistory`: the
     /// history as this turn began), which whole-task events leave out.
     kept_history: Option<usize>,
@@ -167,6 +171,7 @@ impl Emitter {
             instance,
             stream_after_progress: false,
             progress_due: AtomicBool::new(false),
+            flow_after_progress: std::sync::Mutex::new(None),
             kept_history: None,
             state: tokio::sync::Mutex::new(State::new(task, streaming)),
         }
@@ -313,20 +318,33 @@ impl Emitter {
     /// handler that holds the lock while its publish waits for room on the bus would never
     /// let it go; and whoever holds it is emitting, which tells the requester as much (the
     /// next event then goes as the progress response would have: [`Emitter::opening`]).
-    pub(crate) async fn progress(&self) -> Result<(), EmitError> {
-        self.progress_due.store(true, Ordering::Relaxed);
+    /// `flow`: the flow control of the stream a `message/send` goes on as.
+    pub(crate) async fn progress(&self, flow: Option<FlowGate>) -> Result<(), EmitError> {
         let Ok(mut guard) = self.state.try_lock() else {
+            if flow.is_some() {
+                *self.flow_after_progress.locked() = flow;
+            }
+            self.progress_due.store(true, Ordering::Release);
             return Ok(());
         };
+        self.progress_due.store(true, Ordering::Release);
         if guard.closed || (guard.streams && guard.announced) {
             return Ok(());
         }
         let mut outbox = self.announce(&mut guard);
         if !guard.streams {
             outbox.push(self.encode_task(&mut guard));
-            guard.streams = self.stream_after_progress;
+            self.go_on_as_stream(&mut guard, flow);
         }
         self.send(&mut guard, outbox).await
+    }
+
+    /// After the progress response: a request that asked for it goes on as a stream.
+    fn go_on_as_stream(&self, guard: &mut State, flow: Option<FlowGate>) {
+        if self.stream_after_progress {
+            guard.streams = true;
+            guard.flow = flow;
+        }
     }
 
     /// What goes before an event: the task's announcement ([`Emitter::announce`]), and for a
@@ -336,10 +354,11 @@ impl Emitter {
     /// later one are published as they are made.
     fn opening(&self, guard: &mut State) -> Outbox {
         let mut outbox = self.announce(guard);
-        if self.stream_after_progress && !guard.streams && self.progress_due.load(Ordering::Relaxed)
+        if self.stream_after_progress && !guard.streams && self.progress_due.load(Ordering::Acquire)
         {
             outbox.push(self.encode_task(guard));
-            guard.streams = true;
+            let flow = self.flow_after_progress.locked().take();
+            self.go_on_as_stream(guard, flow);
         }
         outbox
     }

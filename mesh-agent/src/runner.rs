@@ -23,8 +23,8 @@ use mesh_core::sync::MutexExt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -41,8 +41,10 @@ pub(crate) struct Running {
     pub(crate) cancel: CancellationToken,
     /// Cancel requests waiting for the canceled task: (reply topic, JSON-RPC id, dialect).
     pub(crate) cancel_waiters: std::sync::Mutex<Vec<(String, JsonRpcId, Dialect)>>,
-    /// Where the requester's credits go, when the request asked for flow control.
-    pub(crate) credit: Option<CreditSender>,
+    /// Where the requester's credits go, when the request asked for flow control: set as
+    /// the task starts for a stream, and at its progress moment for a `message/send` that
+    /// goes on as one then (a short task never makes its gate).
+    pub(crate) credit: OnceLock<CreditSender>,
     /// Set once the task's end is decided, before its final event is published: a requester
     /// may read that event and send the task's next message (an answer to `input-required`)
     /// before this run has left the running tasks, and that message starts a new run.
@@ -68,6 +70,9 @@ pub(crate) struct Started {
     cancel: CancellationToken,
     task_id: String,
     time_left: Duration,
+    /// The flow-control window of a `message/send` that goes on as a stream after its
+    /// progress response: its gate is made then.
+    window_after_progress: Option<u32>,
 }
 
 type HandlerResult = Result<Outcome, crate::handler::HandlerError>;
@@ -127,15 +132,16 @@ pub(crate) fn start(
         .time_left()
         .unwrap_or(shared.config.default_timeout)
         .min(shared.config.max_timeout);
-    let streams = streaming || stream_after_progress;
-    let (flow, credit) = match meta.window.filter(|w| streams && *w > 0) {
+    let window = meta.window.filter(|w| *w > 0);
+    let (flow, credit) = match window.filter(|_| streaming) {
         Some(window) => {
             let deadline = tokio::time::Instant::now() + time_left;
             let (gate, credit) = FlowGate::new(window, deadline, cancel.clone());
-            (Some(gate), Some(credit))
+            (Some(gate), OnceLock::from(credit))
         }
-        None => (None, None),
+        None => (None, OnceLock::new()),
     };
+    let window_after_progress = window.filter(|_| stream_after_progress);
     let running = Arc::new(Running {
         cancel: cancel.clone(),
         cancel_waiters: Default::default(),
@@ -187,6 +193,7 @@ pub(crate) fn start(
         cancel,
         task_id,
         time_left,
+        window_after_progress,
     })
 }
 
@@ -200,6 +207,7 @@ pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
         cancel,
         task_id,
         time_left,
+        window_after_progress,
     } = started;
     // One reading of the clock for both timers (a year stands for a time past any deadline,
     // as `sleep` does for a duration it cannot add).
@@ -225,7 +233,13 @@ pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
             _ = &mut deadline => break End::DeadlineExceeded,
             _ = &mut progress, if !progress_sent => {
                 progress_sent = true;
-                if let Err(e) = emitter.progress().await {
+                // A send that goes on as a stream: its gate, and where its credits go.
+                let flow = window_after_progress.map(|window| {
+                    let (gate, credit) = FlowGate::new(window, at(time_left), cancel.clone());
+                    let _ = running.credit.set(credit);
+                    gate
+                });
+                if let Err(e) = emitter.progress(flow).await {
                     tracing::warn!(error = %e, "could not publish task progress");
                 }
             }

@@ -365,7 +365,10 @@ impl Requester {
         let streaming = options.method == Method::SendStreamingMessage;
         let stream_after_progress = !streaming && options.stream_after_progress;
         let flow = match streaming || stream_after_progress {
-            true => self.flow(agent, &options.task_id, 0),
+            true => self
+                .topics
+                .agent_cancel_of_request(&request_topic)
+                .map(|topic| self.flow_on(topic, &options.task_id, 0)),
             false => None,
         };
         let mesh = MeshMeta {
@@ -528,13 +531,18 @@ impl Requester {
     /// on; `None` when the task's cancel topic cannot be named (nothing is credited then).
     fn flow(&self, agent: &str, task_id: &str, next_seq: u64) -> Option<Box<Flow>> {
         let topic = self.topics.agent_cancel(agent, task_id).ok()?;
-        Some(Box::new(Flow {
+        Some(self.flow_on(topic, task_id, next_seq))
+    }
+
+    /// [`flow`](Self::flow), its cancel topic made already.
+    fn flow_on(&self, topic: String, task_id: &str, next_seq: u64) -> Box<Flow> {
+        Box::new(Flow {
             bus: self.bus.clone(),
             topic,
             task_id: task_id.to_owned(),
             credited: next_seq,
             owed: None,
-        }))
+        })
     }
 
     fn register(&self, rpc_id: String, agent: &str, timeout: Duration) -> ReplyStream {

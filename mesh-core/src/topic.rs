@@ -735,6 +735,22 @@ impl Topics {
         self.task_topic("agent/cancel", SegmentKind::Agent, agent, task_id)
     }
 
+    /// The cancel topic of the task whose request topic ([`Topics::agent_request`]) is
+    /// `request`: the same agent and task, whose segments that topic's making checked and
+    /// encoded already. `None` for a topic that is not a request topic of this namespace.
+    pub fn agent_cancel_of_request(&self, request: &str) -> Option<String> {
+        const REQUEST: &str = "/agent/request/";
+        const CANCEL: &str = "/agent/cancel/";
+        let rest = request
+            .strip_prefix(self.base.as_str())?
+            .strip_prefix(REQUEST)?;
+        let mut topic = String::with_capacity(self.base.len() + CANCEL.len() + rest.len());
+        for part in [&self.base, CANCEL, rest] {
+            topic.push_str(part);
+        }
+        Some(topic)
+    }
+
     /// The (not shared) filter of every cancellation for `agent`.
     pub fn agent_cancel_filter(&self, agent: &str) -> Result<String, TopicError> {
         self.task_filter("agent/cancel", SegmentKind::Agent, agent)
@@ -881,6 +897,28 @@ mod tests {
 
     fn topics() -> Topics {
         Topics::new("prod").unwrap()
+    }
+
+    #[test]
+    fn a_request_topic_names_the_cancel_topic_of_its_task() {
+        let t = topics();
+        for task in ["t1", "a/b/#/+", "", "$x", "%2F"] {
+            let request = t.agent_request("echo", task).unwrap();
+            assert_eq!(
+                t.agent_cancel_of_request(&request),
+                Some(t.agent_cancel("echo", task).unwrap()),
+                "{task:?}"
+            );
+        }
+        let other = Topics::new("dev").unwrap();
+        let request = other.agent_request("echo", "t1").unwrap();
+        assert_eq!(
+            t.agent_cancel_of_request(&request),
+            None,
+            "another namespace"
+        );
+        let cancel = t.agent_cancel("echo", "t1").unwrap();
+        assert_eq!(t.agent_cancel_of_request(&cancel), None, "not a request");
     }
 
     #[test]

@@ -977,6 +977,95 @@ async fn agents_answer_only_on_response_topics_and_refuse_out_of_range_envelopes
     counter.shutdown().await;
 }
 
+/// The next event on a raw subscription to a reply topic: its `_mesh.seq`, and the event.
+async fn next_event(replies: &mut mesh_core::bus::Subscription) -> (u64, Reply) {
+    let message = tokio::time::timeout(WAIT, replies.recv())
+        .await
+        .expect("an event in time")
+        .unwrap();
+    let (_, reply) = codec::decode_reply(&message.payload, Dialect::V0_3).unwrap();
+    let mut reply = reply.expect("no error");
+    let seq = strip_reply_meta(&mut reply).seq.expect("a position");
+    (seq, reply)
+}
+
+mesh_testkit::both_brokers!(a_send_gone_on_as_a_stream_waits_for_credit_past_its_window);
+async fn a_send_gone_on_as_a_stream_waits_for_credit_past_its_window(broker: TestBroker) {
+    let mesh = BusMesh::on(broker).await;
+    // Waits for the test, then writes six chunks and completes.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let opened = gate.clone();
+    let chunker = mesh
+        .run(Agent::new(
+            "chunker",
+            handler_fn(move |ctx: TaskContext| {
+                let opened = opened.clone();
+                async move {
+                    opened.notified().await;
+                    let mut writer = ctx.artifact_writer("out");
+                    for i in 0..5 {
+                        writer.append(vec![Part::text(i.to_string())]).await?;
+                    }
+                    writer.finish(vec![Part::text("5")]).await?;
+                    Ok(Outcome::completed())
+                }
+            }),
+        ))
+        .await;
+    let reply_topic = mesh
+        .topics
+        .gateway_response("probe", "i1", "chunker", "w1")
+        .unwrap();
+    let mut replies = mesh
+        .bus
+        .subscribe(&reply_topic, QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    // A requester of its own: a window of 3 events, credited by hand.
+    let meta = serde_json::json!({
+        "replyTo": reply_topic, "requestId": "w1", "taskId": "w1",
+        "streamAfterProgress": true, "window": 3,
+    });
+    let publish = |topic: String, payload: Vec<u8>| {
+        let bus = mesh.bus.clone();
+        async move {
+            bus.publish(&topic, payload, QoS::AtLeastOnce, false)
+                .await
+                .unwrap()
+        }
+    };
+    let request = raw_send("w1", meta).to_string().into_bytes();
+    publish(mesh.topics.agent_request("chunker", "w1").unwrap(), request).await;
+    let credit = |seq| {
+        let topic = mesh.topics.agent_cancel("chunker", "w1").unwrap();
+        publish(topic, mesh_core::flow::encode_credit("w1", seq))
+    };
+    let (seq, progress) = next_event(&mut replies).await;
+    assert!(
+        matches!(progress, Reply::Task(_)) && seq == 0,
+        "{seq}: {progress:?}"
+    );
+    gate.notify_one();
+    // Positions 1 and 2 are inside the window; 3 waits for the requester's credit.
+    for expected in 1..=2 {
+        let (seq, event) = next_event(&mut replies).await;
+        assert!(matches!(event, Reply::ArtifactUpdate(_)), "{event:?}");
+        assert_eq!(seq, expected);
+    }
+    let early = tokio::time::timeout(Duration::from_millis(300), replies.recv()).await;
+    assert!(early.is_err(), "an event past the window before any credit");
+    credit(3).await;
+    for expected in 3..=5 {
+        assert_eq!(next_event(&mut replies).await.0, expected);
+    }
+    credit(100).await;
+    assert_eq!(next_event(&mut replies).await.0, 6);
+    let (seq, end) = next_event(&mut replies).await;
+    assert_eq!(seq, 7);
+    assert_eq!(state_of(&end), Some(TaskState::Completed), "{end:?}");
+    chunker.shutdown().await;
+}
+
 mesh_testkit::both_brokers!(
     an_answer_too_large_for_the_bus_fails_its_task_and_the_instance_serves_on
 );
