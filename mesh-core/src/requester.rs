@@ -145,6 +145,25 @@ pub struct SendOptions {
     pub stream_after_progress: bool,
 }
 
+impl SendOptions {
+    /// A first message (no snapshot) with `method` for the new task `task_id`, given
+    /// `timeout`, from no principal at depth 0, with no trace context; its requester keeps
+    /// nothing of the task, and a send goes on as it began.
+    pub fn new(method: Method, task_id: impl Into<String>, timeout: Duration) -> SendOptions {
+        SendOptions {
+            method,
+            task_id: task_id.into(),
+            snapshot: None,
+            timeout,
+            principal: None,
+            depth: 0,
+            traceparent: None,
+            keeps_history: false,
+            stream_after_progress: false,
+        }
+    }
+}
+
 /// A request made before (by this requester's earlier run, or by another one that is gone)
 /// whose replies a new requester takes over ([`Requester::start_on`]).
 #[derive(Debug, Clone)]

@@ -89,25 +89,45 @@ async fn next_reply(stream: &mut mesh_core::requester::ReplyStream) -> Reply {
     reply
 }
 
+/// An agent that writes the chunks `before` of one artifact, waits for `gate`, writes the
+/// chunks `after` (the last one ends the artifact) and completes.
+fn gated_writer(
+    name: &str,
+    gate: Arc<tokio::sync::Notify>,
+    before: &'static [&'static str],
+    after: &'static [&'static str],
+) -> Agent {
+    Agent::new(
+        name,
+        handler_fn(move |ctx: TaskContext| {
+            let gate = gate.clone();
+            async move {
+                let mut writer = ctx.artifact_writer("out");
+                for chunk in before {
+                    writer.append(vec![Part::text(*chunk)]).await?;
+                }
+                gate.notified().await;
+                let (last, rest) = after.split_last().expect("a chunk after the gate");
+                for chunk in rest {
+                    writer.append(vec![Part::text(*chunk)]).await?;
+                }
+                writer.finish(vec![Part::text(*last)]).await?;
+                Ok(Outcome::completed())
+            }
+        }),
+    )
+}
+
 mesh_testkit::both_brokers!(a_long_blocking_send_that_asks_goes_on_as_a_stream_after_its_progress);
 async fn a_long_blocking_send_that_asks_goes_on_as_a_stream_after_its_progress(broker: TestBroker) {
     let mesh = BusMesh::on(broker).await;
-    // Writes a first chunk, waits for the test, writes a second and completes.
     let gate = Arc::new(tokio::sync::Notify::new());
-    let opened = gate.clone();
     let stepper = mesh
-        .run(Agent::new(
+        .run(gated_writer(
             "stepper",
-            handler_fn(move |ctx: TaskContext| {
-                let opened = opened.clone();
-                async move {
-                    let mut writer = ctx.artifact_writer("steps");
-                    writer.append(vec![Part::text("first")]).await?;
-                    opened.notified().await;
-                    writer.finish(vec![Part::text("second")]).await?;
-                    Ok(Outcome::completed())
-                }
-            }),
+            gate.clone(),
+            &["first"],
+            &["second"],
         ))
         .await;
     let send = |task_id: &str, stream_after_progress: bool| {
@@ -120,15 +140,8 @@ async fn a_long_blocking_send_that_asks_goes_on_as_a_stream_after_its_progress(b
                 tenant: None,
             },
             mesh_core::requester::SendOptions {
-                method: Method::SendMessage,
-                task_id: task_id.into(),
-                snapshot: None,
-                timeout: WAIT,
-                principal: None,
-                depth: 0,
-                traceparent: None,
-                keeps_history: false,
                 stream_after_progress,
+                ..mesh_core::requester::SendOptions::new(Method::SendMessage, task_id, WAIT)
             },
         )
     };
@@ -361,15 +374,7 @@ async fn a_method_agents_do_not_serve_is_answered_on_its_reply_topic(broker: Tes
     let echo = mesh.run(mesh_example_agents::echo::agent()).await;
     // tasks/get on an agent's request topic (the gateway answers it, not agents): the
     // agent says so on the reply topic of the request's envelope.
-    let reply_topic = mesh
-        .topics
-        .gateway_response("probe", "i1", "echo", "g")
-        .unwrap();
-    let mut replies = mesh
-        .bus
-        .subscribe(&reply_topic, QoS::AtLeastOnce)
-        .await
-        .unwrap();
+    let (reply_topic, mut replies) = probe_replies(&mesh, "echo", "g").await;
     let request = serde_json::json!({
         "jsonrpc": "2.0", "id": "g1", "method": "tasks/get",
         "params": {"id": "t", "metadata": {"_mesh": {"replyTo": reply_topic, "requestId": "rq-g"}}},
@@ -871,6 +876,21 @@ fn _task_is_used(_: Task) {}
 // ---- Bounds: what a hostile or oversized request or event does (one request fails, the
 // ---- instance and the requester carry on).
 
+/// A reply topic in `agent`'s name for task `task`, of a requester no test's requester is
+/// (gateway `probe`), and a subscription to it.
+async fn probe_replies(
+    mesh: &BusMesh,
+    agent: &str,
+    task: &str,
+) -> (String, mesh_core::bus::Subscription) {
+    let topic = mesh
+        .topics
+        .gateway_response("probe", "i1", agent, task)
+        .unwrap();
+    let replies = mesh.bus.subscribe(&topic, QoS::AtLeastOnce).await.unwrap();
+    (topic, replies)
+}
+
 /// Publishes a raw JSON request to `agent`'s request topic.
 async fn publish_raw(mesh: &BusMesh, agent: &str, request: &serde_json::Value) {
     mesh.bus
@@ -929,15 +949,7 @@ async fn agents_answer_only_on_response_topics_and_refuse_out_of_range_envelopes
         publish_raw(&mesh, "counter", &raw_send(&id, meta)).await;
     }
     // Out of range: each refused with -32602 on a good reply topic, no handler run.
-    let reply_topic = mesh
-        .topics
-        .gateway_response("probe", "i1", "counter", "r")
-        .unwrap();
-    let mut replies = mesh
-        .bus
-        .subscribe(&reply_topic, QoS::AtLeastOnce)
-        .await
-        .unwrap();
+    let (reply_topic, mut replies) = probe_replies(&mesh, "counter", "r").await;
     let out_of_range = [
         ("depth", serde_json::json!(1_000_000_000_000u64)),
         ("depth", serde_json::json!(-1)),
@@ -992,35 +1004,13 @@ async fn next_event(replies: &mut mesh_core::bus::Subscription) -> (u64, Reply) 
 mesh_testkit::both_brokers!(a_send_gone_on_as_a_stream_waits_for_credit_past_its_window);
 async fn a_send_gone_on_as_a_stream_waits_for_credit_past_its_window(broker: TestBroker) {
     let mesh = BusMesh::on(broker).await;
-    // Waits for the test, then writes six chunks and completes.
+    // Six chunks once the gate opens.
     let gate = Arc::new(tokio::sync::Notify::new());
-    let opened = gate.clone();
+    const CHUNKS: [&str; 6] = ["0", "1", "2", "3", "4", "5"];
     let chunker = mesh
-        .run(Agent::new(
-            "chunker",
-            handler_fn(move |ctx: TaskContext| {
-                let opened = opened.clone();
-                async move {
-                    opened.notified().await;
-                    let mut writer = ctx.artifact_writer("out");
-                    for i in 0..5 {
-                        writer.append(vec![Part::text(i.to_string())]).await?;
-                    }
-                    writer.finish(vec![Part::text("5")]).await?;
-                    Ok(Outcome::completed())
-                }
-            }),
-        ))
+        .run(gated_writer("chunker", gate.clone(), &[], &CHUNKS))
         .await;
-    let reply_topic = mesh
-        .topics
-        .gateway_response("probe", "i1", "chunker", "w1")
-        .unwrap();
-    let mut replies = mesh
-        .bus
-        .subscribe(&reply_topic, QoS::AtLeastOnce)
-        .await
-        .unwrap();
+    let (reply_topic, mut replies) = probe_replies(&mesh, "chunker", "w1").await;
     // A requester of its own: a window of 3 events, credited by hand.
     let meta = serde_json::json!({
         "replyTo": reply_topic, "requestId": "w1", "taskId": "w1",
