@@ -7,11 +7,11 @@
 //! message never creates one. For `message/send` requests (non-streaming) only the final
 //! answer is published, preceded by one progress snapshot when the task runs long
 //! (docs/protocol.md, section 3.1); a request that asked for it (`_mesh.streamAfterProgress`)
-//! then goes on as a stream, every later event published as it is made. Either way the requester hears from the instance within
-//! that moment, which tells it the request was taken up. Publishing holds an async lock, so
-//! events leave in the order they were made even when a handler emits from several tasks.
-//! A request that asked for flow control has each event wait for the requester's credit
-//! before it is published ([`FlowGate`]).
+//! then goes on as a stream, every later event published as it is made. Either way the
+//! requester hears from the instance within that moment, which tells it the request was
+//! taken up. Publishing holds an async lock, so events leave in the order they were made
+//! even when a handler emits from several tasks. A request that asked for flow control has
+//! each event wait for the requester's credit before it is published ([`FlowGate`]).
 
 use crate::flow_gate::FlowGate;
 use mesh_core::bus::{Bus, BusError, QoS};
