@@ -614,6 +614,53 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_progress_moment_that_finds_the_emitter_busy_switches_at_its_next_event() {
+        let broker = mesh_testkit::TestBroker::embedded().await;
+        let bus = Bus::connect(broker.bus_config()).await.unwrap();
+        let reply_to = format!("{}/replies", mesh_testkit::fresh_namespace());
+        let mut replies = bus.subscribe(&reply_to, QoS::AtLeastOnce).await.unwrap();
+        let emitter = Emitter::new(
+            bus.clone(),
+            reply_to,
+            Dialect::V0_3,
+            JsonRpcId::String("r1".into()),
+            "i1".into(),
+            false,
+            Arc::new(asked()),
+        )
+        .with_stream_after_progress(true);
+        // Another operation holds the state at the progress moment: nothing goes out then.
+        let busy = emitter.state.lock().await;
+        emitter.progress(None).await.unwrap();
+        drop(busy);
+        // The next event brings the progress response first, then goes as a stream event.
+        let artifact = crate::context::new_artifact(None, vec![Part::text("chunk")]);
+        emitter.artifact(artifact, false, true).await.unwrap();
+        emitter.status(TaskState::Completed, None).await.unwrap();
+        let mut kinds = Vec::new();
+        for expected_seq in 0..3 {
+            let message = tokio::time::timeout(mesh_testkit::WAIT, replies.recv())
+                .await
+                .expect("an event in time")
+                .unwrap();
+            let (_, reply) = codec::decode_reply(&message.payload, Dialect::V0_3).unwrap();
+            let mut reply = reply.unwrap();
+            let meta = mesh_core::requester::strip_reply_meta(&mut reply);
+            assert_eq!(meta.seq, Some(expected_seq));
+            kinds.push(match reply {
+                Reply::Task(task) => format!("task {:?}", task.status.state),
+                Reply::ArtifactUpdate(update) => format!("artifact {:?}", update.last_chunk),
+                Reply::StatusUpdate(update) => format!("status {:?}", update.status.state),
+                other => format!("{other:?}"),
+            });
+        }
+        assert_eq!(
+            kinds,
+            ["task Working", "artifact Some(true)", "status Completed"]
+        );
+    }
+
     #[test]
     fn a_change_under_the_handlers_snapshot_copies_the_task_without_the_kept_history() {
         let snapshot = Arc::new(asked());
