@@ -376,15 +376,16 @@ impl A2aService {
                 "task {task_id} is still running: send the next message when it asks for input"
             )));
         };
-        // Every event of a task no one waits on, for whoever subscribes to it; for a
-        // blocking send, only the final answer of a short task, and every event after the
-        // progress response of a long one (which a client may follow once the wait is over).
+        // Every event of a task no one waits on, for whoever subscribes to it; otherwise
+        // (a blocking send, or an agent whose card says it does not stream) only the final
+        // answer of a short task, and every event after the progress response of a long one,
+        // which a client may follow while the send waits and once the wait is over.
         let streams = match answer {
             Answer::Stream => true,
             Answer::AtOnce => self.streams(agent),
             Answer::Outcome => false,
         };
-        let stream_after_progress = answer == Answer::Outcome;
+        let stream_after_progress = !streams;
         let options = SendOptions {
             method: if streams {
                 Method::SendStreamingMessage

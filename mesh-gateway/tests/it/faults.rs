@@ -331,11 +331,26 @@ async fn a_blocking_send_that_outlasts_the_wait_returns_the_task_as_it_stands() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_blocking_send_is_followed_as_it_runs_not_only_at_its_end() {
+    followed_as_it_runs(true, msg03("go")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_to_an_agent_that_does_not_stream_is_followed_as_it_runs() {
+    let mut params = msg03("go");
+    params["configuration"] = json!({"blocking": false});
+    followed_as_it_runs(false, params).await;
+}
+
+/// Sends `params` (`message/send`) to an agent (`streams`: as its card says) that writes an
+/// artifact between two gates, then follows the task: the artifact reaches a subscriber, and
+/// the store, while the task still runs, not only at its end. The gateway sends the agent
+/// `message/send` (a blocking send, or one to an agent that does not stream) and asks it to
+/// go on as a stream after its progress response.
+async fn followed_as_it_runs(streams: bool, params: Value) {
     let mut mesh = GatewayMesh::start_with(|c| c.blocking_wait = Duration::from_millis(300)).await;
-    // Writes an artifact between two gates, then completes.
     let (first, second) = (Gate::default(), Gate::default());
     let gates = (first.clone(), second.clone());
-    mesh.run(Agent::new(
+    let agent = Agent::new(
         "stepper",
         handler_fn(move |ctx: TaskContext| {
             let (first, second) = gates.clone();
@@ -346,16 +361,22 @@ async fn a_long_blocking_send_is_followed_as_it_runs_not_only_at_its_end() {
                 Ok(Outcome::completed_with("done"))
             }
         }),
-    ))
-    .await;
-    let body = mesh.call("stepper", "message/send", msg03("go")).await;
+    );
+    mesh.run(agent.streaming(streams)).await;
+    let body = mesh.call("stepper", "message/send", params).await;
     let id = result(&body)["id"].as_str().unwrap().to_owned();
     let mut follower = mesh
         .open_sse("stepper", "tasks/resubscribe", json!({"id": id}))
         .await;
+    // Past the progress response (the task working), which would carry the artifact if the
+    // handler had written it before.
+    read_until(&mut follower, |events| {
+        events
+            .iter()
+            .any(|e| e.data.pointer("/result/status/state") == Some(&json!("working")))
+    })
+    .await;
     first.open();
-    // The artifact reaches the follower while the task still runs: the agent went on as a
-    // stream after its progress response, instead of keeping everything for its end.
     let events = read_until(&mut follower, |events| {
         events
             .iter()
