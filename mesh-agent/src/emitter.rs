@@ -178,9 +178,9 @@ impl Emitter {
     }
 
     /// This emitter for a `message/send` that asked to go on as a stream once its progress
-    /// response is out (`_mesh.streamAfterProgress`).
+    /// response is out (`_mesh.streamAfterProgress`; the runner decides, for sends only).
     pub(crate) fn with_stream_after_progress(mut self, asked: bool) -> Emitter {
-        self.stream_after_progress = asked && !self.state.get_mut().streams;
+        self.stream_after_progress = asked;
         self
     }
 

@@ -1059,3 +1059,18 @@ fn an_answer_reads_its_mesh_apart_and_leaves_a_snapshot_in_it_to_the_lenient_rea
     assert_eq!(mesh.seq, Some(3));
     assert_eq!(mesh.other["task"]["id"], "s");
 }
+
+#[test]
+fn a_stream_after_progress_of_the_wrong_type_reads_as_absent_and_the_request_stands() {
+    for value in ["\"yes\"", "1", "null", "{}"] {
+        let payload = format!(
+            r#"{{"jsonrpc":"2.0","id":"r1","method":"message/send","params":{{"message":{{"kind":"message","role":"user","messageId":"m1","parts":[{{"kind":"text","text":"x"}}]}},"metadata":{{"_mesh":{{"replyTo":"t","streamAfterProgress":{value}}}}}}}}}"#
+        );
+        let request = super::decode_request(payload.as_bytes()).expect("the request stands");
+        assert_eq!(request.mesh.stream_after_progress, None, "{value}");
+        assert_eq!(request.mesh.reply_to.as_deref(), Some("t"), "{value}");
+    }
+    let payload = br#"{"jsonrpc":"2.0","id":"r1","method":"message/send","params":{"message":{"kind":"message","role":"user","messageId":"m1","parts":[{"kind":"text","text":"x"}]},"metadata":{"_mesh":{"replyTo":"t","streamAfterProgress":true}}}}"#;
+    let request = super::decode_request(payload).unwrap();
+    assert_eq!(request.mesh.stream_after_progress, Some(true));
+}
