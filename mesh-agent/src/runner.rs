@@ -96,16 +96,17 @@ pub(crate) fn start(
     let keeps_history = meta.keeps_history == Some(true);
     // A `message/send` may ask to go on as a stream once its progress response is out.
     let stream_after_progress = !streaming && meta.stream_after_progress == Some(true);
-    let emitter = |task: Arc<Task>, flow: Option<FlowGate>| {
+    // Called once, on whichever path the request takes: it keeps the reply topic and the id.
+    let emitter = move |task: Arc<Task>, flow: Option<FlowGate>| {
         // The requester keeps the history as the turn begins: the resumed task's, the
         // question, this message.
         let kept = keeps_history.then(|| task.history.as_ref().map_or(0, Vec::len));
         Arc::new(
             Emitter::new(
                 shared.bus.clone(),
-                reply_to.clone(),
+                reply_to,
                 dialect,
-                rpc_id.clone(),
+                rpc_id,
                 shared.instance.clone(),
                 streaming,
                 task,

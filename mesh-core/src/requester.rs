@@ -216,9 +216,15 @@ struct PendingEntry {
     answered: bool,
 }
 
-/// Sends requests to agents over the bus and routes their replies. Cheap to clone.
+/// Sends requests to agents over the bus and routes their replies. Cheap to clone: one
+/// reference count (an agent hands a clone to every task it runs, for its peer calls).
 #[derive(Clone)]
 pub struct Requester {
+    inner: Arc<RequesterState>,
+}
+
+/// What every clone of a [`Requester`] shares.
+struct RequesterState {
     bus: Bus,
     topics: Topics,
     /// Who this requester is on the bus: a gateway or an agent, and its name.
@@ -271,16 +277,18 @@ impl Requester {
         fail_given_up(&bus, &pending);
         fail_on_connection_loss(&bus, &pending);
         let requester = Requester {
-            bus,
-            topics,
-            caller: Caller {
-                kind,
-                id: name.to_owned(),
-                principal: None,
-            },
-            instance: instance.to_owned(),
-            pending: pending.clone(),
-            unexpected: unexpected.clone(),
+            inner: Arc::new(RequesterState {
+                bus,
+                topics,
+                caller: Caller {
+                    kind,
+                    id: name.to_owned(),
+                    principal: None,
+                },
+                instance: instance.to_owned(),
+                pending: pending.clone(),
+                unexpected: unexpected.clone(),
+            }),
         };
         let streams = resumed
             .into_iter()
@@ -325,7 +333,7 @@ impl Requester {
     /// How many events this requester dropped as unexpected so far: from an instance other
     /// than the one running the task, or with a `_mesh.seq` out of the stream's window.
     pub fn unexpected_events(&self) -> u64 {
-        self.unexpected.load(Ordering::Relaxed)
+        self.inner.unexpected.load(Ordering::Relaxed)
     }
 
     /// Fails at once every stream whose task runs on an instance the registry sees go offline,
@@ -333,7 +341,7 @@ impl Requester {
     /// to that agent that no instance has answered yet (it was lost with the dead instance).
     pub fn watch_registry(&self, registry: &Registry) {
         let mut events = registry.subscribe();
-        let pending = self.pending.clone();
+        let pending = self.inner.pending.clone();
         tokio::spawn(async move {
             loop {
                 match events.recv().await {
@@ -351,7 +359,7 @@ impl Requester {
 
     /// The bus this requester publishes on.
     pub fn bus(&self) -> &Bus {
-        &self.bus
+        &self.inner.bus
     }
 
     /// Publishes `params` to `agent` and returns the stream of its replies.
@@ -377,7 +385,7 @@ impl Requester {
         params: SendMessageRequest,
         options: SendOptions,
     ) -> Result<(Prepared, SendMessageRequest), SendError> {
-        let request_topic = self.topics.agent_request(agent, &options.task_id)?;
+        let request_topic = self.inner.topics.agent_request(agent, &options.task_id)?;
         let reply_to = self.reply_topic(agent, &options.task_id)?;
         let rpc_id = uuid::Uuid::new_v4().simple().to_string();
         let is_follow_up = options.snapshot.is_some();
@@ -385,6 +393,7 @@ impl Requester {
         let stream_after_progress = !streaming && options.stream_after_progress;
         let flow = match streaming || stream_after_progress {
             true => self
+                .inner
                 .topics
                 .agent_cancel_of_request(&request_topic)
                 .map(|topic| self.flow_on(topic, &options.task_id, 0)),
@@ -396,7 +405,7 @@ impl Requester {
             deadline: Some(deadline_in(options.timeout)),
             caller: Some(Caller {
                 principal: options.principal,
-                ..self.caller.clone()
+                ..self.inner.caller.clone()
             }),
             depth: Some(options.depth),
             traceparent: options.traceparent,
@@ -436,7 +445,8 @@ impl Requester {
             payload,
             stream,
         } = prepared;
-        self.bus
+        self.inner
+            .bus
             .publish(&topic, payload, QoS::AtLeastOnce, false)
             .await?;
         Ok(stream)
@@ -451,7 +461,7 @@ impl Requester {
         task_id: &str,
         timeout: Duration,
     ) -> Result<Option<Result<Task, A2aError>>, SendError> {
-        let cancel_topic = self.topics.agent_cancel(agent, task_id)?;
+        let cancel_topic = self.inner.topics.agent_cancel(agent, task_id)?;
         let rpc_id = uuid::Uuid::new_v4().simple().to_string();
         let request = Request {
             id: Some(JsonRpcId::String(rpc_id.clone())),
@@ -466,12 +476,13 @@ impl Requester {
             mesh: MeshMeta {
                 reply_to: Some(self.reply_topic(agent, task_id)?),
                 request_id: Some(rpc_id.clone()),
-                caller: Some(self.caller.clone()),
+                caller: Some(self.inner.caller.clone()),
                 ..Default::default()
             },
         };
         let mut stream = self.register(rpc_id, agent, timeout);
-        self.bus
+        self.inner
+            .bus
             .publish(
                 &cancel_topic,
                 codec::encode_request(&request),
@@ -500,13 +511,13 @@ impl Requester {
     /// not know the method still proves that requests reach it), `None` for silence.
     pub async fn ping(&self, agent: &str, timeout: Duration) -> Result<Option<String>, SendError> {
         let probe = format!("probe-{}", uuid::Uuid::new_v4().simple());
-        let topic = self.topics.agent_request(agent, &probe)?;
+        let topic = self.inner.topics.agent_request(agent, &probe)?;
         let rpc_id = uuid::Uuid::new_v4().simple().to_string();
         let mut metadata = None;
         MeshMeta {
             reply_to: Some(self.reply_topic(agent, &probe)?),
             request_id: Some(rpc_id.clone()),
-            caller: Some(self.caller.clone()),
+            caller: Some(self.inner.caller.clone()),
             ..Default::default()
         }
         .put(&mut metadata);
@@ -517,7 +528,8 @@ impl Requester {
             "params": { "metadata": metadata },
         });
         let mut stream = self.register(rpc_id, agent, timeout);
-        self.bus
+        self.inner
+            .bus
             .publish(
                 &topic,
                 payload.to_string().into_bytes(),
@@ -537,10 +549,10 @@ impl Requester {
 
     /// The topic `agent` answers a request for `task_id` on.
     fn reply_topic(&self, agent: &str, task_id: &str) -> Result<String, TopicError> {
-        self.topics.response_topic(
-            self.caller.kind,
-            &self.caller.id,
-            &self.instance,
+        self.inner.topics.response_topic(
+            self.inner.caller.kind,
+            &self.inner.caller.id,
+            &self.inner.instance,
             agent,
             task_id,
         )
@@ -549,14 +561,14 @@ impl Requester {
     /// The flow control of a stream of `agent`'s task `task_id` read from position `next_seq`
     /// on; `None` when the task's cancel topic cannot be named (nothing is credited then).
     fn flow(&self, agent: &str, task_id: &str, next_seq: u64) -> Option<Box<Flow>> {
-        let topic = self.topics.agent_cancel(agent, task_id).ok()?;
+        let topic = self.inner.topics.agent_cancel(agent, task_id).ok()?;
         Some(self.flow_on(topic, task_id, next_seq))
     }
 
     /// [`flow`](Self::flow), its cancel topic made already.
     fn flow_on(&self, topic: String, task_id: &str, next_seq: u64) -> Box<Flow> {
         Box::new(Flow {
-            bus: self.bus.clone(),
+            bus: self.inner.bus.clone(),
             topic,
             task_id: task_id.to_owned(),
             credited: next_seq,
@@ -572,12 +584,12 @@ impl Requester {
             agent: agent.to_owned(),
             answered: false,
         };
-        self.pending.locked().insert(rpc_id.clone(), entry);
+        self.inner.pending.locked().insert(rpc_id.clone(), entry);
         ReplyStream {
             rx,
             rpc_id,
-            pending: self.pending.clone(),
-            unexpected: self.unexpected.clone(),
+            pending: self.inner.pending.clone(),
+            unexpected: self.inner.unexpected.clone(),
             deadline: Instant::now() + timeout,
             window: SeqWindow::default(),
             flow: None,
