@@ -14,10 +14,13 @@
 //! (estimated, see the [`store`](super) module docs). An event is kept as it came (shared with
 //! the bridge's subscribers, not copied) and encoded only when the log is read. A whole Task
 //! as the last event is the record itself: the log keeps it as a mark and makes the event of
-//! it only when the record is about to change (or the log is read), so that a task waiting
-//! in flight, announced by its agent's progress Task, holds its contents once, not twice.
-//! When no one else holds that event (no subscriber reads it), its task moves into the
-//! record instead of being copied.
+//! it only when the log is read, so that a task waiting in flight, announced by its agent's
+//! progress Task, holds its contents once, not twice. When no one else holds that event (no
+//! subscriber reads it), its task moves into the record instead of being copied. When the
+//! record changes, the mark goes and the log starts after it (compaction): the task as it
+//! stands says all that the whole Task and the events before it did, so a reader from before
+//! the mark is told the events are forgotten and takes the task as it stands (as a resumed
+//! stream does), and a running task holds no copy of an older self.
 //!
 //! The same store holds the working set of the durable stores
 //! ([`working_set`](super::working_set)); there it keeps no event in memory but counts the
@@ -85,7 +88,7 @@ struct Entry {
     /// The last events ([`LogMode::Tail`]), but for the last when that is a whole Task.
     log: VecDeque<LoggedEvent>,
     /// The last event, a whole Task, held as the record it made until the record changes
-    /// ([`LogMode::Tail`]; see the module docs).
+    /// and the log is compacted ([`LogMode::Tail`]; see the module docs).
     last_is_record: Option<RecordMark>,
     /// `record_bytes` when the last snapshot was due.
     snapshot_bytes: usize,
@@ -110,11 +113,14 @@ impl Entry {
         self.record_bytes + self.log_bytes
     }
 
-    /// Makes the event of the last one held as the record, before the record changes.
-    fn log_the_record(&mut self) {
+    /// Compacts the log before the record changes: the event held as the record goes, with
+    /// every event before it (the record says what they did; see the module docs).
+    fn compact_before_change(&mut self) {
         if let Some(mark) = self.last_is_record.take() {
-            let event = mark.event(&self.record);
-            self.log.push_back(event);
+            self.log_bytes -= mark.bytes;
+            for event in self.log.drain(..) {
+                self.log_bytes -= event.bytes;
+            }
         }
     }
 
@@ -268,7 +274,7 @@ impl MemoryStore {
         let now = SystemTime::now();
         if let Some(entry) = inner.tasks.get_mut(&record.task.id) {
             let old = entry.record_bytes;
-            entry.log_the_record();
+            entry.compact_before_change();
             entry.record = Arc::new(record);
             entry.record_bytes = bytes;
             entry.snapshot_bytes = bytes;
@@ -318,7 +324,7 @@ impl MemoryStore {
         let whole_task = matches!(*event, Reply::Task(_));
         // A log that ends with this event (the task's last) needs no event of the mark.
         if self.log == LogMode::Tail && !task_events::ends_for_good(&event) {
-            entry.log_the_record();
+            entry.compact_before_change();
         }
         // In place: no one else holds the record unless a reader is still looking at it.
         let record = Arc::make_mut(&mut entry.record);
@@ -403,6 +409,11 @@ impl MemoryStore {
                         position: origin.position,
                     });
                 } else {
+                    // Room for one at first (a task in flight that said where it is keeps
+                    // one event), not the four a first push makes room for.
+                    if entry.log.capacity() == 0 {
+                        entry.log.reserve_exact(1);
+                    }
                     entry.log.push_back(LoggedEvent {
                         seq,
                         time: now,
@@ -454,7 +465,7 @@ impl MemoryStore {
     ) -> Option<Arc<TaskRecord>> {
         let mut inner = self.write();
         let entry = inner.tasks.get_mut(id)?;
-        entry.log_the_record();
+        entry.compact_before_change();
         let record = Arc::make_mut(&mut entry.record);
         apply(record);
         let now = SystemTime::now();
@@ -1093,7 +1104,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_whole_task_as_the_last_event_is_held_once_and_read_back_as_it_was() {
+    fn a_whole_task_as_the_last_event_is_held_once_and_compacted_when_the_record_changes() {
         use mesh_core::model::{Message, Role};
         let store = MemoryStore::new(limits(10));
         store.insert(task("t", "c", TaskState::Submitted)).unwrap();
@@ -1106,25 +1117,39 @@ pub(crate) mod tests {
             1,
             "the log holds no second copy of a task the record holds"
         );
-        let read = |after| store.events_after("t", after, 10).unwrap();
-        let first = read(0);
+        let read = |after| store.events_after("t", after, 10);
+        let first = read(0).unwrap();
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].seq, 1);
         assert_eq!(first[0].reply().unwrap(), Reply::Task(working.clone()));
-        assert!(read(1).is_empty());
-        // The record changes: the event reads back as it came, then the next one.
+        assert!(read(1).unwrap().is_empty());
+        let logged = |store: &MemoryStore| store.read().tasks["t"].log_bytes;
+        let with_mark = logged(&store);
+        assert!(with_mark > 0);
+        // The record changes: the whole Task goes from the log, which starts after it; a
+        // reader from before it is told so (and takes the task as it stands).
         store
             .append("t", chunk("t", "x"), Origin::default())
             .unwrap();
+        assert!(matches!(
+            read(0),
+            Err(StoreError::EventsForgotten { first: 2, .. })
+        ));
+        let after_mark = read(1).unwrap();
+        assert_eq!(after_mark.iter().map(|e| e.seq).collect::<Vec<_>>(), [2]);
+        assert_eq!(after_mark[0].reply().unwrap(), *chunk("t", "x"));
+        assert_eq!(
+            logged(&store),
+            size::reply(&chunk("t", "x")),
+            "the log counts only what it keeps"
+        );
+        // A change without an event leaves a log with no mark as it is.
         store.update("t", &mut |record| {
             record.task.metadata = Some(Default::default())
         });
-        let both = read(0);
-        assert_eq!(both.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
-        assert_eq!(both[0].reply().unwrap(), Reply::Task(working.clone()));
-        assert_eq!(both[1].reply().unwrap(), *chunk("t", "x"));
-        assert_eq!(read(1).len(), 1);
-        // A task that asks for input, then its next message: the same.
+        assert_eq!(read(1).unwrap().len(), 1);
+        // A task that asks for input is the mark after the events before it; the next
+        // message (a new record) compacts them all.
         let mut asking = working.clone();
         asking.status.state = TaskState::InputRequired;
         store
@@ -1134,15 +1159,18 @@ pub(crate) mod tests {
                 Origin::default(),
             )
             .unwrap();
+        let both = read(1).unwrap();
+        assert_eq!(both.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!(both[1].reply().unwrap(), Reply::Task(asking));
         let mut next = TaskRecord::clone(&store.get("t").unwrap());
         next.task.status.state = TaskState::Submitted;
         store.insert(next).unwrap();
-        store.update("t", &mut |record| {
-            record.task.status.state = TaskState::Working
-        });
-        let all = read(0);
-        assert_eq!(all.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
-        assert_eq!(all[2].reply().unwrap(), Reply::Task(asking));
+        assert!(matches!(
+            read(1),
+            Err(StoreError::EventsForgotten { first: 4, .. })
+        ));
+        assert!(read(3).unwrap().is_empty());
+        assert_eq!(logged(&store), 0);
         // Its end drops the log.
         store
             .append("t", status("t", TaskState::Completed), Origin::default())
