@@ -227,7 +227,8 @@ impl Emitter {
         if guard.closed {
             return Err(EmitError::Closed);
         }
-        let mut outbox = self.opening(guard);
+        // A working status announces the task itself: no `working` update before it.
+        let mut outbox = self.opening(guard, state == TaskState::Working);
         let task = self.task_mut(guard);
         let message = message.map(|m| bind(task, m));
         // As the A2A SDKs do: the status message being replaced becomes history.
@@ -268,7 +269,7 @@ impl Emitter {
         if guard.closed {
             return Err(EmitError::Closed);
         }
-        let mut outbox = self.opening(&mut guard);
+        let mut outbox = self.opening(&mut guard, false);
         // The event is written first, then its artifact moves into the task: no copy.
         let artifact = if guard.streams {
             let mut event = Reply::ArtifactUpdate(TaskArtifactUpdateEvent {
@@ -331,7 +332,7 @@ impl Emitter {
         if guard.closed || (guard.streams && guard.announced) {
             return Ok(());
         }
-        let mut outbox = self.announce(&mut guard);
+        let mut outbox = self.announce(&mut guard, false);
         if !guard.streams {
             outbox.push(self.encode_task(&mut guard));
             self.go_on_as_stream(&mut guard, flow);
@@ -352,8 +353,8 @@ impl Emitter {
     /// progress moment passed while this emitter was busy (so that the runner could not
     /// send it), that response: the task as it stands, after which this event and every
     /// later one are published as they are made.
-    fn opening(&self, guard: &mut State) -> Outbox {
-        let mut outbox = self.announce(guard);
+    fn opening(&self, guard: &mut State, working_next: bool) -> Outbox {
+        let mut outbox = self.announce(guard, working_next);
         if self.stream_after_progress && !guard.streams && self.progress_due.load(Ordering::Acquire)
         {
             outbox.push(self.encode_task(guard));
@@ -376,8 +377,10 @@ impl Emitter {
 
     /// Announces the task (state submitted, then working) before its first event: the
     /// payloads to publish first (none for a non-streaming request, which only moves to
-    /// working).
-    fn announce(&self, guard: &mut State) -> Outbox {
+    /// working). `working_next`: that event is a working status update, which says what
+    /// the announcement's own would (one message less on the bus, one event less for every
+    /// subscriber and log).
+    fn announce(&self, guard: &mut State, working_next: bool) -> Outbox {
         let mut outbox = Outbox::new();
         if guard.announced {
             return outbox;
@@ -395,6 +398,10 @@ impl Emitter {
         if self.dialect != Dialect::V0_1 {
             // 0.1 streams carry status and artifact updates only.
             outbox.push(self.encode_task(guard));
+        }
+        if working_next {
+            self.task_mut(guard).status = working;
+            return outbox;
         }
         self.task_mut(guard).status = working.clone();
         let event = TaskStatusUpdateEvent {

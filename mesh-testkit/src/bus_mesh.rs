@@ -93,8 +93,9 @@ impl BusMesh {
     /// the rest of the stream.
     pub async fn start_then_cancel(&self, agent: &str) -> (Task, ReplyStream) {
         let (task_id, mut stream) = self.send(agent, "work", Method::SendStreamingMessage).await;
-        // The task, working, then working with the handler's message.
-        for _ in 0..3 {
+        // The task, then working with the handler's message (which says it is working: the
+        // runtime sends no `working` of its own before it).
+        for _ in 0..2 {
             stream.next().await.unwrap().reply.unwrap();
         }
         let answer = self

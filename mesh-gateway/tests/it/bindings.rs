@@ -119,9 +119,10 @@ fn expected_behaviour(doc: &Value) -> Vec<String> {
     checks.expect("/send/got/state", json!("completed"));
     checks.expect("/send/sameTask", json!(true));
 
-    // b. A stream opens with the task, says it is working, carries five chunks of one
-    // artifact (the first one not appended, the last one marked last) and ends with the
-    // completed status (§3.1.2); the chunks make the whole text.
+    // b. A stream opens with the task, says it is working (the handler's own status, with
+    // no bare `working` of the runtime before it), carries five chunks of one artifact (the
+    // first one not appended, the last one marked last) and ends with the completed status
+    // (§3.1.2); the chunks make the whole text.
     let status = |state: &str, text: Option<&str>| {
         json!({"statusUpdate": state,
                "message": text.map(|t| json!({"role": "ROLE_AGENT", "parts": [{"text": t}]}))})
@@ -129,7 +130,6 @@ fn expected_behaviour(doc: &Value) -> Vec<String> {
     let paragraph = |i: usize| format!("[{i}] On bindings: paragraph {} of the draft.\n", i + 1);
     let mut stream = vec![
         json!({"task": "submitted"}),
-        status("working", None),
         status("working", Some("writing 5 paragraphs about \"bindings\"")),
     ];
     stream.extend((0..5).map(|i| {
@@ -211,7 +211,6 @@ fn expected_behaviour(doc: &Value) -> Vec<String> {
                    "mediaType": "application/json"}],
         "append": false, "lastChunk": true});
     let steps = [
-        status("working", None),
         status("working", Some("searching flights SFO → JFK on 2026-12-01")),
         itinerary,
         status(
