@@ -33,10 +33,10 @@ use mesh_core::rpc::Reply;
 use mesh_core::sync::MutexExt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// How many times the gateway asks an agent to cancel a task it failed, at most (each try
 /// waits the gateway's `cancel_wait` for an answer).
@@ -142,7 +142,39 @@ pub(crate) const MAX_WAITING_TOTAL: usize = 10_000;
 pub(crate) struct LiveTask {
     subscribers: Mutex<Vec<Subscriber>>,
     gate: Mutex<()>,
-    stop: CancellationToken,
+    stop: Stop,
+}
+
+/// A live task's stop: set once (the gateway ended the task itself), awaited by its pump.
+/// Inline in the task, where a `CancellationToken` would be an allocation of its own for
+/// every task in flight.
+#[derive(Default)]
+struct Stop {
+    set: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Stop {
+    fn set(&self) {
+        self.set.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    /// Returns once the stop is set.
+    async fn wait(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        // Waiting before the check: a stop set in between still wakes it.
+        notified.as_mut().enable();
+        if self.is_set() {
+            return;
+        }
+        notified.await;
+    }
 }
 
 impl LiveTask {
@@ -338,7 +370,7 @@ impl Bridge {
         let task = Arc::new(LiveTask {
             subscribers: Mutex::new(adopted),
             gate: Mutex::new(()),
-            stop: CancellationToken::new(),
+            stop: Stop::default(),
         });
         let receiver = task.subscribe(capacity, false, reads);
         live.insert(id.to_owned(), task.clone());
@@ -492,7 +524,7 @@ impl Bridge {
         loop {
             let delivery = tokio::select! {
                 biased;
-                _ = live.stop.cancelled() => return,
+                () = live.stop.wait() => return,
                 delivery = stream.next() => delivery,
             };
             let Some(delivery) = delivery else { return };
@@ -585,7 +617,7 @@ impl Bridge {
     /// the agent came from.
     fn publish(&self, id: &str, live: &LiveTask, mut reply: Reply, mut origin: Origin) -> bool {
         let _gate = live.gate.locked();
-        if live.stop.is_cancelled() {
+        if live.stop.is_set() {
             return false;
         }
         let status_changed = matches!(
@@ -645,7 +677,7 @@ impl Bridge {
             Err(_) => 0,
         };
         live.send(seq, Ok(reply));
-        live.stop.cancel();
+        live.stop.set();
         self.cancel_at_agent(id, &current.agent);
     }
 
@@ -677,7 +709,7 @@ impl Bridge {
     pub(crate) fn cancel_locally(&self, id: &str, live: &LiveTask) -> Option<Arc<TaskRecord>> {
         let record = {
             let _gate = live.gate.locked();
-            if live.stop.is_cancelled() {
+            if live.stop.is_set() {
                 return self.store.get(id);
             }
             let current = self.store.get(id)?;
@@ -694,7 +726,7 @@ impl Bridge {
                 self.notify_push(record);
             }
             live.send(record.as_ref().map_or(0, |r| r.seq), Ok(event));
-            live.stop.cancel();
+            live.stop.set();
             record
         };
         // The pump sees `stop` at once and leaves the live map.
