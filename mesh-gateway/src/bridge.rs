@@ -114,8 +114,8 @@ pub(crate) enum Reads {
     /// Every event as it came (a stream written to its client).
     Content,
     /// Only how the turn ends (a blocking send, which answers with the task as the store
-    /// holds it): a whole-task event reaches it as [`Live::Ended`] when it ends the turn,
-    /// and not at all before.
+    /// holds it): a whole-task or status event reaches it as [`Live::Ended`] when it ends
+    /// the turn, and not at all before.
     Outcome,
 }
 
@@ -219,8 +219,8 @@ impl LiveTask {
         });
     }
 
-    /// Tells every subscriber (all of them read outcomes only) that a whole-task event ended
-    /// the turn, with the record it made. One whose buffer is full misses it and reads the
+    /// Tells every subscriber (all of them read outcomes only) that a whole-task or status
+    /// event ended the turn, with the record it made. One whose buffer is full misses it and reads the
     /// task from the store when the pump ends, as after any missed event.
     fn send_ended(&self, seq: Seq, record: &Arc<TaskRecord>) {
         self.subscribers.locked().retain(|subscriber| {
@@ -610,8 +610,8 @@ impl Bridge {
 
     /// Applies one event to the store and sends it to the subscribers, under the task's gate
     /// (the one allocation of the event serves the store's log and every subscriber; a whole
-    /// task that no subscriber reads for its content moves into the store's record, and ends
-    /// the turn of its outcome readers as that record).
+    /// task or a status update that no subscriber reads for its content may move into the
+    /// store's record, and ends the turn of its outcome readers as that record).
     /// False when the task was stopped meanwhile (the event is dropped), or failed because
     /// the event would take it past the store's per-task limit. `origin`: where an event from
     /// the agent came from.
@@ -625,7 +625,8 @@ impl Bridge {
             Reply::Task(_) | Reply::StatusUpdate(_) | Reply::Message(_)
         );
         let ends = ends_task(&reply);
-        let shared = !matches!(reply, Reply::Task(_)) || live.read_for_content();
+        let shared =
+            !matches!(reply, Reply::Task(_) | Reply::StatusUpdate(_)) || live.read_for_content();
         if shared && let (Reply::Task(task), Some(from)) = (&mut reply, origin.history_from.take())
         {
             self.restore_history(id, task, from);
@@ -848,8 +849,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_whole_task_reaches_an_outcome_reader_as_its_record_unless_someone_reads_content() {
+    async fn a_whole_task_or_status_reaches_an_outcome_reader_as_its_record_unless_someone_reads_content()
+     {
         let whole = |state| Reply::Task(task("t", state));
+        let update =
+            |state| Reply::StatusUpdate(status_event(&task("t", TaskState::Working), state, None));
         let bridge = bridge_with("t", TaskState::Submitted);
         let (live, mut outcome) = bridge
             .begin("t", SEND_CAPACITY, Reads::Outcome)
@@ -862,6 +866,24 @@ mod tests {
                 assert!(Arc::ptr_eq(&record, &bridge.store.get("t").unwrap()));
             }
             _ => panic!("the turn's end as the record, and no progress task before it"),
+        }
+        let bridge = bridge_with("t", TaskState::Submitted);
+        let (live, mut outcome) = bridge
+            .begin("t", SEND_CAPACITY, Reads::Outcome)
+            .expect("the task begins");
+        assert!(bridge.publish("t", &live, update(TaskState::Working), Origin::default()));
+        assert!(bridge.publish(
+            "t",
+            &live,
+            update(TaskState::InputRequired),
+            Origin::default()
+        ));
+        match outcome.recv().await {
+            Some(Live::Ended(2, record)) => {
+                assert_eq!(record.task.status.state, TaskState::InputRequired);
+                assert!(Arc::ptr_eq(&record, &bridge.store.get("t").unwrap()));
+            }
+            _ => panic!("the turn's end as the record, and no status before it"),
         }
 
         let bridge = bridge_with("t", TaskState::Submitted);

@@ -50,11 +50,17 @@ pub fn is_interrupted(state: &TaskState) -> bool {
 }
 
 /// Sets a task's status, moving the previous status message into the history.
-pub fn set_status(task: &mut Task, status: TaskStatus) {
-    if let Some(previous) = task.status.message.take() {
+pub fn set_status(task: &mut Task, mut status: TaskStatus) {
+    move_status(task, &mut status);
+}
+
+/// [`set_status`] with the status moved out of `status`, which gets the one it replaced (its
+/// message taken out, into the history).
+pub fn move_status(task: &mut Task, status: &mut TaskStatus) {
+    std::mem::swap(&mut task.status, status);
+    if let Some(previous) = status.message.take() {
         task.history.get_or_insert_with(Vec::new).push(previous);
     }
-    task.status = status;
 }
 
 /// True for a reply after which the task never changes again: a terminal state, or a direct

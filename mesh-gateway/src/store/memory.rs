@@ -12,15 +12,20 @@
 //! double what a long stream costs, for a log nothing reads after the stream ends; the durable
 //! store keeps the whole log on disk. The bytes of the events kept count against `max_bytes`
 //! (estimated, see the [`store`](super) module docs). An event is kept as it came (shared with
-//! the bridge's subscribers, not copied) and encoded only when the log is read. A whole Task
-//! as the last event is the record itself: the log keeps it as a mark and makes the event of
-//! it only when the log is read, so that a task waiting in flight, announced by its agent's
-//! progress Task, holds its contents once, not twice. When no one else holds that event (no
-//! subscriber reads it), its task moves into the record instead of being copied. When the
-//! record changes, the mark goes and the log starts after it (compaction): the task as it
-//! stands says all that the whole Task and the events before it did, so a reader from before
-//! the mark is told the events are forgotten and takes the task as it stands (as a resumed
-//! stream does), and a running task holds no copy of an older self.
+//! the bridge's subscribers, not copied) and encoded only when the log is read.
+//!
+//! The last event may be held as the record it made (a mark), so that a task waiting in
+//! flight holds what it last said once, not twice:
+//! - a whole Task: the log makes the event of it only when the log is read. When no one else
+//!   holds that event (no subscriber reads it), its task moves into the record instead of
+//!   being copied. When the record changes, the mark goes and the log starts after it
+//!   (compaction): the task as it stands says all that the whole Task and the events before
+//!   it did, so a reader from before the mark is told the events are forgotten and takes the
+//!   task as it stands (as a resumed stream does), and a running task holds no copy of an
+//!   older self;
+//! - a status update no one else holds (with no metadata of its own): its status moves into
+//!   the record, and when the record changes the event is made again from it, as it came,
+//!   so the log loses nothing of it.
 //!
 //! The same store holds the working set of the durable stores
 //! ([`working_set`](super::working_set)); there it keeps no event in memory but counts the
@@ -33,7 +38,7 @@ use super::{
 };
 use crate::task_events;
 use foldhash::HashMap;
-use mesh_core::model::TaskState;
+use mesh_core::model::{TaskState, TaskStatusUpdateEvent};
 use mesh_core::requester::{restore_history, restore_history_from};
 use mesh_core::rpc::Reply;
 use mesh_core::sync::RwLockExt;
@@ -87,8 +92,8 @@ struct Entry {
     log_bytes: usize,
     /// The last events ([`LogMode::Tail`]), but for the last when that is a whole Task.
     log: VecDeque<LoggedEvent>,
-    /// The last event, a whole Task, held as the record it made until the record changes
-    /// and the log is compacted ([`LogMode::Tail`]; see the module docs).
+    /// The last event, held as the record it made until the record changes
+    /// ([`LogMode::Tail`]; see the module docs).
     last_is_record: Option<RecordMark>,
     /// `record_bytes` when the last snapshot was due.
     snapshot_bytes: usize,
@@ -113,14 +118,45 @@ impl Entry {
         self.record_bytes + self.log_bytes
     }
 
-    /// Compacts the log before the record changes: the event held as the record goes, with
-    /// every event before it (the record says what they did; see the module docs).
-    fn compact_before_change(&mut self) {
-        if let Some(mark) = self.last_is_record.take() {
-            self.log_bytes -= mark.bytes;
-            for event in self.log.drain(..) {
-                self.log_bytes -= event.bytes;
+    /// Before the record changes, the event held as the record (see the module docs): a
+    /// status update is made of the record and logged; a whole Task goes, with every event
+    /// before it (compaction: the record says what they did).
+    fn before_change(&mut self) {
+        let Some(mark) = self.last_is_record.take() else {
+            return;
+        };
+        match mark.marked {
+            Marked::Status => {
+                let event = mark.event(&self.record);
+                self.push_logged(event);
             }
+            Marked::Task => {
+                self.log_bytes -= mark.bytes;
+                for event in self.log.drain(..) {
+                    self.log_bytes -= event.bytes;
+                }
+            }
+        }
+    }
+
+    /// Logs an event (its bytes counted already), then [`trim`](Self::trim)s.
+    fn push_logged(&mut self, event: LoggedEvent) {
+        // Room for one at first (a task in flight that said where it is keeps one event),
+        // not the four a first push makes room for.
+        if self.log.capacity() == 0 {
+            self.log.reserve_exact(1);
+        }
+        self.log.push_back(event);
+        self.trim();
+    }
+
+    /// Forgets the oldest events past the log's bounds.
+    fn trim(&mut self) {
+        while self.log.len() > EVENT_LOG_EVENTS || self.log_bytes > EVENT_LOG_BYTES {
+            let Some(old) = self.log.pop_front() else {
+                break;
+            };
+            self.log_bytes -= old.bytes;
         }
     }
 
@@ -152,19 +188,39 @@ impl Entry {
 /// An event of the log held as the record it made (see the module docs): all but the event.
 #[derive(Debug, Clone, Copy)]
 struct RecordMark {
+    marked: Marked,
     seq: u64,
     time: SystemTime,
     bytes: usize,
     position: Option<u64>,
 }
 
+/// Which event a mark holds as the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Marked {
+    /// A whole Task: the record's task.
+    Task,
+    /// A status update with no metadata: the record's status.
+    Status,
+}
+
 impl RecordMark {
-    /// The event itself: the task of `record`, which it made.
+    /// The event itself, made of `record` (which it made).
     fn event(&self, record: &TaskRecord) -> LoggedEvent {
+        let task = &record.task;
+        let event = match self.marked {
+            Marked::Task => Reply::Task(task.clone()),
+            Marked::Status => Reply::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: task.id.clone(),
+                context_id: task.context_id.clone(),
+                status: task.status.clone(),
+                metadata: None,
+            }),
+        };
         LoggedEvent {
             seq: self.seq,
             time: self.time,
-            event: Arc::new(Reply::Task(record.task.clone())),
+            event: Arc::new(event),
             bytes: self.bytes,
             position: self.position,
             _ack: None,
@@ -274,7 +330,7 @@ impl MemoryStore {
         let now = SystemTime::now();
         if let Some(entry) = inner.tasks.get_mut(&record.task.id) {
             let old = entry.record_bytes;
-            entry.compact_before_change();
+            entry.before_change();
             entry.record = Arc::new(record);
             entry.record_bytes = bytes;
             entry.snapshot_bytes = bytes;
@@ -324,31 +380,36 @@ impl MemoryStore {
         let whole_task = matches!(*event, Reply::Task(_));
         // A log that ends with this event (the task's last) needs no event of the mark.
         if self.log == LogMode::Tail && !task_events::ends_for_good(&event) {
-            entry.compact_before_change();
+            entry.before_change();
         }
         // In place: no one else holds the record unless a reader is still looking at it.
         let record = Arc::make_mut(&mut entry.record);
         let before = state_of(&record.task.status.state);
-        // A whole task that no one else holds moves into the record (a log in memory keeps
-        // it as the record, see the module docs); the event keeps the task it replaced,
-        // freed with it after the lock. Any other event is applied. The history its agent
-        // left out (`Origin::history_from`) is put back first: moved out of the task it
-        // replaces, or copied from the record into an event the log keeps.
+        // A whole task or a status update (with no metadata) that no one else holds moves
+        // into the record (a log in memory keeps it as the record, see the module docs); the
+        // event keeps what it replaced, freed with it after the lock. Any other event is
+        // applied. The history its agent left out (`Origin::history_from`) is put back
+        // first: moved out of the task it replaces, or copied from the record into an event
+        // the log keeps.
         let mut event = event;
         let mut put_back = 0;
-        let moved = self.log == LogMode::Tail
-            && match Arc::get_mut(&mut event) {
-                Some(Reply::Task(task)) => {
-                    std::mem::swap(&mut record.task, task);
-                    if let Some(from) = origin.history_from {
-                        let known = task.history.take().unwrap_or_default();
-                        put_back = restore_history_from(&mut record.task, from, known);
-                    }
-                    true
+        let moved = match Arc::get_mut(&mut event) {
+            _ if self.log != LogMode::Tail => None,
+            Some(Reply::Task(task)) => {
+                std::mem::swap(&mut record.task, task);
+                if let Some(from) = origin.history_from {
+                    let known = task.history.take().unwrap_or_default();
+                    put_back = restore_history_from(&mut record.task, from, known);
                 }
-                _ => false,
-            };
-        if !moved {
+                Some(Marked::Task)
+            }
+            Some(Reply::StatusUpdate(update)) if update.metadata.is_none() => {
+                task_events::move_status(&mut record.task, &mut update.status);
+                Some(Marked::Status)
+            }
+            _ => None,
+        };
+        if moved.is_none() {
             if let (Some(from), Some(Reply::Task(task))) =
                 (origin.history_from, Arc::get_mut(&mut event))
             {
@@ -401,20 +462,19 @@ impl MemoryStore {
             }
             LogMode::Tail => {
                 entry.log_bytes += len;
-                if whole_task {
-                    entry.last_is_record = Some(RecordMark {
-                        seq,
-                        time: now,
-                        bytes: len,
-                        position: origin.position,
-                    });
-                } else {
-                    // Room for one at first (a task in flight that said where it is keeps
-                    // one event), not the four a first push makes room for.
-                    if entry.log.capacity() == 0 {
-                        entry.log.reserve_exact(1);
+                // A whole Task is held as the record even when shared (the record copied it).
+                match moved.or(whole_task.then_some(Marked::Task)) {
+                    Some(marked) => {
+                        entry.last_is_record = Some(RecordMark {
+                            marked,
+                            seq,
+                            time: now,
+                            bytes: len,
+                            position: origin.position,
+                        });
+                        entry.trim();
                     }
-                    entry.log.push_back(LoggedEvent {
+                    None => entry.push_logged(LoggedEvent {
                         seq,
                         time: now,
                         event,
@@ -422,13 +482,7 @@ impl MemoryStore {
                         position: origin.position,
                         // A log in memory lets the acknowledgement go at once.
                         _ack: None,
-                    });
-                }
-                while entry.log.len() > EVENT_LOG_EVENTS || entry.log_bytes > EVENT_LOG_BYTES {
-                    let Some(old) = entry.log.pop_front() else {
-                        break;
-                    };
-                    entry.log_bytes -= old.bytes;
+                    }),
                 }
             }
         }
@@ -465,7 +519,7 @@ impl MemoryStore {
     ) -> Option<Arc<TaskRecord>> {
         let mut inner = self.write();
         let entry = inner.tasks.get_mut(id)?;
-        entry.compact_before_change();
+        entry.before_change();
         let record = Arc::make_mut(&mut entry.record);
         apply(record);
         let now = SystemTime::now();
@@ -1179,6 +1233,84 @@ pub(crate) mod tests {
             store.events_after("t", 0, 10),
             Err(StoreError::EventsForgotten { .. })
         ));
+    }
+
+    #[test]
+    fn a_status_update_no_one_else_holds_moves_into_the_record_and_is_made_again_when_it_changes() {
+        use mesh_core::model::{Message, Role};
+        let store = MemoryStore::new(limits(10));
+        store.insert(task("t", "c", TaskState::Submitted)).unwrap();
+        let saying = |text: &str| {
+            let mut update = status("t", TaskState::Working);
+            let Some(Reply::StatusUpdate(u)) = Arc::get_mut(&mut update) else {
+                unreachable!()
+            };
+            u.status.message = Some(Message::new(Role::Agent, vec![Part::text(text)]));
+            update
+        };
+        let parts = |record: &TaskRecord| {
+            record
+                .task
+                .status
+                .message
+                .as_ref()
+                .map(|m| m.parts.as_ptr())
+        };
+        let read = |after| store.events_after("t", after, 10).unwrap();
+        let replies = |events: Vec<StoredEvent>| -> Vec<(u64, Reply)> {
+            events.iter().map(|e| (e.seq, e.reply().unwrap())).collect()
+        };
+        let logged = |store: &MemoryStore| store.read().tasks["t"].log.len();
+
+        // Alone: its status moves into the record, and the log keeps no event of its own.
+        let waiting = saying("waiting");
+        let expected = (*waiting).clone();
+        let Reply::StatusUpdate(update) = &*waiting else {
+            unreachable!()
+        };
+        let sent = update.status.message.as_ref().map(|m| m.parts.as_ptr());
+        let record = store.append("t", waiting, Origin::default()).unwrap();
+        assert_eq!(parts(&record), sent, "moved, not copied");
+        assert_eq!(logged(&store), 0);
+        assert_eq!(replies(read(0)), [(1, expected.clone())]);
+
+        // The record changes: the event is made of the status it had, as it came; the
+        // status message it replaced goes into the history once.
+        let next = saying("still waiting");
+        let later = (*next).clone();
+        store.append("t", next, Origin::default()).unwrap();
+        assert_eq!(logged(&store), 1);
+        assert_eq!(replies(read(0)), [(1, expected), (2, later.clone())]);
+        let history = store.get("t").unwrap().task.history.clone().unwrap();
+        assert_eq!(history.len(), 1);
+        assert_eq!(history[0].parts, [Part::text("waiting")]);
+        store.update("t", &mut |record| {
+            record.task.metadata = Some(Default::default())
+        });
+        assert_eq!(logged(&store), 2);
+        assert_eq!(replies(read(1)), [(2, later)]);
+
+        // Shared (a subscriber reads it) or with metadata of its own: logged as it came.
+        let shared = saying("shared");
+        store
+            .append("t", shared.clone(), Origin::default())
+            .unwrap();
+        let with_metadata = {
+            let mut update = saying("with metadata");
+            let Some(Reply::StatusUpdate(u)) = Arc::get_mut(&mut update) else {
+                unreachable!()
+            };
+            u.metadata = Some(Default::default());
+            update
+        };
+        store
+            .append("t", with_metadata.clone(), Origin::default())
+            .unwrap();
+        let inner = store.read();
+        let log = &inner.tasks["t"].log;
+        assert!(Arc::ptr_eq(&log[2].event, &shared));
+        assert!(Arc::ptr_eq(&log[3].event, &with_metadata));
+        assert!(inner.tasks["t"].last_is_record.is_none());
     }
 
     /// Where the record's task id lives: a copy of the record would move it, an update in
