@@ -190,11 +190,13 @@ impl LiveTask {
     }
 
     /// True when a subscriber reads the events themselves, not only the turn's outcome.
+    /// Forgets those that went away (as [`send`](Self::send) does): a task in flight whose
+    /// events reach no one holds no channel of a client long gone (one that sent it and did
+    /// not wait).
     fn read_for_content(&self) -> bool {
-        self.subscribers
-            .locked()
-            .iter()
-            .any(|s| s.reads == Reads::Content)
+        let mut subscribers = self.subscribers.locked();
+        subscribers.retain(|s| !s.tx.is_disconnected());
+        subscribers.iter().any(|s| s.reads == Reads::Content)
     }
 
     /// Hands `event` to every subscriber without waiting: one whose buffer is full misses it
@@ -885,6 +887,14 @@ mod tests {
             }
             _ => panic!("the turn's end as the record, and no status before it"),
         }
+        // A sender that did not wait is forgotten at the next event, though none reaches it.
+        let bridge = bridge_with("t", TaskState::Submitted);
+        let (live, outcome) = bridge
+            .begin("t", SEND_CAPACITY, Reads::Outcome)
+            .expect("the task begins");
+        drop(outcome);
+        assert!(bridge.publish("t", &live, update(TaskState::Working), Origin::default()));
+        assert!(live.subscribers.locked().is_empty());
 
         let bridge = bridge_with("t", TaskState::Submitted);
         let (live, mut outcome) = bridge
