@@ -7,9 +7,10 @@
 //! exactly once after its snapshot. The pump hands each event straight into every
 //! subscriber's own buffer without waiting (a burst of thousands of chunks reaches an SSE
 //! client event by event however its socket keeps up); a subscriber whose buffer is full (a
-//! client that stopped reading) misses events and is told so, to resynchronise from the store. The pump runs in its own tokio task, independent of any
-//! HTTP connection: a client that goes away does not cancel the task. `_mesh` metadata is
-//! stripped before an event reaches the store or a subscriber.
+//! client that stopped reading) misses events and is told so, to resynchronise from the
+//! store. The pump runs in its own tokio task, independent of any HTTP connection: a client
+//! that goes away does not cancel the task. `_mesh` metadata is stripped before an event
+//! reaches the store or a subscriber.
 //!
 //! Every change of a task's status is also handed to the [`Pusher`] (when the task has push
 //! configs): a non-blocking enqueue, so a slow webhook never slows the task.
@@ -222,8 +223,8 @@ impl LiveTask {
     }
 
     /// Tells every subscriber (all of them read outcomes only) that a whole-task or status
-    /// event ended the turn, with the record it made. One whose buffer is full misses it and reads the
-    /// task from the store when the pump ends, as after any missed event.
+    /// event ended the turn, with the record it made. One whose buffer is full misses it and
+    /// reads the task from the store when the pump ends, as after any missed event.
     fn send_ended(&self, seq: Seq, record: &Arc<TaskRecord>) {
         self.subscribers.locked().retain(|subscriber| {
             !matches!(
@@ -851,8 +852,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_whole_task_or_status_reaches_an_outcome_reader_as_its_record_unless_someone_reads_content()
-     {
+    async fn an_outcome_reader_gets_the_turns_end_as_its_record_unless_someone_reads_content() {
         let whole = |state| Reply::Task(task("t", state));
         let update =
             |state| Reply::StatusUpdate(status_event(&task("t", TaskState::Working), state, None));

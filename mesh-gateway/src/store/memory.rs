@@ -90,7 +90,7 @@ struct Entry {
     record_bytes: usize,
     /// The bytes of its event log (kept here or elsewhere).
     log_bytes: usize,
-    /// The last events ([`LogMode::Tail`]), but for the last when that is a whole Task.
+    /// The last events ([`LogMode::Tail`]), but for the last when it is held as the record.
     log: VecDeque<LoggedEvent>,
     /// The last event, held as the record it made until the record changes
     /// ([`LogMode::Tail`]; see the module docs).
