@@ -856,50 +856,46 @@ mod tests {
         let whole = |state| Reply::Task(task("t", state));
         let update =
             |state| Reply::StatusUpdate(status_event(&task("t", TaskState::Working), state, None));
-        let bridge = bridge_with("t", TaskState::Submitted);
-        let (live, mut outcome) = bridge
-            .begin("t", SEND_CAPACITY, Reads::Outcome)
-            .expect("the task begins");
-        assert!(bridge.publish("t", &live, whole(TaskState::Working), Origin::default()));
-        assert!(bridge.publish("t", &live, whole(TaskState::Completed), Origin::default()));
-        match outcome.recv().await {
-            Some(Live::Ended(2, record)) => {
-                assert_eq!(record.task.status.state, TaskState::Completed);
-                assert!(Arc::ptr_eq(&record, &bridge.store.get("t").unwrap()));
+        // A task begun by a sender that reads its outcome only.
+        let begun = || {
+            let bridge = bridge_with("t", TaskState::Submitted);
+            let (live, outcome) = bridge
+                .begin("t", SEND_CAPACITY, Reads::Outcome)
+                .expect("the task begins");
+            (bridge, live, outcome)
+        };
+        let turns = [
+            (
+                whole(TaskState::Working),
+                whole(TaskState::Completed),
+                TaskState::Completed,
+            ),
+            (
+                update(TaskState::Working),
+                update(TaskState::InputRequired),
+                TaskState::InputRequired,
+            ),
+        ];
+        for (progress, end, end_state) in turns {
+            let (bridge, live, mut outcome) = begun();
+            assert!(bridge.publish("t", &live, progress, Origin::default()));
+            assert!(bridge.publish("t", &live, end, Origin::default()));
+            match outcome.recv().await {
+                Some(Live::Ended(2, record)) => {
+                    assert_eq!(record.task.status.state, end_state);
+                    assert!(Arc::ptr_eq(&record, &bridge.store.get("t").unwrap()));
+                }
+                _ => panic!("the turn's end as the record, and no progress event before it"),
             }
-            _ => panic!("the turn's end as the record, and no progress task before it"),
-        }
-        let bridge = bridge_with("t", TaskState::Submitted);
-        let (live, mut outcome) = bridge
-            .begin("t", SEND_CAPACITY, Reads::Outcome)
-            .expect("the task begins");
-        assert!(bridge.publish("t", &live, update(TaskState::Working), Origin::default()));
-        assert!(bridge.publish(
-            "t",
-            &live,
-            update(TaskState::InputRequired),
-            Origin::default()
-        ));
-        match outcome.recv().await {
-            Some(Live::Ended(2, record)) => {
-                assert_eq!(record.task.status.state, TaskState::InputRequired);
-                assert!(Arc::ptr_eq(&record, &bridge.store.get("t").unwrap()));
-            }
-            _ => panic!("the turn's end as the record, and no status before it"),
         }
         // A sender that did not wait is forgotten at the next event, though none reaches it.
-        let bridge = bridge_with("t", TaskState::Submitted);
-        let (live, outcome) = bridge
-            .begin("t", SEND_CAPACITY, Reads::Outcome)
-            .expect("the task begins");
+        let (bridge, live, outcome) = begun();
         drop(outcome);
         assert!(bridge.publish("t", &live, update(TaskState::Working), Origin::default()));
         assert!(live.subscribers.locked().is_empty());
 
-        let bridge = bridge_with("t", TaskState::Submitted);
-        let (live, mut outcome) = bridge
-            .begin("t", SEND_CAPACITY, Reads::Outcome)
-            .expect("the task begins");
+        // Someone reads its content: every event is shared, also with the outcome reader.
+        let (bridge, live, mut outcome) = begun();
         let (_, content) = bridge.attach("t", false, None).unwrap().unwrap();
         let mut content = content.expect("a live subscription");
         assert!(bridge.publish("t", &live, whole(TaskState::Completed), Origin::default()));
