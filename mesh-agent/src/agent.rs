@@ -21,7 +21,7 @@ use crate::handler::Handler;
 use crate::runner::{self, Running, SendRequest};
 use foldhash::HashMap;
 use mesh_core::bus::{
-    Bus, BusConfig, BusError, ConnectionState, DropReason, Dropped, LastWill, QoS,
+    Bus, BusConfig, BusError, BusMessage, ConnectionState, DropReason, Dropped, LastWill, QoS,
 };
 use mesh_core::card_signing::{SigningKey, TrustedKeys};
 use mesh_core::codec;
@@ -317,7 +317,7 @@ impl Agent {
                     // Boxed: the request's future is large, and a boxed one is written once
                     // instead of being moved into the task and back out of it.
                     tokio::spawn(Box::pin(async move {
-                        handle_request(shared, &message.payload).await;
+                        handle_request(shared, message).await;
                         drop(permit);
                     }));
                 }
@@ -622,9 +622,12 @@ impl RunningAgent {
 
 /// Serves one request from the request topic. Everything up to the handler's start is done
 /// synchronously by [`route`], so that this future (spawned per request) holds only what
-/// lives across its awaits.
-async fn handle_request(shared: Arc<InstanceState>, payload: &[u8]) {
-    match route(&shared, payload) {
+/// lives across its awaits: not the payload, which is let go once decoded (a slice of the
+/// bus's read buffer, which it would keep whole for as long as the task runs).
+async fn handle_request(shared: Arc<InstanceState>, message: BusMessage) {
+    let next = route(&shared, &message.payload);
+    drop(message);
+    match next {
         Next::Run(started) => runner::drive(shared, started).await,
         Next::Refuse(emitter, error) => {
             if let Err(e) = emitter.error(&error).await {
