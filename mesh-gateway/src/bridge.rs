@@ -836,6 +836,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_stop_wakes_the_pump_waiting_for_it_and_is_seen_at_once_once_set() {
+        let stop = Arc::new(Stop::default());
+        let waiting = tokio::spawn({
+            let stop = stop.clone();
+            async move { stop.wait().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished() && !stop.is_set());
+        stop.set();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the waiting pump is woken")
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), stop.wait())
+            .await
+            .expect("a stop set before the wait is seen at once");
+    }
+
+    #[tokio::test]
     async fn a_subscriber_that_stops_reading_misses_events_and_is_told_so() {
         let bridge = bridge_with("t", TaskState::Working);
         let (live, mut first) = bridge
