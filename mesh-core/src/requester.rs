@@ -27,6 +27,7 @@ use crate::bus::{Bus, BusError, ConnectionState, DropReason, QoS};
 use crate::codec;
 use crate::dialect::{Dialect, Method};
 use crate::error::A2aError;
+use crate::flow::{BASE_WINDOW, FlowBudget, MAX_WINDOW, StreamCredit};
 use crate::jsonrpc::JsonRpcId;
 use crate::meta::{Caller, MeshMeta, deadline_in};
 use crate::model::{CancelTaskRequest, SendMessageRequest, Task};
@@ -75,16 +76,11 @@ pub enum Ended {
 /// almost certainly lost with it, and fails.
 pub const PICKUP_GRACE: Duration = Duration::from_secs(2);
 
-/// How many replies may wait in one stream before the router waits for its reader.
-const STREAM_CAPACITY: usize = 256;
-
-/// The flow-control window of a streaming request (`_mesh.window`, see [`flow`](crate::flow)):
-/// the replies its stream holds, so that an agent that outruns the stream's reader waits for
-/// it rather than filling its stream and holding up every other stream's replies.
-pub const FLOW_WINDOW: u32 = STREAM_CAPACITY as u32;
-
-/// A stream credits its agent each time its reader took this many more events.
-const CREDIT_EVERY: u64 = FLOW_WINDOW as u64 / 4;
+/// How many replies may wait in one stream before the router waits for its reader: the
+/// widest flow-control window (see [`flow`](crate::flow)), so that an agent that outruns the
+/// stream's reader waits for it rather than filling its stream and holding up every other
+/// stream's replies.
+const STREAM_CAPACITY: usize = MAX_WINDOW as usize;
 
 /// Why a request could not be sent.
 #[derive(Debug, thiserror::Error)]
@@ -234,6 +230,8 @@ struct RequesterState {
     pending: Pending,
     /// Events dropped as unexpected (see the module docs).
     unexpected: Arc<AtomicU64>,
+    /// What the windows of this requester's streams may borrow beyond their base.
+    flow_budget: Arc<FlowBudget>,
 }
 
 impl Requester {
@@ -288,6 +286,7 @@ impl Requester {
                 instance: instance.to_owned(),
                 pending: pending.clone(),
                 unexpected: unexpected.clone(),
+                flow_budget: Arc::default(),
             }),
         };
         let streams = resumed
@@ -295,7 +294,7 @@ impl Requester {
             .map(|r| {
                 let mut stream = requester.register(r.request_id, &r.agent, r.timeout);
                 stream.window = SeqWindow::starting_at(r.next_seq);
-                stream.flow = requester.flow(&r.agent, &r.task_id, r.next_seq);
+                stream.flow = requester.taken_over_flow(&r.agent, &r.task_id, r.next_seq);
                 stream
             })
             .collect();
@@ -334,6 +333,13 @@ impl Requester {
     /// than the one running the task, or with a `_mesh.seq` out of the stream's window.
     pub fn unexpected_events(&self) -> u64 {
         self.inner.unexpected.load(Ordering::Relaxed)
+    }
+
+    /// The events of the flow-control budget its streams have not borrowed now (see
+    /// [`flow`](crate::flow)): [`SHARED_BUDGET`](crate::flow::SHARED_BUDGET) when no stream's
+    /// window is wider than the one it asked for.
+    pub fn flow_budget_free(&self) -> u64 {
+        self.inner.flow_budget.free()
     }
 
     /// Fails at once every stream whose task runs on an instance the registry sees go offline,
@@ -411,7 +417,7 @@ impl Requester {
             traceparent: options.traceparent,
             task_id: (!is_follow_up).then_some(options.task_id),
             task: options.snapshot.map(Box::new),
-            window: flow.is_some().then_some(FLOW_WINDOW),
+            window: flow.is_some().then_some(BASE_WINDOW),
             keeps_history: options.keeps_history.then_some(true),
             stream_after_progress: stream_after_progress.then_some(true),
             ..Default::default()
@@ -558,20 +564,29 @@ impl Requester {
         )
     }
 
-    /// The flow control of a stream of `agent`'s task `task_id` read from position `next_seq`
-    /// on; `None` when the task's cancel topic cannot be named (nothing is credited then).
-    fn flow(&self, agent: &str, task_id: &str, next_seq: u64) -> Option<Box<Flow>> {
+    /// The flow control of a stream of `agent`'s task `task_id` taken over from position
+    /// `next_seq` on; `None` when the task's cancel topic cannot be named (nothing is credited
+    /// then).
+    fn taken_over_flow(&self, agent: &str, task_id: &str, next_seq: u64) -> Option<Box<Flow>> {
         let topic = self.inner.topics.agent_cancel(agent, task_id).ok()?;
-        Some(self.flow_on(topic, task_id, next_seq))
+        let budget = self.inner.flow_budget.clone();
+        let credit = StreamCredit::taken_over(budget, next_seq);
+        Some(self.flow_with(topic, task_id, credit))
     }
 
-    /// [`flow`](Self::flow), its cancel topic made already.
+    /// The flow control of a new stream of task `task_id`, whose credits go to `topic`.
     fn flow_on(&self, topic: String, task_id: &str, next_seq: u64) -> Box<Flow> {
+        let budget = self.inner.flow_budget.clone();
+        let credit = StreamCredit::new(budget, next_seq);
+        self.flow_with(topic, task_id, credit)
+    }
+
+    fn flow_with(&self, topic: String, task_id: &str, credit: StreamCredit) -> Box<Flow> {
         Box::new(Flow {
             bus: self.inner.bus.clone(),
             topic,
             task_id: task_id.to_owned(),
-            credited: next_seq,
+            credit,
             owed: None,
         })
     }
@@ -612,25 +627,23 @@ struct Flow {
     /// The task's cancel topic, where credits go.
     topic: String,
     task_id: String,
-    /// The position last credited.
-    credited: u64,
+    /// When to credit, and how far.
+    credit: StreamCredit,
     /// A credit owed since the reader took an event: sent when it asks for the next one.
     owed: Option<u64>,
 }
 
 impl Flow {
-    /// The reader took every event before position `next`: a credit is owed once it is
-    /// [`CREDIT_EVERY`] past the last one.
+    /// The reader took every event before position `next`: a credit may be owed.
     fn taken(&mut self, next: u64) {
-        if next >= self.credited + CREDIT_EVERY {
-            self.owed = Some(next);
+        if let Some(position) = self.credit.taken(next, std::time::Instant::now) {
+            self.owed = Some(position);
         }
     }
 
-    /// Credits the agent with every event before position `next` (see [`Flow::taken`]).
-    async fn credit(&mut self, next: u64) {
-        self.credited = next;
-        let credit = crate::flow::encode_credit(&self.task_id, next);
+    /// Credits the agent with position `position` (see [`Flow::taken`]).
+    async fn credit(&mut self, position: u64) {
+        let credit = crate::flow::encode_credit(&self.task_id, position);
         if let Err(error) = self
             .bus
             .publish(&self.topic, credit, QoS::AtLeastOnce, false)

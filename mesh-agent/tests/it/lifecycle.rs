@@ -1056,6 +1056,70 @@ async fn a_send_gone_on_as_a_stream_waits_for_credit_past_its_window(broker: Tes
     chunker.shutdown().await;
 }
 
+// Flow control across streams: a streaming request asks for a window of 16 events
+// (`BASE_WINDOW`), so a requester whose readers stopped is sent 16 events a stream, not the
+// widest window each; readers that go on get every chunk, and what their windows borrowed
+// from the requester's shared budget is back once the streams end.
+mesh_testkit::both_brokers!(streams_ask_for_the_base_window_and_give_back_what_they_borrowed);
+async fn streams_ask_for_the_base_window_and_give_back_what_they_borrowed(broker: TestBroker) {
+    use mesh_core::flow::{BASE_WINDOW, SHARED_BUDGET};
+    const STREAMS: usize = 3;
+    const CHUNKS: usize = 2_000;
+    let mesh = BusMesh::on(broker).await;
+    let writer = mesh.run(mesh_example_agents::writer::agent()).await;
+    // Every reply to the requester, as the broker delivers them.
+    let filter = mesh.topics.gateway_response_filter("gw", "i1").unwrap();
+    let mut published = mesh.bus.subscribe(&filter, QoS::AtLeastOnce).await.unwrap();
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let text = format!("flow chunks: {CHUNKS}");
+        streams.push(
+            mesh.send("writer", &text, Method::SendStreamingMessage)
+                .await
+                .1,
+        );
+    }
+    // No reader has taken anything: each agent sends its window and waits for credit.
+    let mut positions = std::collections::HashSet::new();
+    while positions.len() < STREAMS * BASE_WINDOW as usize {
+        let message = tokio::time::timeout(WAIT, published.recv())
+            .await
+            .expect("the windows' events in time")
+            .unwrap();
+        let (_, reply) = codec::decode_reply(&message.payload, Dialect::V0_3).unwrap();
+        let seq = strip_reply_meta(&mut reply.unwrap())
+            .seq
+            .expect("a position");
+        assert!(seq < u64::from(BASE_WINDOW), "{seq} is past the window");
+        positions.insert((message.topic.clone(), seq));
+    }
+    let more = tokio::time::timeout(Duration::from_millis(300), published.recv()).await;
+    assert!(more.is_err(), "an event past a window before any credit");
+    // Unread, it would hold up the bus the requester shares.
+    drop(published);
+    // The readers go on: every chunk arrives, in order.
+    let reads = streams.into_iter().map(|stream| async move {
+        let deliveries = collect(stream).await;
+        let chunks = deliveries
+            .iter()
+            .filter(|d| matches!(d.reply, Ok(Reply::ArtifactUpdate(_))))
+            .count();
+        let end = deliveries
+            .last()
+            .map(|d| format!("{:?} {:?}", d.ended, d.reply.as_ref().err()));
+        let last = deliveries
+            .last()
+            .and_then(|d| d.reply.as_ref().ok().and_then(state_of));
+        (chunks, last, end)
+    });
+    for (chunks, last, end) in futures_util::future::join_all(reads).await {
+        assert_eq!(chunks, CHUNKS, "{end:?}");
+        assert_eq!(last, Some(TaskState::Completed));
+    }
+    assert_eq!(mesh.requester.flow_budget_free(), SHARED_BUDGET);
+    writer.shutdown().await;
+}
+
 mesh_testkit::both_brokers!(
     an_answer_too_large_for_the_bus_fails_its_task_and_the_instance_serves_on
 );
