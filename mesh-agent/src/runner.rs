@@ -65,7 +65,7 @@ pub(crate) struct SendRequest {
 /// itself is consumed by [`start`], so the per-request future stays small).
 pub(crate) struct Started {
     emitter: Arc<Emitter>,
-    handle: CatchPanic<HandlerResult>,
+    handle: CatchPanic<Box<HandlerResult>>,
     running: Arc<Running>,
     cancel: CancellationToken,
     task_id: String,
@@ -189,7 +189,7 @@ pub(crate) fn start(
     let handler = shared.handler.clone();
     Ok(Started {
         emitter,
-        handle: CatchPanic(Box::pin(async move { handler.handle(ctx).await })),
+        handle: CatchPanic(Box::pin(async move { Box::new(handler.handle(ctx).await) })),
         running,
         cancel,
         task_id,
@@ -200,6 +200,12 @@ pub(crate) fn start(
 
 /// Runs a started task to its end: the handler raced against cancellation and the deadline,
 /// then exactly one final event, then the answers to cancel requests waiting for it.
+///
+/// Its future is held (boxed) by every task in flight for as long as the task runs, so what
+/// it holds across the race is kept small: one timer for both the progress moment and the
+/// deadline, the handler's result boxed, and what is awaited once (the progress event, the
+/// end) boxed and made in statements of their own (a temporary lives to the end of its
+/// statement, and one alive across an await takes room in the future even once moved).
 pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
     let Started {
         emitter,
@@ -210,37 +216,42 @@ pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
         time_left,
         window_after_progress,
     } = started;
-    // One reading of the clock for both timers (a year stands for a time past any deadline,
-    // as `sleep` does for a duration it cannot add).
+    // One reading of the clock for both moments (a year stands for a time past any
+    // deadline, as `sleep` does for a duration it cannot add).
     let now = tokio::time::Instant::now();
     let at = |after| {
         now.checked_add(after)
             .unwrap_or_else(|| now + Duration::from_secs(365 * 86_400))
     };
-    let deadline = tokio::time::sleep_until(at(time_left));
-    tokio::pin!(deadline);
-    let progress = tokio::time::sleep_until(at(PROGRESS_AFTER));
-    tokio::pin!(progress);
-    let mut progress_sent = false;
+    let deadline = at(time_left);
+    let progress_at = at(PROGRESS_AFTER);
+    // The progress moment first, then the deadline (which may come first).
+    let timer = tokio::time::sleep_until(progress_at.min(deadline));
+    tokio::pin!(timer);
+    let mut progress_sent = progress_at >= deadline;
 
     let end = loop {
         tokio::select! {
             // The handler first: one that finishes on its first poll (most do) ends the task
-            // before either timer is polled, and an unpolled timer costs nothing (a polled one
+            // before the timer is polled, and an unpolled timer costs nothing (a polled one
             // registers with the runtime's timer, which may wake its driver through a syscall).
             biased;
             joined = &mut handle => break End::Joined(joined),
             _ = cancel.cancelled() => break End::Canceled,
-            _ = &mut deadline => break End::DeadlineExceeded,
-            _ = &mut progress, if !progress_sent => {
+            _ = &mut timer => {
+                if progress_sent {
+                    break End::DeadlineExceeded;
+                }
                 progress_sent = true;
+                timer.as_mut().reset(deadline);
                 // A send that goes on as a stream: its gate, and where its credits go.
                 let flow = window_after_progress.map(|window| {
-                    let (gate, credit) = FlowGate::new(window, at(time_left), cancel.clone());
+                    let (gate, credit) = FlowGate::new(window, deadline, cancel.clone());
                     let _ = running.credit.set(credit);
                     gate
                 });
-                if let Err(e) = emitter.progress(flow).await {
+                let progress = Box::pin(emitter.progress(flow));
+                if let Err(e) = progress.await {
                     tracing::warn!(error = %e, "could not publish task progress");
                 }
             }
@@ -262,13 +273,30 @@ pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
             let _ = tokio::time::timeout(CANCEL_GRACE, handle).await;
         });
     }
+    let finish = Box::pin(finish(
+        &shared, &emitter, &running, &task_id, end, time_left,
+    ));
+    finish.await;
+}
 
+/// The end of a task whose end is decided: its final event, leaving the running tasks, the
+/// answers to the cancel requests waiting for it.
+async fn finish(
+    shared: &InstanceState,
+    emitter: &Emitter,
+    running: &Arc<Running>,
+    task_id: &str,
+    end: End,
+    time_left: Duration,
+) {
     let ending = match end {
-        End::Joined(Ok(Ok(outcome))) => Ending::from(outcome),
-        End::Joined(Ok(Err(error))) => Ending::Status(
-            TaskState::Failed,
-            Some(agent_text(format!("the agent failed: {error}"))),
-        ),
+        End::Joined(Ok(result)) => match *result {
+            Ok(outcome) => Ending::from(outcome),
+            Err(error) => Ending::Status(
+                TaskState::Failed,
+                Some(agent_text(format!("the agent failed: {error}"))),
+            ),
+        },
         End::Joined(Err(reason)) => {
             tracing::error!(agent = %shared.name, task = %task_id, %reason, "handler panicked");
             Ending::Status(
@@ -296,7 +324,7 @@ pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
         tracing::warn!(agent = %shared.name, task = %task_id, %error, "could not publish the end of a task");
     }
 
-    shared.task_ended(&task_id, &running);
+    shared.task_ended(task_id, running);
     let waiters = std::mem::take(&mut *running.cancel_waiters.locked());
     if !waiters.is_empty() {
         let task = emitter.task().await;
@@ -318,10 +346,10 @@ pub(crate) async fn drive(shared: Arc<InstanceState>, started: Started) {
 }
 
 /// How the race between handler, cancel and deadline ended (short-lived, on the stack).
-#[allow(clippy::large_enum_variant)]
 enum End {
-    /// The handler returned, or panicked (`Err`: the panic's message).
-    Joined(Result<Result<Outcome, crate::handler::HandlerError>, String>),
+    /// The handler returned (its result boxed: see [`drive`]), or panicked (`Err`: the
+    /// panic's message).
+    Joined(Result<Box<HandlerResult>, String>),
     Canceled,
     DeadlineExceeded,
 }
