@@ -20,6 +20,7 @@
 //! | `mesh_gateway_webhook_failures_total` | counter | `reason` (`retry`, `given_up`, `dropped`) |
 //! | `mesh_gateway_store_pending_writes` | gauge | (changes not yet written to disk) |
 //! | `mesh_gateway_store_bytes` | gauge | (what the task store counts against its byte budget) |
+//! | `mesh_gateway_flow_window_lent` | gauge | (events of the streams' shared flow-control budget lent beyond their base windows) |
 //! | `mesh_gateway_cards_refused_total` | counter | `reason` (`unsigned`, `unknown_kid`, `bad_signature`, `malformed`, `wrong_name`: card versions the trust store refused) |
 
 use crate::store::TaskStore;
@@ -66,6 +67,8 @@ pub(crate) struct Metrics {
     bus_oversized: AtomicU64,
     bus_given_up: AtomicU64,
     unexpected_events: AtomicU64,
+    /// Events of the requester's flow-control budget lent to streams: copied in at scrape time.
+    flow_window_lent: AtomicU64,
     /// Card versions the registry's trust store refused, by reason: copied in at scrape time.
     cards_refused: [AtomicU64; CARD_REFUSALS.len()],
     /// The store whose tasks are counted at scrape time.
@@ -137,6 +140,7 @@ impl Metrics {
             bus_oversized: AtomicU64::new(0),
             bus_given_up: AtomicU64::new(0),
             unexpected_events: AtomicU64::new(0),
+            flow_window_lent: AtomicU64::new(0),
             cards_refused: Default::default(),
             store: OnceLock::new(),
         }
@@ -187,6 +191,12 @@ impl Metrics {
         self.bus_oversized.store(stats.oversized_dropped, Relaxed);
         self.bus_given_up.store(stats.publishes_given_up, Relaxed);
         self.unexpected_events.store(unexpected_events, Relaxed);
+    }
+
+    /// Takes in how much of the requester's flow-control budget its streams borrowed (before
+    /// a scrape).
+    pub(crate) fn flow_window_lent(&self, lent: u64) {
+        self.flow_window_lent.store(lent, Relaxed);
     }
 
     /// Takes the registry's counts of refused cards in (before a scrape).
@@ -320,6 +330,12 @@ impl Collector for Scrape {
             "HTTP connections open now",
             m.connections_open.load(Relaxed),
         )?;
+        gauge(
+            &mut encoder,
+            "mesh_gateway_flow_window_lent",
+            "Events of the shared flow-control budget that streams borrowed beyond their base windows (docs/protocol.md, section 3.4)",
+            i64::try_from(m.flow_window_lent.load(Relaxed)).unwrap_or(i64::MAX),
+        )?;
         counter(
             &mut encoder,
             "mesh_gateway_http_connections_refused",
@@ -411,6 +427,9 @@ pub(crate) async fn serve(State(gw): State<Arc<Exposition>>) -> Response {
     gw.metrics
         .bus_dropped(gw.bus.stats(), gw.requester.unexpected_events());
     gw.metrics.cards_refused(gw.mesh.cards_refused());
+    gw.metrics.flow_window_lent(
+        mesh_core::flow::SHARED_BUDGET.saturating_sub(gw.requester.flow_budget_free()),
+    );
     let mut text = String::new();
     if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &gw.registry) {
         tracing::warn!(%error, "could not write the metrics");

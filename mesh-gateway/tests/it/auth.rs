@@ -384,6 +384,8 @@ async fn metrics_count_requests_tasks_streams_and_webhooks() {
     assert!(metric(&text, "mesh_gateway_tasks{state=\"completed\"}") >= 5.0);
     assert_eq!(metric(&text, "mesh_gateway_sse_streams_open"), 0.0);
     assert_eq!(metric(&text, "mesh_gateway_bus_reconnects_total"), 0.0);
+    // The stream ended: what its window borrowed is back.
+    assert_eq!(metric(&text, "mesh_gateway_flow_window_lent"), 0.0);
     assert!(metric(&text, "mesh_gateway_webhook_deliveries_total") >= 1.0);
     assert!(
         metric(
