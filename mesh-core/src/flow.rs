@@ -20,11 +20,10 @@
 //! fails at the deadline anyway). docs/protocol.md, section 3.4.
 //!
 //! A window bounds one stream; the streams of one requester share a budget. Each asks for a
-//! small window ([`BASE_WINDOW`]); a stream whose reader takes the last event its window
-//! allows (its agent then waits for credit: the window, not the agent, sets its pace) doubles
-//! its window, up to [`MAX_WINDOW`], with events borrowed from its requester's
-//! [`FlowBudget`], and gives them back when it ends ([`StreamCredit`]). So the events a
-//! requester's streams may be sent before their readers take them are at most
+//! small window ([`BASE_WINDOW`]) and widens it, up to [`MAX_WINDOW`], with events borrowed
+//! from its requester's [`FlowBudget`] (credited ahead of its reader) while it is fast or
+//! widening makes it faster, giving them back when it ends ([`StreamCredit`]). So the events
+//! a requester's streams may be sent before their readers take them are at most
 //! `BASE_WINDOW` a stream plus the budget, however many of them are fast, where a window of
 //! `MAX_WINDOW` each would let every fast stream hold that many.
 
@@ -52,7 +51,7 @@ pub const CREDIT_METHOD: &str = "mesh/credit";
 pub struct Credit {
     /// The task whose stream it credits.
     pub task_id: String,
-    /// The position after the last event the requester took.
+    /// The position credited: at least the one after the last event the requester took.
     pub seq: u64,
 }
 
