@@ -161,7 +161,7 @@ fn main() {
         Vec::new()
     };
     let header = format!(
-        "mesh-bench: {} s per case, {} cores, {}; HTTP load: wrk (1 thread); gRPC load: tonic (1 thread, a connection per caller); payload {} bytes",
+        "mesh-bench: {} s per case, {} cores, {}; HTTP load: wrk (a thread a core, at most one a connection); gRPC load: tonic (1 thread, a connection per caller); payload {} bytes",
         plan.case.as_secs(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_model(),
