@@ -1,11 +1,12 @@
 //! End to end: an HTTP `SendMessage` through gateway → bus → echo agent → bus → gateway,
-//! driven by wrk (a real load generator, not this process; a thread a core) with a Lua script that POSTs the
-//! payload with a fresh `messageId` per request, and counts as an error any answer that is not
-//! HTTP 200 with a completed task. The script is generated for a [`Load`]: JSON-RPC
-//! `message/send` (the 306-byte payload, with a fresh JSON-RPC id too) or the HTTP+JSON
-//! binding's `message:send` (the same text in a 1.0 `SendMessageRequest`). The percentiles
-//! come from wrk's own histogram, printed by the script's `done` hook in microseconds. (gRPC,
-//! which wrk cannot speak, is [`crate::grpc_load`]'s, with the same [`LoadResult`].)
+//! driven by wrk (a real load generator, not this process; a thread a core) with a Lua
+//! script that POSTs the payload with a fresh `messageId` per request, and counts as an error
+//! any answer that is not HTTP 200 with a completed task. The script is generated for a
+//! [`Load`]: JSON-RPC `message/send` (the 306-byte payload, with a fresh JSON-RPC id too) or
+//! the HTTP+JSON binding's `message:send` (the same text in a 1.0 `SendMessageRequest`). The
+//! percentiles come from wrk's own histogram, printed by the script's `done` hook in
+//! microseconds. (gRPC, which wrk cannot speak, is [`crate::grpc_load`]'s, with the same
+//! [`LoadResult`].)
 
 use crate::payload;
 use std::path::{Path, PathBuf};
@@ -152,8 +153,8 @@ pub fn run(
 /// wrk's threads for `connections` connections: one a core, as wrk advises, and no more
 /// than the connections. A single thread caps the rate on its own: while the scheduler
 /// runs the processes under test on its core, no connection of the run sends, and the
-/// gateway's queue runs dry (on a 2-core Intel VM, one thread left the cores 17 % idle at
-/// concurrency 64; two threads, 7 to 10 % and 8 to 10 % more requests a second).
+/// gateway's queue runs dry (on a 2-core Intel VM at concurrency 64, one thread left the
+/// cores 16 to 17 % idle, two threads 7 to 10 %, with 2 to 10 % more requests a second).
 pub fn threads(connections: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     cores.min(connections).max(1)
