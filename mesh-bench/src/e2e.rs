@@ -100,11 +100,12 @@ impl Load {
 }
 
 /// Runs wrk with `load` against the gateway at `base` (`http://host:port`) with
-/// `connections` connections on [`threads`] threads for at most `duration`, stopping after
-/// about `limit` answers when given (each thread stops at its share and interrupts wrk, which
-/// otherwise sleeps the whole `duration`; a few answers in flight may still count). Request
-/// numbers start after `first`, so ids stay unique across runs (each thread numbers in a
-/// lane of its own, a billion apart).
+/// `connections` connections on [`threads`] threads for at most `duration`, or on one
+/// thread until `limit` answers when given (it then stops and interrupts wrk, which
+/// otherwise sleeps the whole `duration`; a few answers in flight may still count: a thread
+/// cannot see another's count, so a run to a count has one). Request numbers start after
+/// `first`, so ids stay unique across runs (each thread numbers in a lane of its own, a
+/// billion apart).
 /// It waits for wrk in place: called from the bench's multi-thread runtime, whose other
 /// worker goes on meanwhile.
 #[allow(clippy::too_many_arguments)]
@@ -118,10 +119,13 @@ pub fn run(
     limit: Option<u64>,
     first: u64,
 ) -> Result<LoadResult, String> {
-    let threads = threads(connections);
+    let threads = if limit.is_some() {
+        1
+    } else {
+        threads(connections)
+    };
     let script = dir.join(format!("send-{}-{first}.lua", load.name));
-    let per_thread_limit = limit.map_or(0, |n| n.div_ceil(threads as u64));
-    std::fs::write(&script, lua_script(load, first, per_thread_limit))
+    std::fs::write(&script, lua_script(load, first, limit.unwrap_or(0)))
         .map_err(|e| e.to_string())?;
     let url = format!("{base}{}", load.path);
     let secs = duration.as_secs().max(1);
