@@ -90,6 +90,7 @@ pub fn decode_credit(payload: &[u8]) -> Option<Credit> {
 /// docs): lent to a stream whose window sets its pace, given back when it ends.
 #[derive(Debug)]
 pub struct FlowBudget {
+    size: u64,
     free: AtomicU64,
 }
 
@@ -97,6 +98,7 @@ impl FlowBudget {
     /// A budget of `events`.
     pub fn new(events: u64) -> FlowBudget {
         FlowBudget {
+            size: events,
             free: AtomicU64::new(events),
         }
     }
@@ -104,6 +106,11 @@ impl FlowBudget {
     /// The events not lent to any stream now.
     pub fn free(&self) -> u64 {
         self.free.load(Ordering::Relaxed)
+    }
+
+    /// The events lent to streams now.
+    pub fn lent(&self) -> u64 {
+        self.size.saturating_sub(self.free())
     }
 
     /// Lends up to `want` events: what it lent (all of them, fewer, or none).
@@ -400,8 +407,10 @@ mod tests {
         run(&mut credit, 0.010, 1e6, 40, (Instant::now(), 0.0));
         assert_eq!(credit.window(), MAX_WINDOW);
         assert_eq!(budget.free(), 512 - (MAX_WINDOW - 16));
+        assert_eq!(budget.lent(), MAX_WINDOW - 16);
         drop(credit);
         assert_eq!(budget.free(), 512);
+        assert_eq!(budget.lent(), 0);
     }
 
     #[test]

@@ -335,11 +335,10 @@ impl Requester {
         self.inner.unexpected.load(Ordering::Relaxed)
     }
 
-    /// The events of the flow-control budget its streams have not borrowed now (see
-    /// [`flow`](crate::flow)): [`SHARED_BUDGET`](crate::flow::SHARED_BUDGET) when no stream's
-    /// window is wider than the one it asked for.
-    pub fn flow_budget_free(&self) -> u64 {
-        self.inner.flow_budget.free()
+    /// The events of the flow-control budget its streams have borrowed now (see
+    /// [`flow`](crate::flow)): 0 when no stream's window is wider than the one it asked for.
+    pub fn flow_window_lent(&self) -> u64 {
+        self.inner.flow_budget.lent()
     }
 
     /// Fails at once every stream whose task runs on an instance the registry sees go offline,

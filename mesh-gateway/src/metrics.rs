@@ -427,9 +427,7 @@ pub(crate) async fn serve(State(gw): State<Arc<Exposition>>) -> Response {
     gw.metrics
         .bus_dropped(gw.bus.stats(), gw.requester.unexpected_events());
     gw.metrics.cards_refused(gw.mesh.cards_refused());
-    gw.metrics.flow_window_lent(
-        mesh_core::flow::SHARED_BUDGET.saturating_sub(gw.requester.flow_budget_free()),
-    );
+    gw.metrics.flow_window_lent(gw.requester.flow_window_lent());
     let mut text = String::new();
     if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &gw.registry) {
         tracing::warn!(%error, "could not write the metrics");

@@ -1062,7 +1062,7 @@ async fn a_send_gone_on_as_a_stream_waits_for_credit_past_its_window(broker: Tes
 // from the requester's shared budget is back once the streams end.
 mesh_testkit::both_brokers!(streams_ask_for_the_base_window_and_give_back_what_they_borrowed);
 async fn streams_ask_for_the_base_window_and_give_back_what_they_borrowed(broker: TestBroker) {
-    use mesh_core::flow::{BASE_WINDOW, SHARED_BUDGET};
+    use mesh_core::flow::BASE_WINDOW;
     const STREAMS: usize = 3;
     const CHUNKS: usize = 2_000;
     let mesh = BusMesh::on(broker).await;
@@ -1116,7 +1116,7 @@ async fn streams_ask_for_the_base_window_and_give_back_what_they_borrowed(broker
         assert_eq!(chunks, CHUNKS, "{end:?}");
         assert_eq!(last, Some(TaskState::Completed));
     }
-    assert_eq!(mesh.requester.flow_budget_free(), SHARED_BUDGET);
+    assert_eq!(mesh.requester.flow_window_lent(), 0);
     writer.shutdown().await;
 }
 
