@@ -1,6 +1,7 @@
 //! The two background tasks of a [`Bus`](super::Bus) and the state they share.
 //!
-//! - The *event-loop task* is the only one that polls the rumqttc [`EventLoop`]. It routes
+//! - The *event-loop task* is the only one that polls the rumqttc [`EventLoop`] (through
+//!   [`next_event`] once connected, which reads without rumqttc's request queue). It routes
 //!   incoming publishes to subscriptions, matches SUBACKs to waiting subscribers, reports the
 //!   connection state, and reconnects with backoff. It never awaits a client request
 //!   (publish, subscribe): that deadlocks once the request queue is full (rumqttc #1025).
@@ -28,6 +29,7 @@ use rumqttc::{
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::Backoff;
+use super::reader::{KeepAlive, next_event};
 use super::{BusError, BusMessage, BusStats, ConnectionState, packet_size};
 use crate::topic::{rest_matches, split_literal};
 
@@ -529,6 +531,8 @@ pub(crate) struct Driver {
     pub(crate) max_packet_size: usize,
     /// Which publish to give up when the broker keeps closing the connection on it.
     pub(crate) resend_guard: ResendGuard,
+    /// When the connection's next ping is due ([`next_event`]).
+    pub(crate) keep_alive: KeepAlive,
 }
 
 /// How many connections in a row may drop before the broker acknowledged the same publish
@@ -611,7 +615,7 @@ impl Driver {
                         },
                         None => break "every handle of the bus dropped".to_owned(),
                     },
-                    polled = self.eventloop.poll() => polled,
+                    polled = next_event(&mut self.eventloop, &mut self.keep_alive) => polled,
                 }
             } else {
                 let mut shutdown = self.shutdown.clone();
@@ -624,6 +628,7 @@ impl Driver {
             match polled {
                 Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                     connected = true;
+                    self.keep_alive = KeepAlive::start(&self.eventloop);
                     // Acknowledgements made on the last connection are not sent on this one.
                     let earlier = self.shared.connection.fetch_add(1, Ordering::Relaxed);
                     self.shared
@@ -712,6 +717,7 @@ impl Driver {
                         self.give_up_poison(&mut stash);
                     }
                     connected = false;
+                    self.keep_alive.stop();
                     self.shared.connection_lost();
                     let reason = e.to_string();
                     let delay = self.backoff.delay(attempt);

@@ -65,6 +65,7 @@
 
 mod config;
 mod driver;
+mod reader;
 
 use crate::sync::MutexExt;
 use std::pin::Pin;
@@ -85,6 +86,7 @@ pub use rumqttc::QoS;
 
 pub use driver::{Ack, DropReason, Dropped, RESEND_LIMIT, WRITE_BATCH};
 use driver::{BusState, Command, Driver, QueuedPublish, ResendGuard};
+use reader::KeepAlive;
 
 /// Every way a bus operation can fail.
 #[derive(Debug, thiserror::Error)]
@@ -340,6 +342,7 @@ impl Bus {
             acks: Vec::new(),
             max_packet_size: config.max_packet_size,
             resend_guard: ResendGuard::default(),
+            keep_alive: KeepAlive::stopped(),
             one_worker: tokio::runtime::Handle::current().metrics().num_workers() == 1,
         };
         let event_loop = tokio::spawn(driver.run(ready_tx));
