@@ -17,6 +17,7 @@
 
 use crate::sync::MutexExt;
 use futures_core::Stream;
+use futures_util::FutureExt;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -597,7 +598,12 @@ impl Driver {
         // the next CONNACK (rumqttc drops them on a clean session).
         let mut stash: VecDeque<Request> = VecDeque::new();
         let reason = loop {
-            let polled = if connected {
+            let polled = if connected && let Some(event) = self.eventloop.state.events.pop_front() {
+                // The events of the last read (or write) are handled before the requests are
+                // looked at again: on one worker no other task can have queued one meanwhile,
+                // and on several it waits for at most a read's few packets to be routed.
+                Ok(event)
+            } else if connected {
                 tokio::select! {
                     // The requests first: a batch empties the queue, so the network has its
                     // turn next, and a poll is not started only to be dropped.
@@ -799,7 +805,7 @@ impl Driver {
             acks.clear();
             return;
         };
-        let write = async {
+        let mut write = std::pin::pin!(async {
             for ack in acks.drain(..) {
                 network.write(ack).await?;
             }
@@ -807,11 +813,14 @@ impl Driver {
                 network.flush().await?;
             }
             Ok::<(), rumqttc::StateError>(())
-        };
+        });
         // A failure or a timeout means a broken or stuck connection, which the next poll
         // reports; the acknowledgements die with it (the drain drops what it did not write).
-        let timeout = Duration::from_secs(self.eventloop.network_options.connection_timeout());
-        let _ = tokio::time::timeout(timeout, write).await;
+        // No timer is made when the socket takes them at once.
+        if write.as_mut().now_or_never().is_none() {
+            let timeout = Duration::from_secs(self.eventloop.network_options.connection_timeout());
+            let _ = tokio::time::timeout(timeout, write).await;
+        }
     }
 }
 
@@ -888,6 +897,10 @@ async fn write_requests(
     };
     for ack in acks.drain(..) {
         network.write(ack).await?;
+    }
+    // At once when the socket takes it all (no timer made for that), else within the timeout.
+    if let Some(flushed) = network.flush().now_or_never() {
+        return Ok(flushed?);
     }
     match tokio::time::timeout(timeout, network.flush()).await {
         Ok(flushed) => Ok(flushed?),
