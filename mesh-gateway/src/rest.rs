@@ -322,7 +322,8 @@ async fn serve(rest: &Rest, agent: String, operation: Operation, request: Reques
         traceparent: crate::http::traceparent(&parts.headers),
         dialect: Dialect::V1_0,
     };
-    let answer = answer(rest, &cx, method, call, &parts.headers).await;
+    // Boxed: its future is most of this one's size, which axum copies twice as it boxes it.
+    let answer = Box::pin(answer(rest, &cx, method, call, &parts.headers)).await;
     rest.metrics
         .request(Some(method), answer.is_ok(), began.elapsed());
     answer.unwrap_or_else(|e| error(status_of(&e), &e))
