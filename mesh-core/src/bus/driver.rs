@@ -1001,34 +1001,16 @@ mod tests {
         }
     }
 
-    /// An event loop connected to a listener that answers the CONNECT and then only reads:
-    /// the bytes it receives come out of the returned channel.
+    /// An event loop with `inflight` publishes in flight at most, connected to a peer that
+    /// only reads after the CONNACK.
     async fn connected_eventloop(inflight: u16) -> (EventLoop, mpsc::UnboundedReceiver<Vec<u8>>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let mut buf = vec![0u8; 64 * 1024];
-            let n = socket.read(&mut buf).await.unwrap();
-            assert_eq!(buf[0] >> 4, 1, "a CONNECT first ({n} bytes)");
-            socket.write_all(&[0x20, 0x02, 0x00, 0x00]).await.unwrap();
-            while let Ok(n) = socket.read(&mut buf).await {
-                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut options = rumqttc::MqttOptions::new("batch", "127.0.0.1", port);
-        options.set_inflight(inflight);
-        let mut eventloop = EventLoop::new(options, 1);
-        let first = eventloop.poll().await.unwrap();
-        assert!(
-            matches!(first, Event::Incoming(Packet::ConnAck(_))),
-            "{first:?}"
-        );
-        (eventloop, rx)
+        super::super::scripted_peer::connected(
+            |o| {
+                o.set_inflight(inflight);
+            },
+            &[],
+        )
+        .await
     }
 
     /// Reads `len` bytes off the listener's channel.

@@ -66,6 +66,8 @@
 mod config;
 mod driver;
 mod reader;
+#[cfg(test)]
+mod scripted_peer;
 
 use crate::sync::MutexExt;
 use std::pin::Pin;

@@ -5,9 +5,10 @@
 //! rumqttc's own `EventLoop::poll` does the same, but its `select!` also waits on rumqttc's
 //! request queue, which the bus keeps empty (its driver writes the client's requests itself):
 //! every turn of it allocated, queued and removed a waiter on that queue and made and dropped
-//! a timer, on the path of every message. The driver still connects through `poll`, and
-//! lets it send again what was in flight when a connection dropped; otherwise it reads
-//! through [`next_event`].
+//! a timer, on the path of every message. The driver still connects through `poll`; once
+//! connected it reads through [`next_event`], which also sends again what was in flight when
+//! the last connection dropped (rumqttc's `pending`), and keeps the keep-alive's time itself
+//! (rumqttc's own timer, started by `poll` as it connects, is never polled after).
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -66,9 +67,8 @@ pub(crate) async fn next_event(
         if let Some(event) = eventloop.state.events.pop_front() {
             return Ok(event);
         }
-        if eventloop.network.is_none() || !eventloop.pending.is_empty() {
-            // Not connected after all (rumqttc connects), or what was in flight when the last
-            // connection dropped is to be sent again first: rumqttc's own turn does both.
+        if eventloop.network.is_none() {
+            // Not connected after all: rumqttc connects.
             return eventloop.poll().await;
         }
         if let Err(e) = read_or_ping(eventloop, keep_alive).await {
@@ -79,23 +79,39 @@ pub(crate) async fn next_event(
     }
 }
 
-/// Reads what the socket holds (at most rumqttc's batch of packets, its answers to them
-/// written), or pings when the keep-alive is due: either queues events in rumqttc's state.
+/// Sends again what was in flight when the last connection dropped, if anything (the
+/// driver writes no request of its own until that is done), else reads what the socket
+/// holds (at most rumqttc's batch of packets, its answers to them written), or pings when the
+/// keep-alive is due: each queues events in rumqttc's state.
 async fn read_or_ping(
     eventloop: &mut EventLoop,
     keep_alive: &mut KeepAlive,
 ) -> Result<(), ConnectionError> {
     let interval = eventloop.mqtt_options.keep_alive();
     let timeout = Duration::from_secs(eventloop.network_options.connection_timeout());
-    let (Some(network), state) = (eventloop.network.as_mut(), &mut eventloop.state) else {
+    let (Some(network), state, pending) = (
+        eventloop.network.as_mut(),
+        &mut eventloop.state,
+        &mut eventloop.pending,
+    ) else {
         return Ok(());
     };
-    tokio::select! {
-        read = network.readb(state) => read?,
-        () = keep_alive.tick(interval) => {
-            // An error when the last ping is still unanswered: the broker is gone.
-            if let Some(ping) = state.handle_outgoing_packet(Request::PingReq(PingReq))? {
-                network.write(ping).await?;
+    if pending.is_empty() {
+        tokio::select! {
+            read = network.readb(state) => read?,
+            () = keep_alive.tick(interval) => {
+                // An error when the last ping is still unanswered: the broker is gone.
+                if let Some(ping) = state.handle_outgoing_packet(Request::PingReq(PingReq))? {
+                    network.write(ping).await?;
+                }
+            }
+        }
+    } else {
+        // Not raced by the driver's writes (they wait for an empty `pending`), so a request
+        // taken out is written.
+        while let Some(request) = pending.pop_front() {
+            if let Some(packet) = state.handle_outgoing_packet(request)? {
+                network.write(packet).await?;
             }
         }
     }
@@ -114,40 +130,19 @@ async fn read_or_ping(
 mod tests {
     use super::*;
     use rumqttc::{Incoming, Outgoing, StateError};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::sync::mpsc;
 
-    /// A broker that answers the CONNECT, sends one QoS 0 publish (topic `t`, payload `hi`),
-    /// then only reads: the bytes it receives come out of the returned channel.
+    /// An event loop with `keep_alive`, connected to a peer that sends one QoS 0 publish
+    /// (topic `t`, payload `hi`) after the CONNACK, then only reads.
     async fn connected(keep_alive: Duration) -> (EventLoop, mpsc::UnboundedReceiver<Vec<u8>>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let mut buf = vec![0u8; 4096];
-            let n = socket.read(&mut buf).await.unwrap();
-            assert_eq!(buf[0] >> 4, 1, "a CONNECT first ({n} bytes)");
-            socket.write_all(&[0x20, 0x02, 0x00, 0x00]).await.unwrap();
-            socket
-                .write_all(&[0x30, 0x05, 0x00, 0x01, b't', b'h', b'i'])
-                .await
-                .unwrap();
-            while let Ok(n) = socket.read(&mut buf).await {
-                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut options = rumqttc::MqttOptions::new("reader", "127.0.0.1", port);
-        options.set_keep_alive(keep_alive);
-        let mut eventloop = EventLoop::new(options, 1);
-        let first = eventloop.poll().await.unwrap();
-        assert!(
-            matches!(first, Event::Incoming(Incoming::ConnAck(_))),
-            "{first:?}"
-        );
-        (eventloop, rx)
+        let publish = &[0x30, 0x05, 0x00, 0x01, b't', b'h', b'i'];
+        super::super::scripted_peer::connected(
+            |o| {
+                o.set_keep_alive(keep_alive);
+            },
+            publish,
+        )
+        .await
     }
 
     async fn next(
