@@ -30,7 +30,7 @@ use rumqttc::{
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::Backoff;
-use super::reader::{KeepAlive, next_event};
+use super::reader::{KeepAlive, flush, next_event};
 use super::{BusError, BusMessage, BusStats, ConnectionState, packet_size};
 use crate::topic::{rest_matches, split_literal};
 
@@ -868,7 +868,6 @@ async fn write_requests(
     acks: &mut Vec<Packet>,
     first: Request,
 ) -> Result<(), ConnectionError> {
-    let timeout = Duration::from_secs(eventloop.network_options.connection_timeout());
     let mut next = Some(first);
     let mut written = 0;
     while let Some(request) = next.take() {
@@ -898,14 +897,7 @@ async fn write_requests(
     for ack in acks.drain(..) {
         network.write(ack).await?;
     }
-    // At once when the socket takes it all (no timer made for that), else within the timeout.
-    if let Some(flushed) = network.flush().now_or_never() {
-        return Ok(flushed?);
-    }
-    match tokio::time::timeout(timeout, network.flush()).await {
-        Ok(flushed) => Ok(flushed?),
-        Err(_) => Err(ConnectionError::FlushTimeout),
-    }
+    flush(eventloop).await
 }
 
 /// Moves the requests queued in `requests` behind what was in flight (in `stash`) at a

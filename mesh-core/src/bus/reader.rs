@@ -88,7 +88,6 @@ async fn read_or_ping(
     keep_alive: &mut KeepAlive,
 ) -> Result<(), ConnectionError> {
     let interval = eventloop.mqtt_options.keep_alive();
-    let timeout = Duration::from_secs(eventloop.network_options.connection_timeout());
     let (Some(network), state, pending) = (
         eventloop.network.as_mut(),
         &mut eventloop.state,
@@ -115,8 +114,17 @@ async fn read_or_ping(
             }
         }
     }
-    // What the read or the ping wrote, usually nothing: sent at once when the socket takes
-    // it (no timer made for that), else within the connection's timeout.
+    // What the read or the ping wrote: usually nothing.
+    flush(eventloop).await
+}
+
+/// Sends what was written to the connection: at once when the socket takes it all (no timer
+/// made for that), else within the connection's timeout.
+pub(crate) async fn flush(eventloop: &mut EventLoop) -> Result<(), ConnectionError> {
+    let timeout = Duration::from_secs(eventloop.network_options.connection_timeout());
+    let Some(network) = eventloop.network.as_mut() else {
+        return Ok(());
+    };
     if let Some(flushed) = network.flush().now_or_never() {
         return Ok(flushed?);
     }
