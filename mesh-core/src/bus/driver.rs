@@ -723,7 +723,7 @@ impl Driver {
                         self.give_up_poison(&mut stash);
                     }
                     connected = false;
-                    self.keep_alive.stop();
+                    self.keep_alive = KeepAlive::stopped();
                     self.shared.connection_lost();
                     let reason = e.to_string();
                     let delay = self.backoff.delay(attempt);

@@ -17,9 +17,10 @@ use futures_util::FutureExt;
 use rumqttc::{ConnectionError, Event, EventLoop, PingReq, Request};
 use tokio::time::{Instant, Sleep};
 
-/// When the next ping is due on the connection; `None` with no keep-alive.
+/// When the next ping is due on the connection, and the interval between pings; `None` with
+/// no keep-alive or no connection.
 pub(crate) struct KeepAlive {
-    due: Option<Pin<Box<Sleep>>>,
+    due: Option<(Pin<Box<Sleep>>, Duration)>,
 }
 
 impl KeepAlive {
@@ -28,27 +29,22 @@ impl KeepAlive {
     pub(crate) fn start(eventloop: &EventLoop) -> KeepAlive {
         let interval = eventloop.mqtt_options.keep_alive();
         KeepAlive {
-            due: (!interval.is_zero()).then(|| Box::pin(tokio::time::sleep(interval))),
+            due: (!interval.is_zero()).then(|| (Box::pin(tokio::time::sleep(interval)), interval)),
         }
     }
 
-    /// No connection, no ping.
+    /// No connection (or none yet), no ping.
     pub(crate) fn stopped() -> KeepAlive {
         KeepAlive { due: None }
     }
 
-    /// The connection is gone: no more pings.
-    pub(crate) fn stop(&mut self) {
-        self.due = None;
-    }
-
     /// Waits until a ping is due, then sets the next one an interval later; never returns
     /// without a keep-alive.
-    async fn tick(&mut self, interval: Duration) {
+    async fn tick(&mut self) {
         match self.due.as_mut() {
-            Some(due) => {
+            Some((due, interval)) => {
                 due.as_mut().await;
-                due.as_mut().reset(Instant::now() + interval);
+                due.as_mut().reset(Instant::now() + *interval);
             }
             None => std::future::pending().await,
         }
@@ -57,7 +53,7 @@ impl KeepAlive {
 
 /// The next event of a connected event loop (see the module docs). On an error the
 /// connection is cleaned up as rumqttc's `poll` does (what was in flight is kept to be sent
-/// again) and the keep-alive stops. Cancel-safe as `poll` is: a read dropped halfway keeps
+/// again; the caller stops the keep-alive). Cancel-safe as `poll` is: a read dropped halfway keeps
 /// what it read in rumqttc's frame buffer.
 pub(crate) async fn next_event(
     eventloop: &mut EventLoop,
@@ -73,7 +69,6 @@ pub(crate) async fn next_event(
         }
         if let Err(e) = read_or_ping(eventloop, keep_alive).await {
             eventloop.clean();
-            keep_alive.stop();
             return Err(e);
         }
     }
@@ -87,7 +82,6 @@ async fn read_or_ping(
     eventloop: &mut EventLoop,
     keep_alive: &mut KeepAlive,
 ) -> Result<(), ConnectionError> {
-    let interval = eventloop.mqtt_options.keep_alive();
     let (Some(network), state, pending) = (
         eventloop.network.as_mut(),
         &mut eventloop.state,
@@ -98,7 +92,7 @@ async fn read_or_ping(
     if pending.is_empty() {
         tokio::select! {
             read = network.readb(state) => read?,
-            () = keep_alive.tick(interval) => {
+            () = keep_alive.tick() => {
                 // An error when the last ping is still unanswered: the broker is gone.
                 if let Some(ping) = state.handle_outgoing_packet(Request::PingReq(PingReq))? {
                     network.write(ping).await?;

@@ -748,3 +748,29 @@ fn send_options(method: mesh_core::dialect::Method) -> mesh_core::requester::Sen
         stream_after_progress: false,
     }
 }
+
+// The bus's keep-alive: an idle connection pings the broker, which closes a connection
+// after one and a half keep-alive intervals without a packet from it.
+mesh_testkit::both_brokers!(an_idle_bus_pings_and_stays_connected_past_its_keep_alive);
+async fn an_idle_bus_pings_and_stays_connected_past_its_keep_alive(broker: TestBroker) {
+    let topics = Topics::new(fresh_namespace()).unwrap();
+    let mut idle = config(&broker.url());
+    idle.keep_alive = Duration::from_secs(1);
+    let bus = within("connect", Bus::connect(idle)).await.unwrap();
+    let topic = topics.agent_request("echo", "t").unwrap();
+    let mut sub = bus.subscribe(&topic, QoS::AtLeastOnce).await.unwrap();
+    let mut state = bus.state();
+    state.borrow_and_update();
+    // Idle for seven intervals: both brokers closed a client that never pinged within five
+    // (they check the keep-alive on a coarser clock than its 1.5 intervals).
+    let changed = tokio::time::timeout(Duration::from_secs(7), state.changed()).await;
+    assert!(
+        changed.is_err(),
+        "the idle connection changed state: {:?}",
+        *state.borrow()
+    );
+    assert_eq!(bus.sessions_lost(), 0);
+    bus.send(&topic, "after").await.unwrap();
+    assert_eq!(next(&mut sub).await.payload, Bytes::from_static(b"after"));
+    bus.disconnect().await.unwrap();
+}
