@@ -32,18 +32,17 @@
 //! bytes of the log written to the database, and evicts nothing (the database's bounds are
 //! the store's).
 
+use super::task_table::{SlotKey, TaskTable};
 use super::{
     Limit, Origin, StoreError, StoreLimits, StoredEvent, TaskPage, TaskQuery, TaskRecord,
     TaskStore, size,
 };
 use crate::task_events;
-use foldhash::HashMap;
 use mesh_core::model::{TaskState, TaskStatusUpdateEvent};
 use mesh_core::requester::{restore_history, restore_history_from};
 use mesh_core::rpc::Reply;
 use mesh_core::sync::RwLockExt;
 use std::collections::VecDeque;
-use std::collections::hash_map::Entry as Slot;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
@@ -97,8 +96,8 @@ struct Entry {
     last_is_record: Option<RecordMark>,
     /// `record_bytes` when the last snapshot was due.
     snapshot_bytes: usize,
-    /// Queued in [`Inner::finished`].
-    finished: bool,
+    /// Its stamp in [`Inner::finished`] while it is queued there, else 0.
+    queued: u64,
 }
 
 impl Entry {
@@ -110,7 +109,7 @@ impl Entry {
             log: VecDeque::new(),
             last_is_record: None,
             snapshot_bytes: record_bytes,
-            finished: false,
+            queued: 0,
         }
     }
 
@@ -230,12 +229,22 @@ impl RecordMark {
 
 #[derive(Default)]
 struct Inner {
-    tasks: HashMap<String, Entry>,
-    /// Finished tasks in the order they finished, for eviction (ids no longer there, or no
-    /// longer finished, are skipped).
-    finished: VecDeque<String>,
+    tasks: TaskTable<Entry>,
+    /// Finished tasks in the order they finished, for eviction (those no longer there, or
+    /// no longer finished, are skipped).
+    finished: VecDeque<Queued>,
+    /// The last stamp given in `finished`.
+    last_stamp: u64,
     /// The sum of the entries' bytes.
     bytes: usize,
+}
+
+/// A finished task in the eviction queue: its slot, and its stamp, which tells it from a
+/// task that took the slot since.
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    slot: SlotKey,
+    stamp: u64,
 }
 
 /// One event of a task's log as a store holds it until it is read or written: the event
@@ -328,17 +337,16 @@ impl MemoryStore {
         }
         let mut inner = self.write();
         let now = SystemTime::now();
-        if let Some(entry) = inner.tasks.get_mut(&record.task.id) {
+        if let Some((slot, entry)) = inner.tasks.get_mut_with_slot(&record.task.id) {
             let old = entry.record_bytes;
             entry.before_change();
             entry.record = Arc::new(record);
             entry.record_bytes = bytes;
             entry.snapshot_bytes = bytes;
-            let finished = !entry.finished && entry.record.task.status.state.is_terminal();
-            let id = entry.record.task.id.clone();
+            let finished = entry.queued == 0 && entry.record.task.status.state.is_terminal();
             inner.bytes = inner.bytes - old + bytes;
             if finished {
-                inner.finish(id);
+                inner.finish(slot);
             }
             inner.evict(&self.limits, (0, 0), now, evicted);
             return Ok(());
@@ -366,7 +374,7 @@ impl MemoryStore {
         let len = size::reply(&event);
         let now = SystemTime::now();
         let mut inner = self.write();
-        let Some(entry) = inner.tasks.get_mut(id) else {
+        let Some((slot, entry)) = inner.tasks.get_mut_with_slot(id) else {
             return Err(StoreError::TaskNotFound(id.to_owned()));
         };
         // The event adds itself to the record and to the log.
@@ -492,12 +500,12 @@ impl MemoryStore {
         if snapshot {
             entry.snapshot_bytes = entry.record_bytes;
         }
-        let finish = terminal && !entry.finished;
+        let finish = terminal && entry.queued == 0;
         let record = entry.record.clone();
         let bytes_after = entry.bytes();
         inner.bytes = inner.bytes - bytes_before + bytes_after;
         if finish {
-            inner.finish(id.to_owned());
+            inner.finish(slot);
         }
         if inner.bytes > self.limits.max_bytes {
             inner.evict(&self.limits, (0, 0), now, evicted);
@@ -518,16 +526,16 @@ impl MemoryStore {
         apply: &mut dyn FnMut(&mut TaskRecord),
     ) -> Option<Arc<TaskRecord>> {
         let mut inner = self.write();
-        let entry = inner.tasks.get_mut(id)?;
+        let (slot, entry) = inner.tasks.get_mut_with_slot(id)?;
         entry.before_change();
         let record = Arc::make_mut(&mut entry.record);
         apply(record);
         let now = SystemTime::now();
         record.updated = now;
-        let finish = !entry.finished && record.task.status.state.is_terminal();
+        let finish = entry.queued == 0 && record.task.status.state.is_terminal();
         let record = entry.record.clone();
         if finish {
-            inner.finish(id.to_owned());
+            inner.finish(slot);
         }
         Some(record)
     }
@@ -555,7 +563,11 @@ impl MemoryStore {
 
     /// The ids of the tasks it holds.
     pub(crate) fn ids(&self) -> Vec<String> {
-        self.read().tasks.keys().cloned().collect()
+        self.read()
+            .tasks
+            .iter()
+            .map(|(id, _)| id.to_owned())
+            .collect()
     }
 
     /// Forgets a task when its record is still `record` (unchanged since it was read: any
@@ -569,7 +581,7 @@ impl MemoryStore {
         {
             return false;
         }
-        if let Some(entry) = inner.tasks.remove(id) {
+        if let Some((_, entry)) = inner.tasks.remove(id) {
             inner.bytes -= entry.bytes();
         }
         true
@@ -579,7 +591,7 @@ impl MemoryStore {
     pub(crate) fn remove_record(&self, id: &str) -> bool {
         let mut inner = self.write();
         match inner.tasks.remove(id) {
-            Some(entry) => {
+            Some((_, entry)) => {
                 inner.bytes -= entry.bytes();
                 true
             }
@@ -594,22 +606,27 @@ fn state_of(state: &TaskState) -> std::mem::Discriminant<TaskState> {
 }
 
 impl Inner {
+    /// Adds the entry of a task the store does not hold.
     fn add(&mut self, mut entry: Entry) {
         self.bytes += entry.bytes();
-        let id = entry.record.task.id.clone();
         let finished = entry.record.task.status.state.is_terminal();
-        entry.finished = false;
-        self.tasks.insert(id.clone(), entry);
+        entry.queued = 0;
+        let id = entry.record.task.id.as_str().into();
+        let slot = self.tasks.insert_new(id, entry);
         if finished {
-            self.finish(id);
+            self.finish(slot);
         }
     }
 
-    /// Queues a task that just finished for eviction.
-    fn finish(&mut self, id: String) {
-        if let Some(entry) = self.tasks.get_mut(&id) {
-            entry.finished = true;
-            self.finished.push_back(id);
+    /// Queues the task in `slot`, which just finished, for eviction.
+    fn finish(&mut self, slot: SlotKey) {
+        if let Some(entry) = self.tasks.at_mut(slot) {
+            self.last_stamp += 1;
+            entry.queued = self.last_stamp;
+            self.finished.push_back(Queued {
+                slot,
+                stamp: self.last_stamp,
+            });
         }
     }
 
@@ -622,43 +639,45 @@ impl Inner {
         now: SystemTime,
         evicted: &mut Vec<String>,
     ) {
-        let evictable =
-            |entry: &Entry| entry.finished && entry.record.task.status.state.is_terminal();
         let expired = |entry: &Entry| {
             now.duration_since(entry.record.updated).unwrap_or_default() > limits.max_age
         };
-        while let Some(front) = self.finished.front() {
+        while let Some(&front) = self.finished.front() {
             let over = self.tasks.len() + room.0 > limits.max_tasks
                 || self.bytes + room.1 > limits.max_bytes;
-            // Under the bounds only its age can evict the front: looked at where it is.
-            if !over
-                && let Some(entry) = self.tasks.get(front)
-                && evictable(entry)
-                && !expired(entry)
-            {
-                break;
-            }
-            // Otherwise it leaves the queue, with one lookup of its entry.
-            let Some(id) = self.finished.pop_front() else {
-                break;
+            // The queued task, unless it went or left the queue (its slot may hold another).
+            let Some(entry) = self
+                .tasks
+                .at_mut(front.slot)
+                .filter(|entry| entry.queued == front.stamp)
+            else {
+                self.finished.pop_front();
+                continue;
             };
-            let Slot::Occupied(mut occupied) = self.tasks.entry(id) else {
-                continue; // removed earlier
-            };
-            if !evictable(occupied.get()) {
-                occupied.get_mut().finished = false; // replaced by a record that is not finished
+            if !entry.record.task.status.state.is_terminal() {
+                entry.queued = 0; // replaced by a record that is not finished
+                self.finished.pop_front();
                 continue;
             }
-            let (id, entry) = occupied.remove_entry();
-            self.bytes -= entry.bytes();
-            evicted.push(id);
+            // Under the bounds only its age can evict the front.
+            if !over && !expired(entry) {
+                break;
+            }
+            self.finished.pop_front();
+            if let Some((id, entry)) = self.tasks.remove_at(front.slot) {
+                self.bytes -= entry.bytes();
+                evicted.push(id.into_string());
+            }
         }
-        // Ids of tasks removed out of order pile up only until they reach the front; bound
-        // them anyway so that remove-heavy use cannot grow the queue without limit.
+        // Tasks removed out of order pile up only until they reach the front; bound them
+        // anyway so that remove-heavy use cannot grow the queue without limit.
         if self.finished.len() > 2 * self.tasks.len() + 1024 {
             let tasks = &self.tasks;
-            self.finished
-                .retain(|id| tasks.get(id).is_some_and(|e| e.finished));
+            self.finished.retain(|queued| {
+                tasks
+                    .at(queued.slot)
+                    .is_some_and(|e| e.queued == queued.stamp)
+            });
         }
     }
 }
@@ -863,6 +882,68 @@ pub(crate) mod tests {
             last_chunk: Some(false),
             metadata: None,
         }))
+    }
+
+    /// The memory store's cost a task at its default bound of 100,000 tasks, where each new
+    /// task evicts the oldest: an echo task (the user's message, then the agent's answer as a
+    /// whole task with an artifact) inserted and finished, a lookup of it, and the eviction
+    /// it makes. `cargo test --release -p mesh-gateway --lib -- --ignored --nocapture
+    /// churn_cost`.
+    #[test]
+    #[ignore = "a measurement, not a test"]
+    fn churn_cost() {
+        use mesh_core::model::{Message, Role};
+        let limits = StoreLimits::default();
+        let store = MemoryStore::new(limits);
+        let message = |role: Role, task: &str, context: &str| {
+            let mut m = Message::new(role, vec![Part::text(format!("bench {}", "x".repeat(80)))]);
+            m.task_id = Some(task.into());
+            m.context_id = Some(context.into());
+            m
+        };
+        let one = |store: &MemoryStore| {
+            let id = mesh_core::model::new_task_id();
+            let context = mesh_core::model::new_context_id();
+            let mut record = task(&id, &context, TaskState::Submitted);
+            record.task.history = Some(vec![message(Role::User, &id, &context)]);
+            store.insert(record).unwrap();
+            let mut done = task(&id, &context, TaskState::Completed).task;
+            done.history = Some(vec![
+                message(Role::User, &id, &context),
+                message(Role::Agent, &id, &context),
+            ]);
+            done.artifacts = Some(vec![Artifact {
+                artifact_id: mesh_core::model::new_artifact_id(),
+                name: None,
+                description: None,
+                parts: vec![Part::text(format!("bench {}", "x".repeat(80)))],
+                metadata: None,
+                extensions: None,
+            }]);
+            store
+                .append(&id, Arc::new(Reply::Task(done)), Origin::default())
+                .unwrap();
+            assert!(store.get(&id).is_some());
+        };
+        let began = std::time::Instant::now();
+        for _ in 0..limits.max_tasks {
+            one(&store);
+        }
+        let filled = began.elapsed();
+        let n = 200_000;
+        let began = std::time::Instant::now();
+        for _ in 0..n {
+            one(&store);
+        }
+        let churned = began.elapsed();
+        println!(
+            "{} tasks filled in {filled:.2?} ({:.2?} a task); then {n} more, each evicting one, in {churned:.2?} ({:.2?} a task); {} tasks, {} MiB estimated",
+            limits.max_tasks,
+            filled / limits.max_tasks as u32,
+            churned / n,
+            store.len(),
+            store.bytes() >> 20,
+        );
     }
 
     pub(crate) fn status(id: &str, state: TaskState) -> Arc<Reply> {
@@ -1177,7 +1258,7 @@ pub(crate) mod tests {
         assert_eq!(first[0].seq, 1);
         assert_eq!(first[0].reply().unwrap(), Reply::Task(working.clone()));
         assert!(read(1).unwrap().is_empty());
-        let logged = |store: &MemoryStore| store.read().tasks["t"].log_bytes;
+        let logged = |store: &MemoryStore| store.read().tasks.get("t").unwrap().log_bytes;
         let with_mark = logged(&store);
         assert!(with_mark > 0);
         // The record changes: the whole Task goes from the log, which starts after it; a
@@ -1260,7 +1341,7 @@ pub(crate) mod tests {
         let replies = |events: Vec<StoredEvent>| -> Vec<(u64, Reply)> {
             events.iter().map(|e| (e.seq, e.reply().unwrap())).collect()
         };
-        let logged = |store: &MemoryStore| store.read().tasks["t"].log.len();
+        let logged = |store: &MemoryStore| store.read().tasks.get("t").unwrap().log.len();
 
         // Alone: its status moves into the record, and the log keeps no event of its own.
         let waiting = saying("waiting");
@@ -1307,10 +1388,10 @@ pub(crate) mod tests {
             .append("t", with_metadata.clone(), Origin::default())
             .unwrap();
         let inner = store.read();
-        let log = &inner.tasks["t"].log;
+        let log = &inner.tasks.get("t").unwrap().log;
         assert!(Arc::ptr_eq(&log[2].event, &shared));
         assert!(Arc::ptr_eq(&log[3].event, &with_metadata));
-        assert!(inner.tasks["t"].last_is_record.is_none());
+        assert!(inner.tasks.get("t").unwrap().last_is_record.is_none());
     }
 
     /// Where the record's task id lives: a copy of the record would move it, an update in

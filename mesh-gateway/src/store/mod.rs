@@ -67,6 +67,7 @@ mod memory;
 mod postgres;
 mod size;
 mod sqlite;
+mod task_table;
 mod working_set;
 mod write_behind;
 
