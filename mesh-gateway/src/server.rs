@@ -29,7 +29,7 @@
 //! Layers, outermost first: CORS (when origins are configured; answers preflights), then
 //! authentication (when API keys are configured; see [`auth`](crate::auth)).
 //!
-//! Each handler gets the part of the state it uses ([`AppState`]'s fields, through axum's
+//! Each handler gets the part of the state it uses ([`AppState`]'s parts, through axum's
 //! `FromRef`): the JSON-RPC binding its [`JsonRpc`], the cards their [`Cards`], and so on.
 //! The A2A operations themselves live in the transport-free [`A2aService`] the bindings share.
 
@@ -103,9 +103,14 @@ pub enum GatewayError {
     },
 }
 
-/// The state of the router: each handler takes the field it uses.
-#[derive(Clone, FromRef)]
-struct AppState {
+/// The state of the router: each handler takes the part it uses. The parts sit behind one
+/// `Arc`, as axum clones the router's state for every request (one count to move, not one
+/// a part).
+#[derive(Clone)]
+struct AppState(Arc<Parts>);
+
+/// What [`AppState`] shares.
+struct Parts {
     jsonrpc: Arc<JsonRpc>,
     rest: Arc<Rest>,
     cards: Arc<Cards>,
@@ -114,6 +119,27 @@ struct AppState {
     guard: Arc<Guard>,
     console: Arc<Console>,
 }
+
+/// Each part as a handler's `State` (what `#[derive(FromRef)]` makes of plain fields).
+macro_rules! state_parts {
+    ($($field:ident: $part:ty),* $(,)?) => {$(
+        impl FromRef<AppState> for Arc<$part> {
+            fn from_ref(state: &AppState) -> Arc<$part> {
+                state.0.$field.clone()
+            }
+        }
+    )*};
+}
+
+state_parts!(
+    jsonrpc: JsonRpc,
+    rest: Rest,
+    cards: Cards,
+    health: Health,
+    exposition: Exposition,
+    guard: Guard,
+    console: Console,
+);
 
 /// The HTTP face of the mesh. See [`Gateway::start`].
 pub struct Gateway;
@@ -366,7 +392,7 @@ impl Gateway {
             metrics: metrics.clone(),
             shutdown: shutdown.clone(),
         });
-        let state = AppState {
+        let state = AppState(Arc::new(Parts {
             jsonrpc: Arc::new(JsonRpc {
                 service: service.clone(),
                 metrics: metrics.clone(),
@@ -406,7 +432,7 @@ impl Gateway {
                 bus_views: Default::default(),
                 admins: config.console_admins.clone(),
             }),
-        };
+        }));
         let grpc = crate::grpc::server::server(
             crate::grpc::server::Grpc {
                 service: service.clone(),
@@ -584,9 +610,9 @@ fn router(
         .fallback(root_fallback);
     // Without API keys nothing is checked: no middleware (it would box every request's
     // future once more).
-    let router = if state.guard.keys.enabled() {
+    let router = if state.0.guard.keys.enabled() {
         router.layer(axum::middleware::from_fn_with_state(
-            state.guard.clone(),
+            state.0.guard.clone(),
             auth::require,
         ))
     } else {
