@@ -1090,6 +1090,29 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_task_removed_out_of_order_leaves_no_place_in_the_eviction_queue_to_its_slot() {
+        let store = MemoryStore::new(limits(3));
+        for id in ["x", "a", "y"] {
+            store.insert(task(id, "c", TaskState::Completed)).unwrap();
+        }
+        store.remove("a");
+        // "b" takes the slot "a" left, and finishes after "y".
+        store.insert(task("b", "c", TaskState::Completed)).unwrap();
+        // Full twice over: the oldest finished tasks make room, "x" then "y", not "b" through
+        // the place "a" had in the queue.
+        store.insert(task("new", "c", TaskState::Working)).unwrap();
+        assert!(store.get("x").is_none());
+        store
+            .insert(task("newer", "c", TaskState::Working))
+            .unwrap();
+        assert!(store.get("y").is_none(), "the oldest finished task went");
+        assert!(
+            store.get("b").is_some(),
+            "not the newer one in the slot of a removed one"
+        );
+    }
+
+    #[test]
     fn expires_finished_tasks_only() {
         let store = MemoryStore::new(StoreLimits {
             max_age: Duration::ZERO,
