@@ -15,11 +15,12 @@ mod tail;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use exit::Failure;
+use mesh_core::sched::SchedPolicy;
 use options::{
     AgentOptions, BrokerOptions, BusOptions, ClientOptions, GatewayGroups, Global, McpOptions,
     PacketOptions,
 };
-use settings::{Common, LogFormat, Serve, Settings};
+use settings::{Common, LogFormat, SchedPolicySetting, Serve, Settings};
 use std::path::PathBuf;
 
 /// Agent meshes over MQTT: A2A agents on a broker, an HTTP gateway in front of them.
@@ -283,6 +284,31 @@ fn main() {
             | Command::Agent { .. }
     );
     init_logging(settings.log_format, serving);
+    // Before the runtime starts its threads, which inherit it; `auto` follows the load once
+    // the runtime runs. A client command keeps the policy it was started in.
+    let sched_policy = settings.sched_policy(matches!(cli.command, Command::Agent { .. }));
+    let fixed_policy = match sched_policy {
+        _ if !serving => None,
+        SchedPolicySetting::Auto => None,
+        SchedPolicySetting::Normal => Some(SchedPolicy::Normal),
+        SchedPolicySetting::Batch => Some(SchedPolicy::Batch),
+    };
+    if let Some(policy) = fixed_policy {
+        match mesh_core::sched::apply(policy) {
+            Ok(()) => {}
+            // Not Linux, and the policy not asked for: nothing to say.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::Unsupported
+                    && settings.sched_policy.is_none() =>
+            {
+                tracing::debug!("{e}");
+            }
+            Err(e) => tracing::warn!(
+                "cannot run in the {} CPU scheduling policy ({e}): running in the one it has",
+                policy.name()
+            ),
+        }
+    }
     // `up` runs its parts on runtimes of their own (`serve::up`): its main thread only waits.
     let workers = match cli.command {
         Command::Up { .. } => 1,
@@ -296,6 +322,16 @@ fn main() {
         Err(e) => Failure::Other(format!("cannot start the async runtime: {e}")).exit(),
     };
     let result = runtime.block_on(async move {
+        if serving && sched_policy == SchedPolicySetting::Auto {
+            tokio::spawn(async {
+                if let Err(e) = mesh_core::sched::follow_load().await {
+                    tracing::warn!(
+                        "cannot follow the cores' load with the CPU scheduling policy ({e}): \
+                         running in the one it has"
+                    );
+                }
+            });
+        }
         match cli.command {
             Command::Up { secure, .. } => serve::up(&settings, secure.as_deref()).await,
             Command::Completions { .. } => Ok(()),

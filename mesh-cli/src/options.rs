@@ -5,7 +5,7 @@
 //! completes from the config file and the defaults. Environment variables and config-file
 //! keys are the same for every command.
 
-use crate::settings::{Common, LogFormat, Serve, parse_bytes, parse_duration};
+use crate::settings::{Common, LogFormat, SchedPolicySetting, Serve, parse_bytes, parse_duration};
 use clap::Args;
 use clap::builder::FalseyValueParser;
 use std::net::SocketAddr;
@@ -26,6 +26,13 @@ pub struct Global {
     /// `gateway`, `agent` and each part of `up`, one per core for the other commands].
     #[arg(long, env = "MESH_WORKER_THREADS", global = true, value_name = "N")]
     pub worker_threads: Option<usize>,
+    /// How Linux schedules a serving process when a message wakes it: `batch` runs it once
+    /// the process that woke it blocks (or on an idle core), reading what arrived meanwhile
+    /// together; `normal` preempts that process at once; `auto` is batch while the cores are
+    /// busy (under 20 % idle) and normal once they idle (over 35 %) [default: auto for
+    /// `agent`, normal for `broker`, `gateway` and `up`].
+    #[arg(long, env = "MESH_SCHED_POLICY", global = true, value_enum)]
+    pub sched_policy: Option<SchedPolicySetting>,
 }
 
 impl Global {
@@ -34,6 +41,7 @@ impl Global {
         common.config.clone_from(&self.config);
         common.log_format = self.log_format;
         common.worker_threads = self.worker_threads;
+        common.sched_policy = self.sched_policy;
     }
 }
 

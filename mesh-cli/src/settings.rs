@@ -38,6 +38,7 @@
 //! | the cluster's other nodes, `id@host:port` | `--cluster-peer` (repeatable) | `MESH_CLUSTER_PEERS` (comma-separated) | none |
 //! | most requests in one JSON-RPC batch | `--max-batch` | `MESH_MAX_BATCH` | 100 |
 //! | worker threads of the async runtime (0: one per core) | `--worker-threads` | `MESH_WORKER_THREADS` | 1 for `broker`, `gateway`, `agent` and each part of `up`, one per core otherwise |
+//! | CPU scheduling policy of a serving process (Linux) | `--sched-policy auto\|batch\|normal` | `MESH_SCHED_POLICY` | `auto` for `agent`, `normal` otherwise |
 //! | the gateway's TLS certificate chain and private key (PEM; both or neither) | `--tls-cert`, `--tls-key` | `MESH_TLS_CERT`, `MESH_TLS_KEY` | none: plain HTTP |
 //! | the gateway's trust store of agent-card keys (JWKS) | `--trusted-keys` | `MESH_TRUSTED_KEYS` | none: cards are not checked |
 //! | the key the gateway signs served cards with (PKCS#8 PEM) | `gateway --signing-key` | `MESH_GATEWAY_SIGNING_KEY` | none: unsigned |
@@ -80,6 +81,7 @@ pub struct Common {
     pub gateway_key: Option<String>,
     pub log_format: Option<LogFormat>,
     pub worker_threads: Option<usize>,
+    pub sched_policy: Option<SchedPolicySetting>,
     pub max_packet_size: Option<usize>,
 }
 
@@ -136,6 +138,18 @@ pub enum LogFormat {
     Json,
 }
 
+/// The CPU scheduling policy of a process (`mesh_core::sched`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchedPolicySetting {
+    /// Batch while the cores are busy, Linux's default while they idle.
+    Auto,
+    /// Linux's default: a woken process preempts the one running.
+    Normal,
+    /// A woken process waits for an idle core, or for the running one to block.
+    Batch,
+}
+
 /// The TOML file.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -149,6 +163,7 @@ struct File {
     gateway_key: Option<String>,
     log_format: Option<LogFormat>,
     worker_threads: Option<usize>,
+    sched_policy: Option<SchedPolicySetting>,
     broker_addr: Option<SocketAddr>,
     http_addr: Option<SocketAddr>,
     default_agent: Option<String>,
@@ -251,6 +266,9 @@ pub struct Settings {
     /// Worker threads of the async runtime, when given (0: one per core); `None`: the
     /// command's default (see [`Settings::runtime_threads`]).
     pub worker_threads: Option<usize>,
+    /// The CPU scheduling policy, when given; `None`: the command's default (see
+    /// [`Settings::sched_policy`]).
+    pub sched_policy: Option<SchedPolicySetting>,
     pub broker_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub default_agent: Option<String>,
@@ -344,6 +362,18 @@ impl Settings {
     pub fn runtime_threads(&self, carries_traffic_alone: bool) -> usize {
         self.worker_threads
             .unwrap_or(if carries_traffic_alone { 1 } else { 0 })
+    }
+
+    /// The CPU scheduling policy: the setting when given, else `auto` for an agent (`mesh
+    /// agent`), whose wake-ups are the broker's deliveries, and Linux's default for the other
+    /// commands: the gateway answers HTTP clients (batch did not raise its rate, measured at
+    /// concurrency 64), and `up`'s parts wake each other within one process.
+    pub fn sched_policy(&self, is_agent: bool) -> SchedPolicySetting {
+        match self.sched_policy {
+            Some(setting) => setting,
+            None if is_agent => SchedPolicySetting::Auto,
+            None => SchedPolicySetting::Normal,
+        }
     }
 
     /// Flags and environment first (clap has read both), then the file, then the defaults.
@@ -640,6 +670,7 @@ impl Settings {
                 .unwrap_or_else(|| format!("http://{DEFAULT_HTTP_ADDR}")),
             log_format: common.log_format.or(file.log_format).unwrap_or_default(),
             worker_threads,
+            sched_policy: common.sched_policy.or(file.sched_policy),
             broker_ca: common.broker_ca.clone().or(file.broker_ca),
             broker_addr: serve
                 .broker_addr
@@ -757,6 +788,7 @@ impl std::fmt::Debug for Common {
             .field("gateway_url", &self.gateway_url.as_deref().map(Shown))
             .field("log_format", &self.log_format)
             .field("worker_threads", &self.worker_threads)
+            .field("sched_policy", &self.sched_policy)
             .field("max_packet_size", &self.max_packet_size)
             .finish_non_exhaustive()
     }
@@ -869,6 +901,8 @@ mod tests {
         assert!(settings.api_keys.is_empty() && !settings.allow_private_webhooks);
         assert_eq!(settings.runtime_threads(true), 1);
         assert_eq!(settings.runtime_threads(false), 0);
+        assert_eq!(settings.sched_policy(true), SchedPolicySetting::Auto);
+        assert_eq!(settings.sched_policy(false), SchedPolicySetting::Normal);
         std::fs::write(
             &path,
             "data_dir = \"/tmp/x\"\napi_keys = [\"alice=a\", \"b\"]\ncors_origins = [\"*\"]\n",
@@ -880,15 +914,22 @@ mod tests {
         assert_eq!(settings.api_keys[1].principal, "key-2");
         assert_eq!(settings.cors_origins, ["*"]);
         assert_eq!(settings.webhook_ca, None);
-        std::fs::write(&path, "webhook_ca = \"/tmp/ca.pem\"\nworker_threads = 3\n").unwrap();
+        std::fs::write(
+            &path,
+            "webhook_ca = \"/tmp/ca.pem\"\nworker_threads = 3\nsched_policy = \"normal\"\n",
+        )
+        .unwrap();
         let settings = Settings::resolve(&common, &serving()).unwrap();
         assert_eq!(settings.runtime_threads(true), 3);
+        assert_eq!(settings.sched_policy(true), SchedPolicySetting::Normal);
         let flag = Common {
             worker_threads: Some(0),
+            sched_policy: Some(SchedPolicySetting::Batch),
             ..common.clone()
         };
         let settings_flag = Settings::resolve(&flag, &serving()).unwrap();
         assert_eq!(settings_flag.runtime_threads(true), 0);
+        assert_eq!(settings_flag.sched_policy(false), SchedPolicySetting::Batch);
         let absurd = Common {
             worker_threads: Some(100_000),
             ..common.clone()

@@ -18,7 +18,8 @@
 //! - [`tls`]: TLS for every client (the bus, webhooks, HTTP clients): one crypto provider,
 //!   one way to load trusted roots;
 //! - [`card_signing`]: signed agent cards (A2A §8.4): ES256 keys, the canonical form, sign
-//!   and verify.
+//!   and verify;
+//! - [`sched`]: the CPU scheduling policy a process runs in (an agent's wake-ups).
 
 pub mod bus;
 pub mod card_signing;
@@ -33,6 +34,7 @@ pub mod model;
 pub mod registry;
 pub mod requester;
 pub mod rpc;
+pub mod sched;
 pub mod seq_window;
 pub mod sse;
 pub mod sync;

@@ -416,6 +416,105 @@ async fn broker_and_gateway_run_one_worker_by_default() {
     );
 }
 
+/// The CPU scheduling policy of each thread of a running process (Linux: field 41 of each
+/// thread's stat line; 0 is SCHED_OTHER, 3 SCHED_BATCH).
+fn policies_of(process: &Process) -> Vec<u32> {
+    let pid = process.child.id().expect("running");
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("/proc is readable")
+        .map(|task| {
+            let stat = std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap();
+            // The fields after the command name, which ends with the line's last ')'; the
+            // first of them is field 3.
+            let after = &stat[stat.rfind(')').unwrap() + 2..];
+            after.split(' ').nth(41 - 3).unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+/// `mesh agent` follows the load by default: busy cores move every thread of it to
+/// SCHED_BATCH; `mesh gateway` (and `mesh broker`) stay in Linux's default; `--sched-policy`
+/// fixes either for any of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_moves_to_batch_when_the_cores_are_busy_and_the_gateway_stays() {
+    const OTHER: u32 = 0;
+    const BATCH: u32 = 3;
+    let mut broker = Process::spawn(&["broker", "--broker-addr", "127.0.0.1:0"]);
+    let line = broker.line_with("broker listening on").await;
+    let url = line.rsplit(' ').next().unwrap().to_owned();
+    assert!(policies_of(&broker).iter().all(|&p| p == OTHER));
+    let namespace = format!("sched-{}", uuid::Uuid::new_v4().simple());
+    let bus = [
+        "--broker-url",
+        url.as_str(),
+        "--namespace",
+        namespace.as_str(),
+    ];
+    let start =
+        |command: &[&str], extra: &[&str]| Process::spawn(&[command, &bus[..], extra].concat());
+
+    // Two workers: the runtime's threads started after the policy was set inherit it.
+    let mut batch_agent = start(
+        &["agent", "echo"],
+        &["--sched-policy", "batch", "--worker-threads", "2"],
+    );
+    batch_agent.line_with("agent echo online").await;
+    let policies = policies_of(&batch_agent);
+    assert!(policies.len() > 2, "{policies:?}");
+    assert!(policies.iter().all(|&p| p == BATCH), "{policies:?}");
+    let mut normal_agent = start(&["agent", "echo"], &["--sched-policy", "normal"]);
+    normal_agent.line_with("agent echo online").await;
+    assert!(policies_of(&normal_agent).iter().all(|&p| p == OTHER));
+
+    let gateway_args: &[&str] = &["--memory-store", "--http-addr", "127.0.0.1:0"];
+    let mut gateway = start(&["gateway"], gateway_args);
+    gateway.line_with("gateway listening on").await;
+    let mut batch_gateway = start(&["gateway", "--sched-policy", "batch"], gateway_args);
+    batch_gateway.line_with("gateway listening on").await;
+    assert!(policies_of(&batch_gateway).iter().all(|&p| p == BATCH));
+
+    // A thread spinning on every core leaves them no idle time: the agent, on `auto`, moves
+    // to batch within a few of its 100 ms readings; the gateway does not follow the load.
+    let mut agent = start(&["agent", "echo"], &[]);
+    agent.line_with("agent echo online").await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let spinners: Vec<_> = (0..cores)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let until = std::time::Instant::now() + WAIT;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                    && std::time::Instant::now() < until
+                {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + WAIT;
+    let moved = loop {
+        let policies = policies_of(&agent);
+        if policies.iter().all(|&p| p == BATCH) || Instant::now() > deadline {
+            break policies;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let gateway_policies = policies_of(&gateway);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for spinner in spinners {
+        spinner.join().unwrap();
+    }
+    assert!(
+        moved.iter().all(|&p| p == BATCH),
+        "the agent under load: {moved:?}"
+    );
+    assert!(
+        gateway_policies.iter().all(|&p| p == OTHER),
+        "{gateway_policies:?}"
+    );
+}
+
 /// The help of `mesh <command>`, from a process without any `MESH_*` setting.
 async fn help(command: &str) -> String {
     let output = Command::new(MESH)
