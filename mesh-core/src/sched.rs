@@ -98,10 +98,12 @@ pub struct CpuTimes {
 }
 
 impl CpuTimes {
-    /// Reads the `cpu ` line of `/proc/stat`: user, nice, system, idle, iowait, irq, softirq,
-    /// steal (guest time is inside user already); `None` if it is not that.
+    /// Reads the `cpu ` line of `/proc/stat` (its first, whole: what follows its newline is
+    /// not read): user, nice, system, idle, iowait, irq, softirq, steal (guest time is inside
+    /// user already); `None` if it is not that.
     pub fn parse(stat: &str) -> Option<CpuTimes> {
-        let line = stat.lines().next()?.strip_prefix("cpu ")?;
+        let (line, _) = stat.split_once('\n')?;
+        let line = line.strip_prefix("cpu ")?;
         let mut fields = line.split_ascii_whitespace().map(|f| f.parse::<u64>().ok());
         let mut times = [0u64; 8];
         for (i, slot) in times.iter_mut().enumerate() {
@@ -135,13 +137,21 @@ pub async fn follow_load() -> io::Result<()> {
     if !cfg!(target_os = "linux") {
         return Ok(());
     }
-    let read = || -> io::Result<CpuTimes> {
-        let stat = std::fs::read_to_string("/proc/stat")?;
-        CpuTimes::parse(&stat)
+    // The first line only, into a buffer of its own: the rest of the file (a line per core,
+    // every interrupt's count) grows with the machine.
+    let mut buffer = [0u8; 512];
+    let mut read = || -> io::Result<CpuTimes> {
+        use std::io::Read;
+        let filled = std::fs::File::open("/proc/stat")?.read(&mut buffer)?;
+        std::str::from_utf8(&buffer[..filled])
+            .ok()
+            .and_then(CpuTimes::parse)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unreadable /proc/stat"))
     };
-    let mut follower = LoadFollower::new(SchedPolicy::Normal);
     let mut earlier = read()?;
+    // From a known start, whatever policy the process was started in.
+    imp::apply_to_process(SchedPolicy::Normal)?;
+    let mut follower = LoadFollower::new(SchedPolicy::Normal);
     let mut ticks = tokio::time::interval(LOAD_PERIOD);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
@@ -311,7 +321,15 @@ mod load_tests {
             CpuTimes::parse("cpu 1 2 3 4\n"),
             Some(CpuTimes { idle: 4, total: 10 })
         );
-        for bad in ["", "cpu0 1 2 3 4", "cpu 1 2 x 4", "cpu 1 2", "intr 5"] {
+        // A line cut short (by the reader's buffer) is no reading either.
+        for bad in [
+            "",
+            "cpu0 1 2 3 4\n",
+            "cpu 1 2 x 4\n",
+            "cpu 1 2\n",
+            "intr 5\n",
+            "cpu 1 2 3 4",
+        ] {
             assert_eq!(CpuTimes::parse(bad), None, "{bad:?}");
         }
     }
