@@ -30,6 +30,13 @@
 //! task resumes it with the history in [`TaskContext::task`]; it watches
 //! [`TaskContext::cancelled`] to stop early; and it calls other agents through
 //! [`TaskContext::peers`], whose [`PeerStream`] yields the model's stream events.
+//!
+//! On Linux, `mesh agent` runs its agents in the `SCHED_BATCH` CPU scheduling policy while the
+//! machine's cores are busy, so that a request the broker writes does not preempt the broker
+//! (about half an agent's CPU a request at high load: docs/benchmarks.md). A binary of your
+//! own gets the same by spawning `mesh_core::sched::follow_load()` on its runtime
+//! (`tokio::spawn(mesh_core::sched::follow_load())`; it returns an error only when it cannot
+//! read the load or set the policy).
 
 mod agent;
 mod context;
