@@ -286,12 +286,12 @@ fn main() {
     init_logging(settings.log_format, serving);
     // Before the runtime starts its threads, which inherit it; `auto` follows the load once
     // the runtime runs. A client command keeps the policy it was started in.
-    let sched_policy = settings.sched_policy(matches!(cli.command, Command::Agent { .. }));
+    let sched_policy =
+        serving.then(|| settings.sched_policy(matches!(cli.command, Command::Agent { .. })));
     let fixed_policy = match sched_policy {
-        _ if !serving => None,
-        SchedPolicySetting::Auto => None,
-        SchedPolicySetting::Normal => Some(SchedPolicy::Normal),
-        SchedPolicySetting::Batch => Some(SchedPolicy::Batch),
+        None | Some(SchedPolicySetting::Auto) => None,
+        Some(SchedPolicySetting::Normal) => Some(SchedPolicy::Normal),
+        Some(SchedPolicySetting::Batch) => Some(SchedPolicy::Batch),
     };
     if let Some(policy) = fixed_policy {
         match mesh_core::sched::apply(policy) {
@@ -322,7 +322,7 @@ fn main() {
         Err(e) => Failure::Other(format!("cannot start the async runtime: {e}")).exit(),
     };
     let result = runtime.block_on(async move {
-        if serving && sched_policy == SchedPolicySetting::Auto {
+        if sched_policy == Some(SchedPolicySetting::Auto) {
             tokio::spawn(async {
                 if let Err(e) = mesh_core::sched::follow_load().await {
                     tracing::warn!(

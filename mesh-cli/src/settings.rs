@@ -922,6 +922,17 @@ mod tests {
         let settings = Settings::resolve(&common, &serving()).unwrap();
         assert_eq!(settings.runtime_threads(true), 3);
         assert_eq!(settings.sched_policy(true), SchedPolicySetting::Normal);
+        std::fs::write(&path, "sched_policy = \"fastest\"\n").unwrap();
+        let error = Settings::resolve(&common, &serving()).err().unwrap();
+        assert!(
+            error.contains("fastest") && error.contains("auto"),
+            "{error}"
+        );
+        std::fs::write(
+            &path,
+            "webhook_ca = \"/tmp/ca.pem\"\nworker_threads = 3\nsched_policy = \"normal\"\n",
+        )
+        .unwrap();
         let flag = Common {
             worker_threads: Some(0),
             sched_policy: Some(SchedPolicySetting::Batch),

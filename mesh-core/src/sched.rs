@@ -174,7 +174,8 @@ mod imp {
     use super::SchedPolicy;
     use std::io;
 
-    pub(super) fn apply(policy: SchedPolicy) -> io::Result<()> {
+    /// Puts thread `tid` (0: the calling one) in `policy`.
+    fn set(tid: libc::pid_t, policy: SchedPolicy) -> io::Result<()> {
         let code = match policy {
             SchedPolicy::Normal => libc::SCHED_OTHER,
             SchedPolicy::Batch => libc::SCHED_BATCH,
@@ -182,37 +183,31 @@ mod imp {
         // Both policies take a static priority of 0 (sched(7)).
         let param = libc::sched_param { sched_priority: 0 };
         // SAFETY: `param` is a valid `sched_param` that outlives the call, which only reads
-        // it; pid 0 is the calling thread.
-        let rc = unsafe { libc::sched_setscheduler(0, code, &param) };
-        match rc {
+        // it; `tid` is 0 (the calling thread) or a thread id.
+        match unsafe { libc::sched_setscheduler(tid, code, &param) } {
             0 => Ok(()),
             _ => Err(io::Error::last_os_error()),
         }
     }
 
+    pub(super) fn apply(policy: SchedPolicy) -> io::Result<()> {
+        set(0, policy)
+    }
+
     /// Every thread of this process (those of /proc/self/task as listed; a thread that
     /// ended meanwhile is skipped).
     pub(super) fn apply_to_process(policy: SchedPolicy) -> io::Result<()> {
-        let code = match policy {
-            SchedPolicy::Normal => libc::SCHED_OTHER,
-            SchedPolicy::Batch => libc::SCHED_BATCH,
-        };
-        let param = libc::sched_param { sched_priority: 0 };
         for task in std::fs::read_dir("/proc/self/task")? {
             let Some(tid) = task?
                 .file_name()
                 .to_str()
-                .and_then(|t| t.parse::<i32>().ok())
+                .and_then(|t| t.parse::<libc::pid_t>().ok())
             else {
                 continue;
             };
-            // SAFETY: as in `apply`; `tid` names a thread of this process.
-            let rc = unsafe { libc::sched_setscheduler(tid, code, &param) };
-            if rc != 0 {
-                let error = io::Error::last_os_error();
-                if error.raw_os_error() != Some(libc::ESRCH) {
-                    return Err(error);
-                }
+            match set(tid, policy) {
+                Err(e) if e.raw_os_error() != Some(libc::ESRCH) => return Err(e),
+                _ => {}
             }
         }
         Ok(())

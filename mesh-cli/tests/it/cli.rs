@@ -296,6 +296,14 @@ async fn bad_input_gives_a_clear_message_and_a_nonzero_exit() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--webhook-attempts"), "{err}");
 
+    // A scheduling policy that does not exist.
+    let (code, _, err) = run(&["agent", "echo", "--sched-policy", "fastest"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--sched-policy") && err.contains("auto"),
+        "{err}"
+    );
+
     // A broken config file.
     let path = std::env::temp_dir().join(format!("mesh-bad-{}.toml", std::process::id()));
     std::fs::write(&path, "namespace = [").unwrap();
