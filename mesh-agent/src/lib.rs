@@ -34,9 +34,11 @@
 //! On Linux, `mesh agent` runs its agents in the `SCHED_BATCH` CPU scheduling policy while the
 //! machine's cores are busy, so that a request the broker writes does not preempt the broker
 //! (about half an agent's CPU a request at high load: docs/benchmarks.md). A binary of your
-//! own gets the same by spawning `mesh_core::sched::follow_load()` on its runtime
-//! (`tokio::spawn(mesh_core::sched::follow_load())`; it returns an error only when it cannot
-//! read the load or set the policy).
+//! own gets the same by spawning [`follow_load`] on its runtime
+//! (`tokio::spawn(mesh_agent::follow_load())`; it returns an error only when it cannot read
+//! the load or set the policy). It is the process's policy, every thread of it, so it is
+//! the binary's `main` that chooses it, not an [`Agent`]: a process that also runs a gateway
+//! or a broker keeps the default policy.
 
 mod agent;
 mod context;
@@ -57,6 +59,9 @@ pub use handler::{FnHandler, Handler, HandlerError, Outcome, agent_text, handler
 pub use mesh_core::bus::BusConfig;
 /// The A2A model a handler reads and writes (messages, parts, artifacts, tasks, states).
 pub use mesh_core::model;
+/// Moves the whole process between the default and `SCHED_BATCH` CPU scheduling policies
+/// as the machine's cores get busy and idle again (Linux; elsewhere it does nothing).
+pub use mesh_core::sched::follow_load;
 pub use peer::{PeerAnswer, PeerError, PeerStream, Peers};
 /// The JSON of data parts and metadata (`serde_json::Value`, `json!`).
 pub use serde_json;
