@@ -22,6 +22,7 @@ pub mod e2e;
 pub mod fleet;
 pub mod follow;
 pub mod grpc_load;
+pub mod machine;
 pub mod memory;
 pub mod mesh_up;
 pub mod paired;

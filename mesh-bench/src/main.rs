@@ -13,7 +13,7 @@
 use clap::{Parser, ValueEnum};
 use mesh_bench::procs::{self, BrokerKind};
 use mesh_bench::suite::{self, Plan};
-use mesh_bench::{cluster, codecs, curves, e2e, log, mesh_up, report, stores, tools};
+use mesh_bench::{cluster, codecs, curves, e2e, log, machine, mesh_up, report, stores, tools};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -115,6 +115,12 @@ fn main() {
         Which::Both => &[BrokerKind::Embedded, BrokerKind::Mosquitto],
     };
     log(&format!("logs and scripts in {}", dir.display()));
+    // Before anything is started: what a system call and a wake-up cost here.
+    let machine = match machine::measure(10, 5_000) {
+        Ok(costs) => costs.describe(),
+        Err(e) => format!("the machine's costs not measured ({e})"),
+    };
+    log(&format!("machine: {machine}"));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -124,7 +130,7 @@ fn main() {
     if args.curves {
         let curves = runtime.block_on(curves::run(&plan, args.quick, &args.curve, &args.charts));
         println!(
-            "mesh-bench --curves: {} cores, {}; Mosquitto, a `mesh gateway`, agents in `mesh-fleet` processes\n",
+            "mesh-bench --curves: {} cores, {}; {machine}; Mosquitto, a `mesh gateway`, agents in `mesh-fleet` processes\n",
             std::thread::available_parallelism().map_or(0, |n| n.get()),
             cpu_model(),
         );
@@ -161,7 +167,7 @@ fn main() {
         Vec::new()
     };
     let header = format!(
-        "mesh-bench: {} s per case, {} cores, {}; HTTP load: wrk (a thread a core, at most one a connection); gRPC load: tonic (1 thread, a connection per caller); payload {} bytes",
+        "mesh-bench: {} s per case, {} cores, {}; {machine}; HTTP load: wrk (a thread a core, at most one a connection); gRPC load: tonic (1 thread, a connection per caller); payload {} bytes",
         plan.case.as_secs(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_model(),
